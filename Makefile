@@ -1,0 +1,42 @@
+# Front door. `make demo` and `make test` install missing Debian packages first (as root),
+# or print the exact apt-get command to run.
+BUILD ?= build
+JOBS  ?= $(shell nproc)
+CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=Release
+PACKAGES := g++ cmake make libxtensor-dev libxsimd-dev libboost-dev catch2 libbenchmark-dev \
+            libopenblas-dev libxtensor-blas-dev librandom123-dev libcli11-dev nlohmann-json3-dev \
+            libstb-dev gnuplot-nox
+
+.PHONY: deps configure build demo test bench fuzz clean
+
+deps:
+	@missing=$$(for p in $(PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "installing: $$missing"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	  else echo "missing packages; run: sudo apt-get install -y $$missing"; exit 1; fi; \
+	fi
+
+configure: deps
+	@cmake -S . -B $(BUILD) $(CMAKE_FLAGS) >/dev/null
+
+build: configure
+	@cmake --build $(BUILD) -j $(JOBS)
+
+demo: configure
+	@cmake --build $(BUILD) -j $(JOBS) --target xattn-demo
+	@$(BUILD)/dsl/xattn-demo
+
+test: build
+	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+bench: configure
+	@cmake --build $(BUILD) -j $(JOBS) --target xattn-bench
+	@bash bench/run.sh $(BUILD)
+
+fuzz: configure
+	@cmake --build $(BUILD) -j $(JOBS) --target xattn-fuzz
+	@$(BUILD)/tests/xattn-fuzz --cases 10000
+
+clean:
+	rm -rf $(BUILD)

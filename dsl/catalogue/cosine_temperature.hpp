@@ -1,0 +1,25 @@
+#pragma once
+// A user scoring policy with nothing but operator(): cosine similarity sharpened by a
+// temperature. The plan runs it pair by pair inside the fused loop (no projections declared).
+#include <cmath>
+#include <span>
+
+namespace dsl {
+
+struct cosine_with_temperature {
+  double tau = 0.1;
+
+  template <class T>
+  T operator()(std::span<const T> q, std::span<const T> k) const {
+    T qk = 0, qq = 0, kk = 0;
+    for (std::size_t d = 0; d < q.size(); ++d) {
+      qk += q[d] * k[d];
+      qq += q[d] * q[d];
+      kk += k[d] * k[d];
+    }
+    const T norm = std::sqrt(qq * kk);
+    return norm == 0 ? T(0) : qk / (norm * T(tau));
+  }
+};
+
+}  // namespace dsl

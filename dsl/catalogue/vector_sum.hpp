@@ -1,0 +1,36 @@
+#pragma once
+// d2l's exercise: "is vector summation a better design than dot product?" score(q, k) = Σ_d (q_d + k_d).
+// Written as a separable policy with zero-width features: Σq is a per-query term and Σk a per-key
+// term, so the kernel never touches pairs -- and the softmax over keys cannot depend on the query,
+// which is the exercise's answer.
+#include <cstddef>
+#include <span>
+
+namespace dsl {
+
+struct vector_sum {
+  static constexpr bool separable = true;
+
+  template <class T>
+  T operator()(std::span<const T> q, std::span<const T> k) const {
+    T s = 0;
+    for (std::size_t d = 0; d < q.size(); ++d) s += q[d] + k[d];
+    return s;
+  }
+  void validate(std::size_t dq, std::size_t dk) const {
+    if (dq != dk) throw std::invalid_argument("vector_sum: queries and keys must have the same size");
+  }
+  std::size_t feature_size(std::size_t, std::size_t) const { return 0; }
+  template <class T>
+  T project_query(std::span<const T> q, std::span<T>) const {
+    T s = 0;
+    for (auto x : q) s += x;
+    return s;
+  }
+  template <class T>
+  T project_key(std::span<const T> k, std::span<T>) const {
+    return project_query(k, {});
+  }
+};
+
+}  // namespace dsl

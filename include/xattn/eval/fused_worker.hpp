@@ -1,0 +1,177 @@
+#pragma once
+// One worker of the fused pass: for a (batch, query head, query block) it streams key blocks through
+// score tile -> modifiers -> masks -> online softmax -> P·V, keeping only tiles of size
+// block_q x block_k. Nothing of size Sq x Skv is ever allocated.
+#include "../kernel/tile_ops.hpp"
+#include "../schedule.hpp"
+#include "features.hpp"
+#include "mask_eval.hpp"
+
+#include <boost/hana.hpp>
+
+#include <limits>
+#include <span>
+#include <vector>
+
+namespace xattn {
+
+template <class T, score_path Path, class Plan, class Ops, class Masks>
+class fused_worker {
+ public:
+  static constexpr std::size_t w = simd::width<T>;
+
+  fused_worker(const Plan& p, const problem& pr, const Ops& ops, const Masks& masks, const key_features<T>& kf,
+               std::size_t n, const schedule& sch, strided4<T> out, T* lse)
+      : p_(p), pr_(pr), ops_(ops), masks_(masks), kf_(kf), n_(n), bq_(sch.block_q),
+        bk_(simd::padded<T>(sch.block_k)), dvp_(simd::padded<T>(pr.v_dim)), out_(out), lse_(lse) {
+    const std::size_t qn = Path == score_path::pair_raw ? pr.q_dim : n;
+    qf_.resize(bq_ * std::max<std::size_t>(qn, 1));
+    qraw_.resize(std::max<std::size_t>(pr.q_dim, 1));
+    alpha_.resize(bq_);
+    kt_.resize(std::max<std::size_t>(n, 1) * bk_);
+    s_.resize(bq_ * bk_);
+    o_.resize(bq_ * dvp_);
+    vb_.resize(bk_ * dvp_);
+    st_.resize(bq_);
+  }
+
+  void run(std::size_t b, std::size_t h, std::size_t i0) {
+    const std::size_t rows = std::min(bq_, pr_.q_len - i0);
+    const std::size_t hk = h / (pr_.q_heads / pr_.kv_heads);
+    load_queries(b, h, i0, rows);
+    std::fill(o_.begin(), o_.begin() + rows * dvp_, T(0));
+    std::fill(st_.begin(), st_.begin() + rows, kernel::row_state<T>{});
+    for (std::size_t j0 = 0; j0 < pr_.kv_len; j0 += bk_) {
+      const std::size_t cols = std::min(bk_, pr_.kv_len - j0), colsp = simd::padded<T>(cols);
+      const block_verdict v = classify_block(masks_, b, h, i0, i0 + rows, j0, j0 + cols);
+      if (v.skip || (v.fill_hidden && all_rows_above(rows, v.fill_max))) continue;
+      scores(b, h, hk, i0, rows, j0, cols, colsp);
+      for (std::size_t r = 0; r < rows; ++r) {
+        T* s = s_.data() + r * bk_;
+        apply_ops(s, cols, b, h, i0 + r, j0);
+        if (!v.all_visible) apply_masks(masks_, s, cols, b, h, i0 + r, j0);
+        std::fill(s + cols, s + colsp, -std::numeric_limits<T>::infinity());
+        kernel::online_softmax_row(s, colsp, st_[r], o_.data() + r * dvp_, dvp_);
+      }
+      const auto [v_ptr, ldv] = values(b, hk, j0, cols);
+      kernel::pv_tile(s_.data(), bk_, rows, v_ptr, ldv, cols, o_.data(), dvp_, dvp_);
+    }
+    for (std::size_t r = 0; r < rows; ++r) {
+      kernel::finalize_row(o_.data() + r * dvp_, pr_.v_dim, st_[r].l, out_.mutable_row(b, h, i0 + r), out_.strides[3]);
+      if (lse_) {
+        const auto& st = st_[r];
+        lse_[(b * pr_.q_heads + h) * pr_.q_len + i0 + r] =
+            st.l == 0 ? -std::numeric_limits<T>::infinity() : (std::isinf(st.m) ? T(0) : st.m) + std::log(st.l);
+      }
+    }
+  }
+
+ private:
+  bool all_rows_above(std::size_t rows, double fill) const {
+    // exp(fill - m) underflows to exactly 0 beyond this margin, so such a block adds nothing.
+    const double margin = std::is_same_v<T, float> ? 110 : 760;
+    for (std::size_t r = 0; r < rows; ++r)
+      if (!(double(st_[r].m) > fill + margin)) return false;
+    return true;
+  }
+
+  void load_queries(std::size_t b, std::size_t h, std::size_t i0, std::size_t rows) {
+    const auto& q = p_.base;
+    if constexpr (Path == score_path::tensor) {
+      return;
+    } else {
+      const auto& qv = q.q.view;
+      const T sc = T(p_.scale);
+      for (std::size_t r = 0; r < rows; ++r) {
+        const T* src = qv.row(b, h, i0 + r);
+        T* dst = qf_.data() + r * qwidth();
+        if constexpr (Path == score_path::dot_identity || Path == score_path::pair_raw) {
+          gather_row(src, qv.strides[3], pr_.q_dim, dst);
+          alpha_[r] = 0;
+        } else {
+          gather_row(src, qv.strides[3], pr_.q_dim, qraw_.data());
+          alpha_[r] = q.policy.project_query(std::span<const T>(qraw_), std::span<T>(dst, n_));
+        }
+        if constexpr (Path == score_path::dot_identity || Path == score_path::dot_features) {
+          for (std::size_t d = 0; d < n_; ++d) dst[d] *= sc;  // fold the scale into the queries
+          alpha_[r] *= sc;
+        }
+      }
+    }
+  }
+
+  std::size_t qwidth() const { return Path == score_path::pair_raw ? pr_.q_dim : n_; }
+
+  void scores(std::size_t b, std::size_t h, std::size_t hk, std::size_t i0, std::size_t rows, std::size_t j0,
+              std::size_t cols, std::size_t colsp) {
+    const T sc = T(p_.scale);
+    if constexpr (Path == score_path::dot_identity || Path == score_path::dot_features) {
+      if constexpr (Path == score_path::dot_identity) {
+        const auto& kv = p_.base.k.view;
+        kernel::pack_kt([&](std::size_t c) { return kv.row(b, hk, j0 + c); }, cols, n_, kv.strides[3], kt_.data(), bk_);
+      } else {
+        kernel::pack_kt([&](std::size_t c) { return kf_.row(b, hk, j0 + c); }, cols, n_, 1, kt_.data(), bk_);
+      }
+      kernel::qk_tile(qf_.data(), n_, rows, kt_.data(), bk_, n_, colsp, s_.data(), bk_);
+      if constexpr (Path == score_path::dot_features) {
+        for (std::size_t r = 0; r < rows; ++r)
+          for (std::size_t c = 0; c < cols; ++c) s_[r * bk_ + c] += alpha_[r] + sc * kf_.term(b, hk, j0 + c);
+      }
+    } else if constexpr (Path == score_path::tensor) {
+      const auto& xv = p_.base.x.view;
+      for (std::size_t r = 0; r < rows; ++r) {
+        const T* src = xv.row(b, h, i0 + r);
+        for (std::size_t c = 0; c < cols; ++c) s_[r * bk_ + c] = sc * src[std::ptrdiff_t(j0 + c) * xv.strides[3]];
+      }
+    } else {
+      const std::size_t qn = qwidth();
+      for (std::size_t r = 0; r < rows; ++r) {
+        const std::span<const T> fq(qf_.data() + r * qn, qn);
+        for (std::size_t c = 0; c < cols; ++c) {
+          const std::span<const T> fk(kf_.row(b, hk, j0 + c), n_);
+          T v;
+          if constexpr (Path == score_path::pair_features)
+            v = p_.base.policy.combine(fq, fk) + alpha_[r] + kf_.term(b, hk, j0 + c);
+          else
+            v = T(p_.base.policy(fq, fk));
+          s_[r * bk_ + c] = sc * v;
+        }
+      }
+    }
+  }
+
+  void apply_ops(T* s, std::size_t cols, std::size_t b, std::size_t h, std::size_t i, std::size_t j0) const {
+    hana::for_each(ops_, [&](const auto& op) {
+      if constexpr (decltype(caps::has_apply_row(op))::value)
+        op.apply_row(s, cols, b, h, i, j0);
+      else
+        for (std::size_t c = 0; c < cols; ++c) s[c] = T(op(s[c], b, h, i, j0 + c));
+    });
+  }
+
+  /// V rows of the key block: in place when contiguous and batch-aligned, else packed and zero-padded.
+  std::pair<const T*, std::size_t> values(std::size_t b, std::size_t hk, std::size_t j0, std::size_t cols) {
+    const auto& vv = p_.v.view;
+    if (vv.strides[3] == 1 && pr_.v_dim % w == 0 && vv.strides[2] >= std::ptrdiff_t(pr_.v_dim))
+      return {vv.row(b, hk, j0), std::size_t(vv.strides[2])};
+    for (std::size_t c = 0; c < cols; ++c) {
+      T* dst = vb_.data() + c * dvp_;
+      gather_row(vv.row(b, hk, j0 + c), vv.strides[3], pr_.v_dim, dst);
+      std::fill(dst + pr_.v_dim, dst + dvp_, T(0));
+    }
+    return {vb_.data(), dvp_};
+  }
+
+  const Plan& p_;
+  const problem& pr_;
+  const Ops& ops_;
+  const Masks& masks_;
+  const key_features<T>& kf_;
+  std::size_t n_, bq_, bk_, dvp_;
+  strided4<T> out_;
+  T* lse_;
+  std::vector<T> qf_, qraw_, alpha_, kt_, s_, o_, vb_;
+  std::vector<kernel::row_state<T>> st_;
+};
+
+}  // namespace xattn

@@ -1,0 +1,86 @@
+#pragma once
+// Masks in the fused pass: a whole block is classified first (skip it, run it without mask code,
+// or evaluate the predicates), and only partial blocks pay per-element mask work.
+//
+// Semantics when several masks apply: a key hidden by any excluding mask (fill -inf) is excluded;
+// otherwise a key hidden by a filling mask (e.g. d2l's -1e6) takes the fill of the outermost one.
+#include "../policy/concepts.hpp"
+
+#include <boost/hana.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace xattn {
+
+template <class M>
+double fill_of(const M& m) {
+  if constexpr (decltype(caps::has_fill(m))::value)
+    return double(m.fill());
+  else
+    return -std::numeric_limits<double>::infinity();
+}
+
+template <class M>
+block classify_one(const M& m, std::size_t b, std::size_t h, std::size_t i0, std::size_t i1, std::size_t j0,
+                   std::size_t j1) {
+  if constexpr (decltype(caps::has_classify(m))::value)
+    return m.classify(b, h, i0, i1, j0, j1);
+  else
+    return block::partial;
+}
+
+struct block_verdict {
+  bool skip = false;         // an excluding mask hides the whole block
+  bool all_visible = true;   // no mask hides anything: no mask code needed
+  bool fill_hidden = false;  // a filling mask hides the whole block
+  double fill_max = -std::numeric_limits<double>::infinity();
+};
+
+template <class Masks>
+block_verdict classify_block(const Masks& masks, std::size_t b, std::size_t h, std::size_t i0, std::size_t i1,
+                             std::size_t j0, std::size_t j1) {
+  block_verdict v;
+  hana::for_each(masks, [&](const auto& m) {
+    const block c = classify_one(m, b, h, i0, i1, j0, j1);
+    if (c == block::visible) return;
+    v.all_visible = false;
+    if (c == block::hidden) {
+      const double f = fill_of(m);
+      if (std::isinf(f)) {
+        v.skip = true;
+      } else {
+        v.fill_hidden = true;
+        v.fill_max = std::max(v.fill_max, f);
+      }
+    }
+  });
+  return v;
+}
+
+/// Final score of key j given its pre-mask score s, under the semantics above.
+template <class Masks, class U>
+U masked_score(const Masks& masks, U s, std::size_t b, std::size_t h, std::size_t i, std::size_t j) {
+  bool excluded = false, filled = false;
+  U fill = 0;
+  hana::for_each(masks, [&](const auto& m) {
+    if (m.visible(b, h, i, j)) return;
+    const double f = fill_of(m);
+    if (std::isinf(f)) {
+      excluded = true;
+    } else {
+      filled = true;
+      fill = U(f);
+    }
+  });
+  return excluded ? -std::numeric_limits<U>::infinity() : filled ? fill : s;
+}
+
+template <class Masks, class T>
+void apply_masks(const Masks& masks, T* s, std::size_t cols, std::size_t b, std::size_t h, std::size_t i,
+                 std::size_t j0) {
+  for (std::size_t c = 0; c < cols; ++c) s[c] = masked_score(masks, s[c], b, h, i, j0 + c);
+}
+
+}  // namespace xattn

@@ -1,0 +1,96 @@
+#pragma once
+// The reference evaluator: materialises every node in double precision, straight from the same
+// plan -- scores from the policy's plain operator()(q, k) (never its projections), each modifier
+// and mask element by element, a two-pass softmax, then P·V. It is the oracle of the tests and
+// what eval() uses when weights or scores are asked for.
+#include "mask_eval.hpp"
+#include "resolve.hpp"
+
+#include <xtensor/xtensor.hpp>
+
+#include <cmath>
+#include <limits>
+#include <span>
+#include <vector>
+
+namespace xattn {
+
+struct reference_result {
+  xt::xtensor<double, 4> scores;   // (B, Hq, Sq, Skv) after modifiers and masks (-inf: excluded)
+  xt::xtensor<double, 4> weights;  // softmax; rows with no visible key are 0
+  xt::xtensor<double, 4> output;   // weights · V, (B, Hq, Sq, Dv); empty without values
+  xt::xtensor<double, 3> lse;      // log-sum-exp per row, -inf for rows with no visible key
+};
+
+namespace ref_detail {
+
+template <class T>
+std::vector<double> row_as_double(const strided4<T>& v, std::size_t b, std::size_t h, std::size_t s) {
+  std::vector<double> r(v.shape[3]);
+  for (std::size_t d = 0; d < r.size(); ++d) r[d] = double(v(b, h, s, d));
+  return r;
+}
+
+template <class Plan>
+double base_score(const Plan& p, const problem& pr, std::size_t b, std::size_t h, std::size_t i, std::size_t j) {
+  if constexpr (requires { p.base.x; }) {
+    return double(p.base.x.view(b, h, i, j));
+  } else {
+    const std::size_t hk = h / (pr.q_heads / pr.kv_heads);
+    const auto q = row_as_double(p.base.q.view, b, h, i);
+    const auto k = row_as_double(p.base.k.view, b, hk, j);
+    return double(p.base.policy(std::span<const double>(q), std::span<const double>(k)));
+  }
+}
+
+}  // namespace ref_detail
+
+template <class Plan>
+reference_result reference_eval(const Plan& p) {
+  const problem pr = resolve(p);
+  const auto ops = bind_all(p.ops, pr);
+  const auto masks = bind_all(p.masks, pr);
+  const std::size_t B = pr.batch, H = pr.q_heads, Sq = pr.q_len, Skv = pr.kv_len;
+  reference_result r;
+  r.scores = xt::xtensor<double, 4>::from_shape({B, H, Sq, Skv});
+  r.weights = xt::zeros<double>({B, H, Sq, Skv});
+  r.lse = xt::xtensor<double, 3>::from_shape({B, H, Sq});
+  constexpr double ninf = -std::numeric_limits<double>::infinity();
+  for (std::size_t b = 0; b < B; ++b)
+    for (std::size_t h = 0; h < H; ++h)
+      for (std::size_t i = 0; i < Sq; ++i) {
+        double m = ninf;
+        for (std::size_t j = 0; j < Skv; ++j) {
+          double s = p.scale * ref_detail::base_score(p, pr, b, h, i, j);
+          hana::for_each(ops, [&](const auto& op) { s = double(op(s, b, h, i, j)); });
+          s = masked_score(masks, s, b, h, i, j);
+          r.scores(b, h, i, j) = s;
+          m = std::max(m, s);
+        }
+        if (m == ninf) {  // no visible key: zero weights, zero output
+          r.lse(b, h, i) = ninf;
+          continue;
+        }
+        double l = 0;
+        for (std::size_t j = 0; j < Skv; ++j) l += std::exp(r.scores(b, h, i, j) - m);
+        for (std::size_t j = 0; j < Skv; ++j) r.weights(b, h, i, j) = std::exp(r.scores(b, h, i, j) - m) / l;
+        r.lse(b, h, i) = m + std::log(l);
+      }
+  if constexpr (Plan::has_values) {
+    const auto& v = p.v.view;
+    r.output = xt::zeros<double>({B, H, Sq, pr.v_dim});
+    for (std::size_t b = 0; b < B; ++b)
+      for (std::size_t h = 0; h < H; ++h) {
+        const std::size_t hv = h / (H / v.shape[1]);
+        for (std::size_t i = 0; i < Sq; ++i)
+          for (std::size_t j = 0; j < Skv; ++j) {
+            const double wgt = r.weights(b, h, i, j);
+            if (wgt == 0) continue;
+            for (std::size_t d = 0; d < pr.v_dim; ++d) r.output(b, h, i, d) += wgt * double(v(b, hv, j, d));
+          }
+      }
+  }
+  return r;
+}
+
+}  // namespace xattn

@@ -1,0 +1,80 @@
+#pragma once
+// Run-time half of planning: read the sizes off the terminals, check that they fit together
+// (every mismatch names the argument and the shapes), and bind masks and modifiers to them.
+#include "../detail/format.hpp"
+#include "plan.hpp"
+
+#include <boost/hana.hpp>
+
+#include <type_traits>
+
+namespace xattn {
+
+namespace resolving {
+
+template <class Tm>
+std::string shape_of(const Tm& t) {
+  return detail::shape_str(t.user_shape());
+}
+
+template <class Base>
+problem from_base(const Base& base) {
+  problem pr;
+  if constexpr (requires { base.x; }) {
+    const auto& s = base.x.view.shape;
+    pr = {s[0], s[1], s[1], s[2], s[3], 0, 0, 0, base.x.how == layout::bsd ? 3u : 4u};
+  } else {
+    const auto& q = base.q.view.shape;
+    const auto& k = base.k.view.shape;
+    pr = {q[0], q[1], k[1], q[2], k[2], q[3], k[3], 0, base.q.how == layout::bsd ? 3u : 4u};
+    if (q[0] != k[0])
+      detail::fail("queries and keys have different batch sizes: Q ", shape_of(base.q), ", K ", shape_of(base.k));
+    if (k[1] == 0 || q[1] % k[1] != 0)
+      detail::fail("the ", q[1], " query heads are not a multiple of the ", k[1], " key heads (grouped-query attention needs Hq = G * Hkv): Q ",
+                   shape_of(base.q), ", K ", shape_of(base.k));
+    if constexpr (decltype(caps::has_validate(base.policy))::value) {
+      try {
+        base.policy.validate(q[3], k[3]);
+      } catch (const std::invalid_argument& e) {
+        throw std::invalid_argument(std::string(e.what()) + " [Q " + shape_of(base.q) + ", K " + shape_of(base.k) + "]");
+      }
+    }
+  }
+  if (pr.kv_len == 0) detail::fail("there are no keys (Skv = 0): softmax over an empty set is undefined");
+  return pr;
+}
+
+template <class V>
+void add_values(problem& pr, const V& v, const std::string& keys) {
+  const auto& s = v.view.shape;
+  if (s[0] != pr.batch || s[2] != pr.kv_len)
+    detail::fail("values V ", shape_of(v), " do not match the keys ", keys, ": need the same batch (", pr.batch,
+                 ") and number of keys (", pr.kv_len, ")");
+  if (s[1] == 0 || pr.q_heads % s[1] != 0 || (pr.q_dim != 0 && s[1] != pr.kv_heads))
+    detail::fail("values V ", shape_of(v), " have ", s[1], " heads; they must match the ", pr.kv_heads,
+                 " key heads (keys ", keys, ")");
+  pr.v_dim = s[3];
+}
+
+}  // namespace resolving
+
+/// Sizes of the plan, checked.
+template <class P>
+problem resolve(const P& p) {
+  problem pr = resolving::from_base(p.base);
+  if constexpr (P::has_values) {
+    if constexpr (requires { p.base.k; })
+      resolving::add_values(pr, p.v, resolving::shape_of(p.base.k));
+    else
+      resolving::add_values(pr, p.v, "(scores " + resolving::shape_of(p.base.x) + ")");
+  }
+  return pr;
+}
+
+/// Masks and modifiers bound to the sizes (each validates its own arguments).
+template <class Tuple>
+auto bind_all(const Tuple& t, const problem& pr) {
+  return hana::transform(t, [&](const auto& x) { return caps::bind(x, pr); });
+}
+
+}  // namespace xattn

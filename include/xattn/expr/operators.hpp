@@ -1,0 +1,78 @@
+#pragma once
+// The words of the DSL. Everything here only builds nodes; planning and evaluation are in eval/.
+#include "../policy/ops/alibi.hpp"
+#include "../policy/ops/bias.hpp"
+#include "../policy/ops/softcap.hpp"
+#include "nodes.hpp"
+#include "tensor_ref.hpp"
+
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace xattn {
+
+template <expression K>
+auto trans(K k) {
+  return trans_node<K>{{}, std::move(k)};
+}
+
+template <expression L, expression R>
+auto operator*(L lhs, R rhs) {
+  return product_node<L, R>{{}, std::move(lhs), std::move(rhs)};
+}
+
+template <expression E, arithmetic C>
+auto operator*(E e, C c) {
+  return scale_node<E>{{}, std::move(e), double(c)};
+}
+
+template <arithmetic C, expression E>
+auto operator*(C c, E e) {
+  return scale_node<E>{{}, std::move(e), double(c)};
+}
+
+template <expression E, arithmetic C>
+auto operator/(E e, C c) {
+  return scale_node<E>{{}, std::move(e), 1.0 / double(c)};
+}
+
+/// scores + bias(t): an additive bias tensor broadcast against the scores.
+template <expression E, class T>
+auto operator+(E e, tensor_bias<T> b) {
+  return modify_node<E, tensor_bias<T>>{{}, std::move(e), std::move(b)};
+}
+
+/// score(policy, Q, K): scores from any scoring policy (see policy/concepts.hpp).
+template <class P, expression Q, expression K>
+auto score(P policy, Q q, K k) {
+  return score_node<P, Q, K>{{}, std::move(policy), std::move(q), std::move(k)};
+}
+
+/// modify(scores, op): an element-wise score modifier op(s, b, h, i, j) (FlexAttention's score_mod).
+template <expression E, class Op>
+auto modify(E e, Op op) {
+  return modify_node<E, Op>{{}, std::move(e), std::move(op)};
+}
+
+template <expression E>
+auto softcap(E e, double cap) {
+  return modify(std::move(e), softcap_op{cap});
+}
+
+template <expression E>
+auto alibi(E e, std::vector<double> slopes) {
+  return modify(std::move(e), alibi_op{std::move(slopes)});
+}
+
+template <expression E, class M>
+auto mask(E e, M m) {
+  return mask_node<E, M>{{}, std::move(e), std::move(m)};
+}
+
+template <expression E>
+auto softmax(E e) {
+  return softmax_node<E>{{}, std::move(e)};
+}
+
+}  // namespace xattn

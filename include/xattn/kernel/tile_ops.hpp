@@ -1,0 +1,182 @@
+#pragma once
+// The tile operations the fused kernel is built from. Tiles are row-major with explicit leading
+// dimensions; key-axis tiles are padded to whole SIMD batches. Each op is small and tested alone
+// (tests/kernel/test_tile_ops.cpp).
+#include "../simd/compat.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <limits>
+
+namespace xattn::kernel {
+
+using simd::batch;
+
+/// Register blocking: rows broadcast from the left operand x batches of the right one.
+template <class T>
+struct blocking {
+  static constexpr std::size_t rows = 4;
+  static constexpr std::size_t vecs = sizeof(batch<T>) >= 64 ? 4 : 2;  // 32 vs 16 vector registers
+};
+
+/// kt[d, c] = row(c)[d * dstride] for c < cols, zero for cols <= c < ldk: keys transposed so the
+/// score product broadcasts one query element against a batch of keys.
+template <class T, class RowFn>
+void pack_kt(RowFn row, std::size_t cols, std::size_t n, std::ptrdiff_t dstride, T* kt, std::size_t ldk) {
+  for (std::size_t c = 0; c < cols; ++c) {
+    const T* r = row(c);
+    for (std::size_t d = 0; d < n; ++d) kt[d * ldk + c] = r[std::ptrdiff_t(d) * dstride];
+  }
+  for (std::size_t d = 0; d < n; ++d) std::fill(kt + d * ldk + cols, kt + (d + 1) * ldk, T(0));
+}
+
+namespace detail {
+
+template <std::size_t R, std::size_t C, class T>
+inline void qk_micro(const T* q, std::size_t ldq, const T* kt, std::size_t ldk, std::size_t n, T* s, std::size_t lds) {
+  constexpr std::size_t w = simd::width<T>;
+  batch<T> acc[R][C];
+  for (std::size_t r = 0; r < R; ++r)
+    for (std::size_t c = 0; c < C; ++c) acc[r][c] = batch<T>(T(0));
+  for (std::size_t d = 0; d < n; ++d) {
+    batch<T> k[C];
+    for (std::size_t c = 0; c < C; ++c) k[c] = simd::load(kt + d * ldk + c * w);
+    for (std::size_t r = 0; r < R; ++r) {
+      const batch<T> qv(q[r * ldq + d]);
+      for (std::size_t c = 0; c < C; ++c) acc[r][c] = xsimd::fma(qv, k[c], acc[r][c]);
+    }
+  }
+  for (std::size_t r = 0; r < R; ++r)
+    for (std::size_t c = 0; c < C; ++c) simd::store(s + r * lds + c * w, acc[r][c]);
+}
+
+template <std::size_t R, class T>
+inline void qk_rows(const T* q, std::size_t ldq, const T* kt, std::size_t ldk, std::size_t n, std::size_t cols_padded,
+                    T* s, std::size_t lds) {
+  constexpr std::size_t w = simd::width<T>, C = blocking<T>::vecs;
+  std::size_t c = 0;
+  for (; c + C * w <= cols_padded; c += C * w) qk_micro<R, C>(q, ldq, kt + c, ldk, n, s + c, lds);
+  for (; c < cols_padded; c += w) qk_micro<R, 1>(q, ldq, kt + c, ldk, n, s + c, lds);
+}
+
+template <std::size_t R, class T>
+inline void pv_micro_rows(const T* p, std::size_t ldp, const T* v, std::size_t ldv, std::size_t keys, T* o,
+                          std::size_t ldo, std::size_t dv_padded) {
+  constexpr std::size_t w = simd::width<T>, C = blocking<T>::vecs;
+  auto run = [&](auto cvecs, std::size_t c0) {
+    constexpr std::size_t CC = decltype(cvecs)::value;
+    batch<T> acc[R][CC];
+    for (std::size_t r = 0; r < R; ++r)
+      for (std::size_t c = 0; c < CC; ++c) acc[r][c] = simd::load(o + r * ldo + c0 + c * w);
+    for (std::size_t j = 0; j < keys; ++j) {
+      batch<T> vv[CC];
+      for (std::size_t c = 0; c < CC; ++c) vv[c] = simd::load(v + j * ldv + c0 + c * w);
+      for (std::size_t r = 0; r < R; ++r) {
+        const batch<T> pr(p[r * ldp + j]);
+        for (std::size_t c = 0; c < CC; ++c) acc[r][c] = xsimd::fma(pr, vv[c], acc[r][c]);
+      }
+    }
+    for (std::size_t r = 0; r < R; ++r)
+      for (std::size_t c = 0; c < CC; ++c) simd::store(o + r * ldo + c0 + c * w, acc[r][c]);
+  };
+  std::size_t c = 0;
+  for (; c + C * w <= dv_padded; c += C * w) run(std::integral_constant<std::size_t, C>{}, c);
+  for (; c < dv_padded; c += w) run(std::integral_constant<std::size_t, 1>{}, c);
+}
+
+template <class F>
+inline void by_row_blocks(std::size_t rows, F&& f) {
+  constexpr std::size_t R = 4;
+  std::size_t r = 0;
+  for (; r + R <= rows; r += R) f(std::integral_constant<std::size_t, R>{}, r);
+  switch (rows - r) {
+    case 3: f(std::integral_constant<std::size_t, 3>{}, r); break;
+    case 2: f(std::integral_constant<std::size_t, 2>{}, r); break;
+    case 1: f(std::integral_constant<std::size_t, 1>{}, r); break;
+    default: break;
+  }
+}
+
+}  // namespace detail
+
+/// s[r, c] = sum_d q[r, d] * kt[d, c] for r < rows, c < cols_padded (a multiple of the batch size).
+template <class T>
+void qk_tile(const T* q, std::size_t ldq, std::size_t rows, const T* kt, std::size_t ldk, std::size_t n,
+             std::size_t cols_padded, T* s, std::size_t lds) {
+  detail::by_row_blocks(rows, [&](auto R, std::size_t r) {
+    detail::qk_rows<decltype(R)::value>(q + r * ldq, ldq, kt, ldk, n, cols_padded, s + r * lds, lds);
+  });
+}
+
+/// o[r, :] += sum_j p[r, j] * v[j, :] for r < rows, j < keys; v rows readable up to dv_padded.
+template <class T>
+void pv_tile(const T* p, std::size_t ldp, std::size_t rows, const T* v, std::size_t ldv, std::size_t keys, T* o,
+             std::size_t ldo, std::size_t dv_padded) {
+  detail::by_row_blocks(rows, [&](auto R, std::size_t r) {
+    detail::pv_micro_rows<decltype(R)::value>(p + r * ldp, ldp, v, ldv, keys, o + r * ldo, ldo, dv_padded);
+  });
+}
+
+/// max over s[0, n) (n a multiple of the batch size); -inf for an all -inf row.
+template <class T>
+T row_max(const T* s, std::size_t n) {
+  constexpr std::size_t w = simd::width<T>;
+  batch<T> m(-std::numeric_limits<T>::infinity());
+  for (std::size_t j = 0; j < n; j += w) m = xsimd::max(m, simd::load(s + j));
+  return simd::hmax(m);
+}
+
+/// s[j] = exp(s[j] - m) in place over [0, n) (n a multiple of the batch size); returns the sum.
+/// m = -inf (nothing visible yet) is treated as 0 so that -inf scores give 0, never NaN.
+template <class T>
+T exp_row(T* s, std::size_t n, T m) {
+  constexpr std::size_t w = simd::width<T>;
+  const batch<T> mv(std::isinf(m) ? T(0) : m);
+  batch<T> sum(T(0));
+  for (std::size_t j = 0; j < n; j += w) {
+    const batch<T> e = xsimd::exp(simd::load(s + j) - mv);
+    simd::store(s + j, e);
+    sum += e;
+  }
+  return simd::hsum(sum);
+}
+
+/// x[0, n) *= c (n a multiple of the batch size).
+template <class T>
+void scale_row(T* x, std::size_t n, T c) {
+  constexpr std::size_t w = simd::width<T>;
+  const batch<T> cv(c);
+  for (std::size_t j = 0; j < n; j += w) simd::store(x + j, simd::load(x + j) * cv);
+}
+
+/// Running-softmax state of one query row: max m and sum l of exp(s - m).
+template <class T>
+struct row_state {
+  T m = -std::numeric_limits<T>::infinity();
+  T l = 0;
+};
+
+/// One online-softmax step on a score row (cols_padded wide): turns it into probabilities
+/// relative to the new running max, and rescales the output row o (dv_padded wide) only when the
+/// max grew. Padding columns must hold -inf.
+template <class T>
+void online_softmax_row(T* s, std::size_t cols_padded, row_state<T>& st, T* o, std::size_t dv_padded) {
+  const T m_new = std::max(st.m, row_max(s, cols_padded));
+  if (m_new > st.m && st.l != 0) {
+    const T c = std::exp(st.m - m_new);
+    st.l *= c;
+    scale_row(o, dv_padded, c);
+  }
+  st.m = m_new;
+  st.l += exp_row(s, cols_padded, m_new);
+}
+
+/// out[d * stride] = o[d] / l for d < dv; a row that saw no visible key (l = 0) becomes 0.
+template <class T>
+void finalize_row(const T* o, std::size_t dv, T l, T* out, std::ptrdiff_t stride) {
+  const T inv = l == 0 ? T(0) : T(1) / l;
+  for (std::size_t d = 0; d < dv; ++d) out[std::ptrdiff_t(d) * stride] = o[d] * inv;
+}
+
+}  // namespace xattn::kernel

@@ -1,0 +1,50 @@
+#pragma once
+// Dot-product scores q·k, and scaled dot product q·k / sqrt(d) (Vaswani et al.). Q * trans(K) in
+// an expression is planned as `dot`; both run the dot-product path with no projection.
+#include "../detail/format.hpp"
+
+#include <cmath>
+#include <cstddef>
+#include <span>
+
+namespace xattn {
+
+struct dot {
+  static constexpr bool separable = true;
+
+  template <class T>
+  T operator()(std::span<const T> q, std::span<const T> k) const {
+    T s = 0;
+    for (std::size_t d = 0; d < q.size(); ++d) s += q[d] * k[d];
+    return s;
+  }
+  void validate(std::size_t dq, std::size_t dk) const {
+    if (dq != dk) detail::fail("dot product scores: queries have size ", dq, " but keys have size ", dk);
+  }
+};
+
+struct scaled_dot {
+  static constexpr bool separable = true;
+
+  template <class T>
+  T operator()(std::span<const T> q, std::span<const T> k) const {
+    return dot{}(q, k) / std::sqrt(T(q.size()));
+  }
+  void validate(std::size_t dq, std::size_t dk) const {
+    if (dq != dk) detail::fail("scaled_dot scores: queries have size ", dq, " but keys have size ", dk);
+  }
+  std::size_t feature_size(std::size_t dq, std::size_t) const { return dq; }
+  template <class T>
+  T project_query(std::span<const T> q, std::span<T> out) const {
+    const T c = T(1) / std::sqrt(T(q.size()));
+    for (std::size_t d = 0; d < q.size(); ++d) out[d] = q[d] * c;
+    return 0;
+  }
+  template <class T>
+  T project_key(std::span<const T> k, std::span<T> out) const {
+    for (std::size_t d = 0; d < k.size(); ++d) out[d] = k[d];
+    return 0;
+  }
+};
+
+}  // namespace xattn

@@ -1,0 +1,41 @@
+#pragma once
+// ALiBi: adds -slope[h] * |pos(i) - j| to the score of query i and key j. Query positions are
+// aligned to the end of the keys (pos(i) = i + Skv - Sq), so a decode step (Sq = 1) sits at the
+// last key and square problems get the usual i - j.
+#include "../../detail/format.hpp"
+#include "../problem.hpp"
+
+#include <cmath>
+#include <cstddef>
+#include <vector>
+
+namespace xattn {
+
+struct alibi_op {
+  std::vector<double> slopes;  // one per query head
+  std::ptrdiff_t shift = 0;    // Skv - Sq, set by bind
+
+  template <class U>
+  U operator()(U s, std::size_t, std::size_t h, std::size_t i, std::size_t j) const {
+    const std::ptrdiff_t d = std::ptrdiff_t(i) + shift - std::ptrdiff_t(j);
+    return s - U(slopes[h]) * U(d < 0 ? -d : d);
+  }
+
+  alibi_op bind(const problem& pr) const {
+    if (slopes.size() != pr.q_heads)
+      detail::fail("alibi(scores, slopes): slopes has ", slopes.size(), " entries but there are ", pr.q_heads,
+                   " query heads");
+    alibi_op b = *this;
+    b.shift = std::ptrdiff_t(pr.kv_len) - std::ptrdiff_t(pr.q_len);
+    return b;
+  }
+
+  /// The geometric slopes of the ALiBi paper: 2^(-8 k / H) for k = 1..H.
+  static std::vector<double> standard_slopes(std::size_t num_heads) {
+    std::vector<double> s(num_heads);
+    for (std::size_t k = 0; k < num_heads; ++k) s[k] = std::exp2(-8.0 * double(k + 1) / double(num_heads));
+    return s;
+  }
+};
+
+}  // namespace xattn

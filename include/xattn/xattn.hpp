@@ -1,0 +1,18 @@
+#pragma once
+// xattn: attention as a lazy expression, evaluated in one fused, tiled, SIMD, multithreaded pass.
+//   auto e = softmax(mask(Q * trans(K) / std::sqrt(float(d)), lengths(lens))) * V;
+//   auto out = eval(e);
+#include "expr/operators.hpp"
+#include "expr/tensor_ref.hpp"
+#include "eval/eval.hpp"
+#include "policy/additive.hpp"
+#include "policy/bilinear.hpp"
+#include "policy/cosine.hpp"
+#include "policy/dot.hpp"
+#include "policy/gaussian.hpp"
+#include "policy/masks/causal.hpp"
+#include "policy/masks/bool_mask.hpp"
+#include "policy/masks/lengths.hpp"
+#include "policy/masks/predicate.hpp"
+#include "policy/masks/window.hpp"
+#include "schedule.hpp"

@@ -1,0 +1,8 @@
+// Q * K without trans(): not a score.
+#include <xattn/xattn.hpp>
+int main() {
+  xt::xtensor<float, 3> q = xt::ones<float>({1, 2, 2});
+  auto Q = xattn::ref(q);
+  auto out = xattn::eval(xattn::softmax(Q * Q) * Q);
+  return int(out.size());
+}

@@ -1,0 +1,111 @@
+#pragma once
+// The scorers and mask families of the differential test; every built-in policy and mask appears.
+#include "differential.hpp"
+
+namespace xattn::testing {
+
+/// Scorers: (Q, K, sizes, rng) -> score expression, and whether they need Dq == Dk.
+struct dot_scores {
+  static constexpr bool same_dim = true;
+  auto operator()(auto Q, auto K, const case_sizes& s, rng&) const { return Q * trans(K) / std::sqrt(double(s.Dq)); }
+};
+struct scaled_dot_scores {
+  static constexpr bool same_dim = true;
+  auto operator()(auto Q, auto K, const case_sizes&, rng&) const { return score(scaled_dot{}, Q, K); }
+};
+struct additive_scores {
+  static constexpr bool same_dim = false;
+  auto operator()(auto Q, auto K, const case_sizes& s, rng& r) const {
+    const std::size_t h = r.size(1, 40);
+    return score(additive{r.tensor<float>({h, s.Dq}), r.tensor<float>({h, s.Dk}), r.tensor<float>({h})}, Q, K);
+  }
+};
+struct bilinear_scores {
+  static constexpr bool same_dim = false;
+  auto operator()(auto Q, auto K, const case_sizes& s, rng& r) const {
+    return score(bilinear{r.tensor<double>({s.Dq, s.Dk}, -0.5, 0.5)}, Q, K);
+  }
+};
+struct gaussian_scores {
+  static constexpr bool same_dim = true;
+  auto operator()(auto Q, auto K, const case_sizes& s, rng& r) const {
+    return score(gaussian{r.uniform(0.5, 2) * std::sqrt(double(s.Dq))}, Q, K);
+  }
+};
+struct cosine_scores {
+  static constexpr bool same_dim = true;
+  auto operator()(auto Q, auto K, const case_sizes&, rng& r) const { return score(cosine{r.uniform(0.1, 2)}, Q, K); }
+};
+struct user_scores {  // a plain lambda of (q, k): the pair-by-pair path
+  static constexpr bool same_dim = false;
+  auto operator()(auto Q, auto K, const case_sizes&, rng&) const {
+    auto f = [](auto q, auto k) {
+      auto s = q[0] * k[0];
+      for (std::size_t d = 1; d < std::min(q.size(), k.size()); ++d) s += std::abs(q[d] - k[d]);
+      return s;
+    };
+    return score(f, Q, K);
+  }
+};
+
+/// Mask families: (scores, sizes, rng) -> masked expression.
+struct no_mask {
+  auto operator()(auto s, const case_sizes&, rng&) const { return s; }
+};
+struct lengths_1d {
+  auto operator()(auto s, const case_sizes& z, rng& r) const {
+    xt::xtensor<int, 1> lens = xt::xtensor<int, 1>::from_shape({z.B});
+    for (auto& l : lens) l = int(r.size(0, z.Skv));
+    return mask(s, lengths(lens));
+  }
+};
+struct lengths_2d_zero {
+  auto operator()(auto s, const case_sizes& z, rng& r) const {
+    xt::xtensor<long, 2> lens = xt::xtensor<long, 2>::from_shape({z.B, z.Sq});
+    for (auto& l : lens) l = long(r.size(0, z.Skv));
+    return mask(s, lengths(lens, masked_rows::zero));
+  }
+};
+struct causal_any {
+  auto operator()(auto s, const case_sizes&, rng& r) const {
+    return mask(s, causal(r.coin() ? align::top_left : align::bottom_right));
+  }
+};
+struct window_any {
+  auto operator()(auto s, const case_sizes&, rng& r) const {
+    return mask(s, window(std::int64_t(r.size(0, 20)), std::int64_t(r.size(0, 20)),
+                          r.coin() ? align::top_left : align::bottom_right));
+  }
+};
+struct bool_mask_broadcast {
+  auto operator()(auto s, const case_sizes& z, rng& r) const {
+    xt::xarray<bool> m = r.coin() ? xt::xarray<bool>::from_shape({z.Sq, z.Skv}) : xt::xarray<bool>::from_shape({z.Skv});
+    for (auto& x : m) x = r.coin(0.7);
+    return mask(s, bool_mask(m));
+  }
+};
+struct softcap_bias {
+  auto operator()(auto s, const case_sizes& z, rng& r) const {
+    xt::xarray<float> b = r.tensor<float>({z.Sq, z.Skv}, -3, 3);
+    for (auto& x : b)
+      if (r.coin(0.2)) x = -std::numeric_limits<float>::infinity();
+    return softcap(s, r.uniform(0.5, 5)) + bias(b);
+  }
+};
+struct alibi_lengths_causal {  // filled and excluded masks together, modifiers first
+  auto operator()(auto s, const case_sizes& z, rng& r) const {
+    xt::xtensor<int, 1> lens = xt::xtensor<int, 1>::from_shape({z.B});
+    for (auto& l : lens) l = int(r.size(0, z.Skv));
+    return mask(mask(alibi(s, alibi_op::standard_slopes(z.Hq())), lengths(lens)), causal());
+  }
+};
+struct predicate_offsets {
+  auto operator()(auto s, const case_sizes& z, rng& r) const {
+    std::vector<int> off(z.B);
+    for (auto& o : off) o = int(r.size(0, 10)) - 5;
+    auto p = predicate([](std::size_t b, std::size_t h, std::size_t i, std::size_t j) { return (b + 3 * h + i * j) % 5 != 1; });
+    return mask(mask(softcap(s, 4.0) * 0.7, causal_offsets(off)), p);
+  }
+};
+
+}  // namespace xattn::testing

@@ -1,0 +1,40 @@
+// The compile-time plan: what each tree becomes.
+#include <xattn/xattn.hpp>
+
+#include <catch2/catch.hpp>
+
+using namespace xattn;
+
+namespace {
+xt::xtensor<float, 3> x = xt::ones<float>({1, 2, 2});
+auto T = ref(x);
+}  // namespace
+
+TEST_CASE("Q * trans(K) / c plans as dot with the scale folded in") {
+  const auto p = make_plan(softmax(T * trans(T) / 4.0) * T);
+  STATIC_REQUIRE(std::is_same_v<decltype(p.base.policy), dot>);
+  STATIC_REQUIRE(path_of<std::decay_t<decltype(p.base)>>() == score_path::dot_identity);
+  STATIC_REQUIRE(std::decay_t<decltype(p)>::has_values);
+  REQUIRE(p.scale == 0.25);
+  STATIC_REQUIRE(decltype(hana::length(p.ops))::value == 0);
+}
+
+TEST_CASE("scales after a modifier stay in order as modifiers; masks in order") {
+  const auto p = make_plan(softmax(mask(mask(softcap(2.0 * (T * trans(T)), 5.0) * 3.0, causal()), window(1, 1))));
+  REQUIRE(p.scale == 2.0);
+  STATIC_REQUIRE(decltype(hana::length(p.ops))::value == 2);
+  REQUIRE(hana::at_c<1>(p.ops).factor == 3.0);
+  STATIC_REQUIRE(std::is_same_v<std::decay_t<decltype(hana::at_c<0>(p.masks))>, causal_mask>);
+  STATIC_REQUIRE(std::is_same_v<std::decay_t<decltype(hana::at_c<1>(p.masks))>, window_mask>);
+  STATIC_REQUIRE(!std::decay_t<decltype(p)>::has_values);
+}
+
+TEST_CASE("policy capabilities choose the score path") {
+  STATIC_REQUIRE(path_of<policy_base<additive, decltype(T), decltype(T)>>() == score_path::pair_features);
+  STATIC_REQUIRE(path_of<policy_base<gaussian, decltype(T), decltype(T)>>() == score_path::dot_features);
+  STATIC_REQUIRE(path_of<policy_base<bilinear, decltype(T), decltype(T)>>() == score_path::dot_features);
+  STATIC_REQUIRE(path_of<policy_base<cosine, decltype(T), decltype(T)>>() == score_path::dot_features);
+  auto user = [](auto q, auto k) { return q[0] * k[0]; };
+  STATIC_REQUIRE(path_of<policy_base<decltype(user), decltype(T), decltype(T)>>() == score_path::pair_raw);
+  STATIC_REQUIRE(path_of<tensor_base<decltype(T)>>() == score_path::tensor);
+}

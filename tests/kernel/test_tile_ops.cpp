@@ -1,0 +1,112 @@
+// Each tile operation of the fused kernel against a plain loop, on odd sizes and both types.
+#include "support/random.hpp"
+
+#include <xattn/kernel/tile_ops.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <limits>
+#include <vector>
+
+using namespace xattn;
+using xattn::simd::padded;
+
+TEMPLATE_TEST_CASE("qk_tile computes Q Kᵀ from packed keys", "[kernel]", float, double) {
+  using T = TestType;
+  testing::rng r(1);
+  for (auto [rows, cols, n] : {std::tuple{1u, 1u, 1u}, {4u, 16u, 8u}, {7u, 37u, 13u}, {13u, 130u, 64u}}) {
+    const std::size_t ldk = padded<T>(cols) + simd::width<T>, lds = ldk + 3;
+    const auto q = r.tensor<T>({rows, n}), k = r.tensor<T>({cols, n});
+    std::vector<T> kt(n * ldk, T(99)), s(rows * lds, T(-7));
+    kernel::pack_kt([&](std::size_t c) { return &k(c, 0); }, cols, n, 1, kt.data(), ldk);
+    for (std::size_t d = 0; d < n; ++d)
+      for (std::size_t c = cols; c < ldk; ++c) REQUIRE(kt[d * ldk + c] == T(0));  // padding zeroed
+    kernel::qk_tile(q.data(), n, rows, kt.data(), ldk, n, padded<T>(cols), s.data(), lds);
+    for (std::size_t i = 0; i < rows; ++i)
+      for (std::size_t c = 0; c < cols; ++c) {
+        double want = 0;
+        for (std::size_t d = 0; d < n; ++d) want += double(q(i, d)) * double(k(c, d));
+        REQUIRE(s[i * lds + c] == Approx(want).margin(1e-5));
+      }
+  }
+}
+
+TEMPLATE_TEST_CASE("pv_tile accumulates P V into O", "[kernel]", float, double) {
+  using T = TestType;
+  testing::rng r(2);
+  for (auto [rows, keys, dv] : {std::tuple{1u, 1u, 1u}, {5u, 9u, 3u}, {9u, 64u, 70u}}) {
+    const std::size_t dvp = padded<T>(dv), ldp = keys + 2;
+    const auto p = r.tensor<T>({rows, ldp}), o0 = r.tensor<T>({rows, dvp});
+    xt::xarray<T> v(std::vector<std::size_t>{keys, dvp}, T(0));
+    for (std::size_t j = 0; j < keys; ++j)
+      for (std::size_t d = 0; d < dv; ++d) v(j, d) = T(r.uniform(-1, 1));
+    xt::xarray<T> o = o0;
+    kernel::pv_tile(p.data(), ldp, rows, v.data(), dvp, keys, o.data(), dvp, dvp);
+    for (std::size_t i = 0; i < rows; ++i)
+      for (std::size_t d = 0; d < dv; ++d) {
+        double want = o0(i, d);
+        for (std::size_t j = 0; j < keys; ++j) want += double(p(i, j)) * double(v(j, d));
+        REQUIRE(o(i, d) == Approx(want).margin(1e-5));
+      }
+  }
+}
+
+TEMPLATE_TEST_CASE("row_max, exp_row, scale_row", "[kernel]", float, double) {
+  using T = TestType;
+  constexpr T inf = std::numeric_limits<T>::infinity();
+  const std::size_t n = padded<T>(21);
+  std::vector<T> s(n, -inf);
+  for (std::size_t j = 0; j < 21; ++j) s[j] = T(j % 7) - T(3);
+  REQUIRE(kernel::row_max(s.data(), n) == T(3));
+  const T sum = kernel::exp_row(s.data(), n, T(3));
+  double want = 0;
+  for (std::size_t j = 0; j < 21; ++j) {
+    const double e = std::exp(double(j % 7) - 6.0);
+    want += e;
+    REQUIRE(s[j] == Approx(e).epsilon(1e-6));
+  }
+  for (std::size_t j = 21; j < n; ++j) REQUIRE(s[j] == T(0));  // -inf padding becomes exactly 0
+  REQUIRE(sum == Approx(want).epsilon(1e-6));
+  kernel::scale_row(s.data(), n, T(2));
+  REQUIRE(s[6] == Approx(2.0).epsilon(1e-6));
+
+  std::vector<T> all_masked(n, -inf);  // nothing visible: max -inf, all exp 0, no NaN
+  REQUIRE(kernel::row_max(all_masked.data(), n) == -inf);
+  REQUIRE(kernel::exp_row(all_masked.data(), n, -inf) == T(0));
+  for (T x : all_masked) REQUIRE(x == T(0));
+}
+
+TEMPLATE_TEST_CASE("online_softmax_row over blocks equals one softmax over the row", "[kernel]", float, double) {
+  using T = TestType;
+  constexpr std::size_t w = simd::width<T>;
+  testing::rng r(4);
+  const std::size_t blocks = 3, dv = w;
+  const auto scores = r.tensor<T>({blocks, w}, -20, 20);
+  const auto v = r.tensor<T>({blocks * w, dv});
+  kernel::row_state<T> st;
+  std::vector<T> o(dv, T(0)), s(w);
+  for (std::size_t b = 0; b < blocks; ++b) {
+    for (std::size_t j = 0; j < w; ++j) s[j] = scores(b, j);
+    kernel::online_softmax_row(s.data(), w, st, o.data(), dv);
+    kernel::pv_tile(s.data(), w, 1, &v(b * w, 0), dv, w, o.data(), dv, dv);
+  }
+  std::vector<T> out(dv);
+  kernel::finalize_row(o.data(), dv, st.l, out.data(), 1);
+  double m = -1e300, z = 0;
+  for (auto x : scores) m = std::max(m, double(x));
+  for (auto x : scores) z += std::exp(double(x) - m);
+  REQUIRE(st.m == T(m));
+  REQUIRE(double(st.l) == Approx(z).epsilon(1e-5));
+  for (std::size_t d = 0; d < dv; ++d) {
+    double want = 0;
+    for (std::size_t j = 0; j < blocks * w; ++j) want += std::exp(double(scores.flat(j)) - m) / z * double(v(j, d));
+    REQUIRE(out[d] == Approx(want).margin(1e-5));
+  }
+}
+
+TEST_CASE("finalize_row: a row that saw nothing is zero, not NaN") {
+  std::vector<float> o(4, 0.f), out(8, 5.f);
+  kernel::finalize_row(o.data(), 4, 0.f, out.data(), 2);
+  for (std::size_t d = 0; d < 4; ++d) REQUIRE(out[2 * d] == 0.f);
+  REQUIRE(out[1] == 5.f);  // strided writes leave the gaps alone
+}

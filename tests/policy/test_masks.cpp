@@ -1,0 +1,92 @@
+// Mask policies: block classification must agree with the element predicate on every block.
+#include "support/random.hpp"
+
+#include <xattn/xattn.hpp>
+
+#include <catch2/catch.hpp>
+
+using namespace xattn;
+
+namespace {
+
+template <class M>
+void check_classify(const M& unbound, const problem& pr) {
+  const auto m = caps::bind(unbound, pr);
+  for (std::size_t b = 0; b < pr.batch; ++b)
+    for (std::size_t bi : {1u, 3u, 8u})
+      for (std::size_t bj : {1u, 4u, 16u})
+        for (std::size_t i0 = 0; i0 < pr.q_len; i0 += bi)
+          for (std::size_t j0 = 0; j0 < pr.kv_len; j0 += bj) {
+            const std::size_t i1 = std::min(pr.q_len, i0 + bi), j1 = std::min(pr.kv_len, j0 + bj);
+            std::size_t seen = 0;
+            for (std::size_t i = i0; i < i1; ++i)
+              for (std::size_t j = j0; j < j1; ++j) seen += m.visible(b, 0, i, j);
+            const block c = m.classify(b, 0, i0, i1, j0, j1);
+            if (c == block::hidden) REQUIRE(seen == 0);
+            if (c == block::visible) REQUIRE(seen == (i1 - i0) * (j1 - j0));
+          }
+}
+
+problem shape(std::size_t sq, std::size_t skv, std::size_t batch = 2) {
+  problem pr;
+  pr.batch = batch;
+  pr.q_len = sq;
+  pr.kv_len = skv;
+  return pr;
+}
+
+}  // namespace
+
+TEST_CASE("causal: top-left, bottom-right and per-batch offsets") {
+  for (auto [sq, skv] : {std::pair{5u, 9u}, {9u, 5u}, {17u, 17u}}) {
+    check_classify(causal(), shape(sq, skv));
+    check_classify(causal(align::bottom_right), shape(sq, skv));
+    check_classify(causal_offsets(std::vector<int>{-3, 2}), shape(sq, skv));
+  }
+  const auto tl = caps::bind(causal(), shape(2, 4));
+  REQUIRE(tl.visible(0, 0, 1, 1));
+  REQUIRE_FALSE(tl.visible(0, 0, 1, 2));
+  const auto br = caps::bind(causal(align::bottom_right), shape(2, 4));
+  REQUIRE(br.visible(0, 0, 0, 2));
+  REQUIRE_FALSE(br.visible(0, 0, 0, 3));
+}
+
+TEST_CASE("lengths: 1-D and 2-D, classification") {
+  check_classify(lengths(xt::xtensor<int, 1>{3, 11}), shape(6, 11));
+  check_classify(lengths(xt::xtensor<long, 2>{{0, 1, 2, 3, 4, 5}, {11, 7, 0, 2, 9, 11}}), shape(6, 11));
+  const auto m = caps::bind(lengths(xt::xtensor<int, 1>{3, 0}), shape(1, 5));
+  REQUIRE(m.visible(0, 0, 0, 2));
+  REQUIRE_FALSE(m.visible(0, 0, 0, 3));
+  REQUIRE(m.fill() == -1e6);
+  REQUIRE(std::isinf(lengths(xt::xtensor<int, 1>{1}, masked_rows::zero).fill()));
+}
+
+TEST_CASE("window: classification and bounds") {
+  for (auto [l, r] : {std::pair{2, 0}, {0, 3}, {4, 4}}) {
+    check_classify(window(l, r), shape(13, 20));
+    check_classify(window(l, r, align::bottom_right), shape(13, 20));
+  }
+  const auto w = caps::bind(window(2, 1), shape(10, 10));
+  REQUIRE(w.visible(0, 0, 5, 3));
+  REQUIRE(w.visible(0, 0, 5, 6));
+  REQUIRE_FALSE(w.visible(0, 0, 5, 2));
+  REQUIRE_FALSE(w.visible(0, 0, 5, 7));
+}
+
+TEST_CASE("keep: a bool tensor broadcast against the scores") {
+  xt::xtensor<bool, 2> k = {{true, false, true}};  // (1, Skv) -> every query of every batch and head
+  problem pr = shape(4, 3);
+  pr.q_heads = pr.kv_heads = 2;
+  const auto m = caps::bind(bool_mask(k), pr);
+  REQUIRE(m.visible(1, 1, 3, 0));
+  REQUIRE_FALSE(m.visible(1, 1, 3, 1));
+  xt::xtensor<bool, 2> bad = {{true, false}};
+  REQUIRE_THROWS_WITH(caps::bind(bool_mask(bad), pr),
+                      Catch::Contains("bool_mask(mask)") && Catch::Contains("(1,2)") && Catch::Contains("(2,2,4,3)"));
+}
+
+TEST_CASE("predicate: any callable") {
+  const auto m = predicate([](std::size_t, std::size_t h, std::size_t i, std::size_t j) { return (i + j + h) % 2 == 0; });
+  REQUIRE(m.visible(0, 0, 1, 1));
+  REQUIRE_FALSE(m.visible(0, 1, 1, 1));
+}

@@ -1,0 +1,73 @@
+// Every built-in scorer's fast decomposition (projections + dot or combine) equals its plain
+// definition operator()(q, k), which is what the reference evaluator uses.
+#include "support/random.hpp"
+
+#include <xattn/xattn.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <span>
+
+using namespace xattn;
+
+namespace {
+
+template <class P>
+double decomposed(const P& p, std::span<const double> q, std::span<const double> k) {
+  if constexpr (decltype(caps::has_features(p))::value) {
+    const std::size_t n = p.feature_size(q.size(), k.size());
+    std::vector<double> fq(n), fk(n);
+    const double a = p.project_query(q, std::span<double>(fq)), b = p.project_key(k, std::span<double>(fk));
+    double s = 0;
+    if constexpr (caps::separable<P>())
+      for (std::size_t d = 0; d < n; ++d) s += fq[d] * fk[d];
+    else
+      s = p.combine(std::span<const double>(fq), std::span<const double>(fk));
+    return s + a + b;
+  } else {
+    return p(q, k);
+  }
+}
+
+template <class P>
+void check(const P& p, std::size_t dq, std::size_t dk) {
+  testing::rng r(dq * 31 + dk);
+  for (int t = 0; t < 20; ++t) {
+    const auto q = r.tensor<double>({dq}, -2, 2), k = r.tensor<double>({dk}, -2, 2);
+    const std::span<const double> qs(q.data(), dq), ks(k.data(), dk);
+    REQUIRE(decomposed(p, qs, ks) == Approx(p(qs, ks)).margin(1e-12));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("built-in scorers: projections agree with the definition") {
+  testing::rng r(1);
+  check(dot{}, 7, 7);
+  check(scaled_dot{}, 9, 9);
+  check(additive{r.tensor<float>({6, 5}), r.tensor<float>({6, 3}), r.tensor<float>({6})}, 5, 3);
+  check(additive{r.tensor<float>({33, 5}), r.tensor<float>({33, 4}), r.tensor<float>({33})}, 5, 4);  // > one batch
+  check(bilinear{r.tensor<double>({4, 6})}, 4, 6);
+  check(gaussian{0.7}, 5, 5);
+  check(cosine{0.5}, 8, 8);
+}
+
+TEST_CASE("scorer closed forms") {
+  const std::vector<double> q = {1, 2, 2}, k = {2, 0, 1};
+  const std::span<const double> qs(q), ks(k);
+  REQUIRE(dot{}(qs, ks) == 4);
+  REQUIRE(scaled_dot{}(qs, ks) == Approx(4 / std::sqrt(3.0)));
+  REQUIRE(gaussian{2.0}(qs, ks) == Approx(-(1.0 + 4 + 1) / 8));
+  REQUIRE(cosine{1.0}(qs, ks) == Approx(4 / (3 * std::sqrt(5.0))));
+  const std::vector<double> zero = {0, 0, 0};
+  REQUIRE(cosine{1.0}(std::span<const double>(zero), ks) == 0);  // no NaN for a zero vector
+}
+
+TEST_CASE("scorers validate their sizes with the shapes in the message") {
+  testing::rng r(2);
+  REQUIRE_THROWS_WITH(additive(r.tensor<float>({6, 5}), r.tensor<float>({6, 3}), r.tensor<float>({6})).validate(4, 3),
+                      Catch::Contains("W_q is (6,5)") && Catch::Contains("queries have size 4"));
+  REQUIRE_THROWS_WITH(bilinear{r.tensor<double>({4, 6})}.validate(4, 5), Catch::Contains("W has shape (4,6)"));
+  REQUIRE_THROWS_AS(gaussian{0.0}.validate(2, 2), std::invalid_argument);
+  REQUIRE_THROWS_AS(cosine{-1.0}.validate(2, 2), std::invalid_argument);
+}

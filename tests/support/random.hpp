@@ -1,0 +1,37 @@
+#pragma once
+// Seeded random tensors and shapes for the tests; every failure message carries the seed.
+#include <xtensor/xarray.hpp>
+#include <xtensor/xtensor.hpp>
+
+#include <cstdint>
+#include <random>
+#include <vector>
+
+namespace xattn::testing {
+
+struct rng {
+  std::mt19937_64 gen;
+  explicit rng(std::uint64_t seed) : gen(seed) {}
+
+  std::size_t size(std::size_t lo, std::size_t hi) { return std::uniform_int_distribution<std::size_t>(lo, hi)(gen); }
+  double uniform(double lo, double hi) { return std::uniform_real_distribution<double>(lo, hi)(gen); }
+  bool coin(double p = 0.5) { return std::bernoulli_distribution(p)(gen); }
+
+  template <class T>
+  xt::xarray<T> tensor(const std::vector<std::size_t>& shape, double lo = -1, double hi = 1) {
+    xt::xarray<T> a = xt::xarray<T>::from_shape(shape);
+    for (auto& x : a) x = T(uniform(lo, hi));
+    return a;
+  }
+};
+
+/// max |a - b| over all elements (shapes must agree).
+template <class A, class B>
+double max_abs_diff(const A& a, const B& b) {
+  double m = 0;
+  auto ia = a.begin();
+  for (auto ib = b.begin(); ib != b.end(); ++ia, ++ib) m = std::max(m, std::abs(double(*ia) - double(*ib)));
+  return m;
+}
+
+}  // namespace xattn::testing
