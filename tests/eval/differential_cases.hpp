@@ -81,7 +81,7 @@ struct bool_mask_broadcast {
   auto operator()(auto s, const case_sizes& z, rng& r) const {
     xt::xarray<bool> m = r.coin() ? xt::xarray<bool>::from_shape({z.Sq, z.Skv}) : xt::xarray<bool>::from_shape({z.Skv});
     for (auto& x : m) x = r.coin(0.7);
-    return mask(s, bool_mask(m));
+    return mask(s, bool_mask(std::move(m)));  // moved: the expression owns it
   }
 };
 struct softcap_bias {
@@ -89,7 +89,7 @@ struct softcap_bias {
     xt::xarray<float> b = r.tensor<float>({z.Sq, z.Skv}, -3, 3);
     for (auto& x : b)
       if (r.coin(0.2)) x = -std::numeric_limits<float>::infinity();
-    return softcap(s, r.uniform(0.5, 5)) + bias(b);
+    return softcap(s, r.uniform(0.5, 5)) + bias(std::move(b));
   }
 };
 struct alibi_lengths_causal {  // filled and excluded masks together, modifiers first

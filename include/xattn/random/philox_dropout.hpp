@@ -63,7 +63,7 @@ inline r123::Philox4x32::ctr_type philox_block(std::uint64_t seed, std::uint32_t
 
 // Calls f(offset, keep) for offset = 0 .. n-1, key j = j0 + offset. Each key's
 // decision depends only on its own (b, h, i, j), which is what makes every
-// split of a row into chunks agree with the scalar bool_mask().
+// split of a row into chunks agree with the scalar keep().
 template <class F>
 void for_each_keep(const dropout& d, std::uint32_t b, std::uint32_t h, std::uint32_t i, std::uint32_t j0,
                    std::size_t n, F&& f) {
@@ -99,19 +99,19 @@ void scale_row_impl(const dropout& d, std::uint32_t b, std::uint32_t h, std::uin
 }  // namespace detail
 
 // Scalar decision for one (batch b, head h, query i, key j).
-inline bool bool_mask(const dropout& d, std::uint32_t b, std::uint32_t h, std::uint32_t i, std::uint32_t j) {
+inline bool keep(const dropout& d, std::uint32_t b, std::uint32_t h, std::uint32_t i, std::uint32_t j) {
     d.check();
     return detail::philox_block(d.seed, b, h, i, j >> 2)[j & 3] >= drop_threshold(d.p);
 }
 
-// out[k] = bool_mask(d, b, h, i, j0 + k) ? 1 : 0 for k < n. Requires j0 + n <= 2^32.
-inline void bool_mask_policy_row(const dropout& d, std::uint32_t b, std::uint32_t h, std::uint32_t i,
+// out[k] = keep(d, b, h, i, j0 + k) ? 1 : 0 for k < n. Requires j0 + n <= 2^32.
+inline void keep_mask_row(const dropout& d, std::uint32_t b, std::uint32_t h, std::uint32_t i,
                           std::uint32_t j0, std::size_t n, std::uint8_t* out) {
     detail::for_each_keep(d, b, h, i, j0, n, [out](std::size_t k, bool kept) { out[k] = kept ? 1 : 0; });
 }
 
 // weights[k] becomes weights[k] * T(1 / (1 - p)) if kept, else exactly 0, with
-// the same decisions as bool_mask(). The scale is computed in double, then rounded to T.
+// the same decisions as keep(). The scale is computed in double, then rounded to T.
 inline void scale_row(const dropout& d, std::uint32_t b, std::uint32_t h, std::uint32_t i, std::uint32_t j0,
                       std::size_t n, float* weights) {
     detail::scale_row_impl(d, b, h, i, j0, n, weights);

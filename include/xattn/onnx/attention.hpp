@@ -1,0 +1,169 @@
+#pragma once
+// ONNX Attention (opset 23/24) as an expression of the DSL: one fused pass for Y; the
+// qk_matmul_output tap comes from the reference evaluator of the same expression, and only when
+// asked for. Semantics follow ../shared/conformance/ONNX_ATTENTION_SPEC_NOTES.md: 3-D inputs are
+// read as heads in place, masks broadcast to (B, Hq, Sq, T) with short masks padded as excluded,
+// causal offsets 0 / past length / nonpad_kv_seqlen[b] - Sq, softcap before the mask, GQA by
+// repeat-interleave, fully masked rows give zeros. Softmax always runs in float32 or wider.
+#include "../xattn.hpp"
+#include "attention_mask.hpp"
+
+#include <xtensor/xarray.hpp>
+#include <xtensor/xbuilder.hpp>
+#include <xtensor/xmanipulation.hpp>
+#include <xtensor/xview.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <optional>
+
+namespace xattn::onnx {
+
+struct attention_inputs {  // float tensors widened to float32, row-major
+  xt::xarray<float> q, k, v;
+  std::optional<xt::xarray<float>> attn_mask_float;
+  std::optional<xt::xarray<bool>> attn_mask_bool;
+  std::optional<xt::xarray<float>> past_key, past_value;
+  std::optional<xt::xarray<std::int64_t>> nonpad_kv_seqlen;
+};
+
+struct attention_attrs {
+  int is_causal = 0;
+  std::optional<int> q_num_heads, kv_num_heads;
+  int qk_matmul_output_mode = 0;
+  std::optional<float> scale;
+  float softcap = 0;
+  std::optional<int> softmax_precision;
+};
+
+struct attention_outputs {
+  xt::xarray<float> y, present_key, present_value, qk_matmul_output;
+};
+
+namespace detail_onnx {
+
+using xattn::detail::fail;
+using xattn::detail::shape_str;
+
+/// (B, S, H*d) -> (B, H, S, d), copied (the cache outputs are 4-D).
+inline xt::xarray<float> to_4d(const xt::xarray<float>& x, std::size_t h, const char* what) {
+  if (h == 0 || x.shape()[2] % h != 0)
+    fail("Attention: ", what, " of shape ", shape_str(x.shape()), " cannot be split into ", h, " heads");
+  auto r = xt::reshape_view(x, {x.shape()[0], x.shape()[1], h, x.shape()[2] / h});
+  return xt::transpose(r, {0, 2, 1, 3});
+}
+
+/// [past ; new] along the sequence axis.
+inline xt::xarray<float> concat_cache(const std::optional<xt::xarray<float>>& past, xt::xarray<float> now,
+                                      const char* what) {
+  if (!past) return now;
+  const auto& p = past->shape();
+  const auto& n = now.shape();
+  if (p.size() != 4 || p[0] != n[0] || p[1] != n[1] || p[3] != n[3])
+    fail("Attention: ", what, " has shape ", shape_str(p), " but the new entries are ", shape_str(n),
+         " (need (B, kv_heads, past, head_size) matching them)");
+  return xt::concatenate(xt::xtuple(*past, now), 2);
+}
+
+/// A mask whose last axis is shorter than T gets the missing keys excluded (opset 24 rule).
+template <class T>
+xt::xarray<T> pad_keys(const xt::xarray<T>& m, std::size_t total, T excluded) {
+  const std::size_t have = m.shape().back();
+  if (have == total) return m;
+  if (have > total)
+    fail("Attention: attn_mask of shape ", shape_str(m.shape()), " has more columns than the ", total, " keys");
+  auto shape = m.shape();
+  shape.back() = total;
+  xt::xarray<T> out(shape, excluded);
+  const xt::xarray<T> src = m;  // row-major copy, so rows are contiguous
+  for (std::size_t r = 0; r < src.size() / std::max<std::size_t>(have, 1); ++r)
+    std::copy_n(src.data() + r * have, have, out.data() + r * total);
+  return out;
+}
+
+template <class QT, class KT, class VT>
+attention_outputs run(QT Q, KT K, VT V, double scale, const optional_softcap& cap, const optional_bias& bias,
+                      const attention_mask& m, int mode, bool want_qk) {
+  const auto base = Q * trans(K) * scale;
+  const auto capped = modify(base, cap);
+  const auto masked = mask(modify(capped, bias), m);
+  attention_outputs out;
+  out.y = eval(softmax(masked) * V);
+  if (want_qk) {
+    switch (mode) {
+      case 0: out.qk_matmul_output = eval(base); break;
+      case 1: out.qk_matmul_output = eval(capped); break;
+      case 2: out.qk_matmul_output = eval(masked); break;
+      case 3: out.qk_matmul_output = eval(softmax(masked)); break;
+      default: fail("Attention: qk_matmul_output_mode must be 0, 1, 2 or 3, got ", mode);
+    }
+  }
+  return out;
+}
+
+}  // namespace detail_onnx
+
+inline attention_outputs attention(const attention_inputs& in, const attention_attrs& at, bool want_present,
+                                   bool want_qk) {
+  using namespace detail_onnx;
+  const std::size_t rank = in.q.dimension();
+  if ((rank != 3 && rank != 4) || in.k.dimension() != rank || in.v.dimension() != rank)
+    fail("Attention: Q, K and V must all be 3-D or all 4-D, got Q ", shape_str(in.q.shape()), ", K ",
+         shape_str(in.k.shape()), ", V ", shape_str(in.v.shape()));
+  if (bool(in.past_key) != bool(in.past_value)) fail("Attention: past_key and past_value must be given together");
+  if (in.past_key && in.nonpad_kv_seqlen) fail("Attention: nonpad_kv_seqlen cannot be combined with past_key/past_value");
+  if (in.attn_mask_bool && in.attn_mask_float) fail("Attention: give one attn_mask, bool or float");
+  if (at.softmax_precision && *at.softmax_precision != 1 && *at.softmax_precision != 10 && *at.softmax_precision != 11 &&
+      *at.softmax_precision != 16)
+    fail("Attention: softmax_precision must be 1, 10, 11 or 16 (a float TensorProto type), got ", *at.softmax_precision);
+
+  std::size_t hq, hkv;
+  if (rank == 3) {
+    if (!at.q_num_heads || !at.kv_num_heads || *at.q_num_heads <= 0 || *at.kv_num_heads <= 0)
+      fail("Attention: 3-D inputs need q_num_heads and kv_num_heads > 0");
+    hq = std::size_t(*at.q_num_heads);
+    hkv = std::size_t(*at.kv_num_heads);
+  } else {
+    hq = in.q.shape()[1];
+    hkv = in.k.shape()[1];
+  }
+  xt::xarray<float> k4 = rank == 3 ? to_4d(in.k, hkv, "K") : in.k;
+  xt::xarray<float> v4 = rank == 3 ? to_4d(in.v, hkv, "V") : in.v;
+  const std::size_t past = in.past_key ? in.past_key->shape()[2] : 0;
+  xt::xarray<float> kt = concat_cache(in.past_key, std::move(k4), "past_key");
+  xt::xarray<float> vt = concat_cache(in.past_value, std::move(v4), "past_value");
+  const std::size_t batch = in.q.shape()[0], sq = in.q.shape()[rank == 3 ? 1 : 2], total = kt.shape()[2];
+  const std::size_t head = rank == 3 ? in.q.shape()[2] / hq : in.q.shape()[3];
+  if (rank == 3 && in.q.shape()[2] % hq != 0)
+    fail("Attention: Q of shape ", shape_str(in.q.shape()), " cannot be split into ", hq, " heads");
+
+  const double scale = at.scale ? double(*at.scale) : 1.0 / std::sqrt(double(head));
+  optional_softcap cap{double(at.softcap)};
+  optional_bias bias;
+  attention_mask m;
+  if (in.attn_mask_float)
+    bias.bias = xattn::bias(pad_keys(*in.attn_mask_float, total, -std::numeric_limits<float>::infinity()));
+  if (in.attn_mask_bool) m.keep = bool_mask(pad_keys(*in.attn_mask_bool, total, false));
+  if (in.nonpad_kv_seqlen) {
+    const auto& n = *in.nonpad_kv_seqlen;
+    if (n.dimension() != 1 || n.shape()[0] != batch)
+      fail("Attention: nonpad_kv_seqlen has shape ", shape_str(n.shape()), " but must be (", batch, ")");
+    m.nonpad = lengths(n, masked_rows::zero);
+  }
+  if (at.is_causal) {
+    std::vector<std::int64_t> off(batch, std::int64_t(past));
+    if (in.nonpad_kv_seqlen)
+      for (std::size_t b = 0; b < batch; ++b) off[b] = (*in.nonpad_kv_seqlen)(b)-std::int64_t(sq);
+    m.causal = causal_offsets(off);
+  }
+
+  attention_outputs out = rank == 3 ? run(heads(in.q, hq), ref(kt), ref(vt), scale, cap, bias, m, at.qk_matmul_output_mode, want_qk)
+                                    : run(ref(in.q), ref(kt), ref(vt), scale, cap, bias, m, at.qk_matmul_output_mode, want_qk);
+  if (want_present) {
+    out.present_key = std::move(kt);
+    out.present_value = std::move(vt);
+  }
+  return out;
+}
+
+}  // namespace xattn::onnx
