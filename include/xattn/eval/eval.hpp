@@ -2,6 +2,7 @@
 // eval(e [, schedule]): softmax(...) * V runs the fused pass; softmax(...) alone returns the weights
 // and a bare score expression the scores, both materialised by the reference evaluator.
 #include "fused.hpp"
+#include "partial.hpp"
 #include "reference.hpp"
 #include "result.hpp"
 
@@ -65,11 +66,37 @@ auto eval(const E& e, const schedule& sch = {}) {
     constexpr std::size_t rank = lead::packed ? 4 : lead::rank;
     const auto r = reference_eval(p);
     const problem pr = resolve(p);
-    if constexpr (planning::is_softmax<E>::value)
+    if constexpr (planning::is_weights<E>::value)
       return evaluating::to_user<T, rank>(r.weights, lt.how, pr);
     else
       return evaluating::to_user<T, rank>(r.scores, lt.how, pr);
   }
+}
+
+/// softmax(...) * V with the per-row log-sum-exp of the scores, for merging key shards.
+template <expression E>
+auto eval_with_lse(const E& e, const schedule& sch = {}) {
+  const auto p = make_plan(e);
+  using P = std::decay_t<decltype(p)>;
+  static_assert(P::has_values, "xattn: eval_with_lse needs an attention expression: softmax(...) * V");
+  evaluating::check_types<P>();
+  using lead = evaluating::lead_t<P>;
+  using T = typename lead::value_type;
+  const auto& lt = evaluating::lead_terminal(p.base);
+  const problem pr = resolve(p);
+  constexpr std::size_t lse_rank = lead::rank == 0 ? 0 : lead::packed ? 3 : lead::rank - 1;
+  partial_attention<result_t<T, lead::rank>, result_t<T, lse_rank>> r;
+  r.output = allocate<result_t<T, lead::rank>>(user_shape(lt.how, pr, pr.v_dim));
+  const auto sq = std::ptrdiff_t(pr.q_len), h = std::ptrdiff_t(pr.q_heads);
+  lse_target<T> lse;
+  switch (lt.how) {
+    case layout::bsd: r.lse = allocate<decltype(r.lse)>({pr.batch, pr.q_len}); lse = {nullptr, sq, 0, 1}; break;
+    case layout::packed: r.lse = allocate<decltype(r.lse)>({pr.batch, pr.q_len, pr.q_heads}); lse = {nullptr, sq * h, 1, h}; break;
+    default: r.lse = allocate<decltype(r.lse)>({pr.batch, pr.q_heads, pr.q_len}); lse = {nullptr, h * sq, sq, 1}; break;
+  }
+  lse.data = r.lse.data();
+  run_fused<T>(p, pr, sch, view4<T>(r.output, lt.how, pr, pr.v_dim), lse);
+  return r;
 }
 
 /// The double-precision reference of any expression (weights, scores, output, lse; 4-D layout).

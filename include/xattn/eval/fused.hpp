@@ -12,7 +12,7 @@
 namespace xattn {
 
 template <class T, class Plan>
-void run_fused(const Plan& p, const problem& pr, const schedule& sch, strided4<T> out, T* lse = nullptr) {
+void run_fused(const Plan& p, const problem& pr, const schedule& sch, strided4<T> out, lse_target<T> lse = {}) {
   if (sch.block_q == 0 || sch.block_k == 0)
     detail::fail("schedule: block_q and block_k must be > 0, got (", sch.block_q, ", ", sch.block_k, ")");
   constexpr score_path path = path_of<decltype(p.base)>();

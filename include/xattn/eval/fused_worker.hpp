@@ -21,7 +21,7 @@ class fused_worker {
   static constexpr std::size_t w = simd::width<T>;
 
   fused_worker(const Plan& p, const problem& pr, const Ops& ops, const Masks& masks, const key_features<T>& kf,
-               std::size_t n, const schedule& sch, strided4<T> out, T* lse)
+               std::size_t n, const schedule& sch, strided4<T> out, lse_target<T> lse)
       : p_(p), pr_(pr), ops_(ops), masks_(masks), kf_(kf), n_(n), bq_(sch.block_q),
         bk_(simd::padded<T>(sch.block_k)), dvp_(simd::padded<T>(pr.v_dim)), out_(out), lse_(lse) {
     const std::size_t qn = Path == score_path::pair_raw ? pr.q_dim : n;
@@ -52,15 +52,17 @@ class fused_worker {
         if (!v.all_visible) apply_masks(masks_, s, cols, b, h, i0 + r, j0);
         std::fill(s + cols, s + colsp, -std::numeric_limits<T>::infinity());
         kernel::online_softmax_row(s, colsp, st_[r], o_.data() + r * dvp_, dvp_);
+        if (p_.drop.p > 0)  // after the running sum: dropout rescales what reaches V, not the normaliser
+          random::scale_row(p_.drop, std::uint32_t(b), std::uint32_t(h), std::uint32_t(i0 + r), std::uint32_t(j0), cols, s);
       }
       const auto [v_ptr, ldv] = values(b, hk, j0, cols);
       kernel::pv_tile(s_.data(), bk_, rows, v_ptr, ldv, cols, o_.data(), dvp_, dvp_);
     }
     for (std::size_t r = 0; r < rows; ++r) {
       kernel::finalize_row(o_.data() + r * dvp_, pr_.v_dim, st_[r].l, out_.mutable_row(b, h, i0 + r), out_.strides[3]);
-      if (lse_) {
+      if (lse_.data) {
         const auto& st = st_[r];
-        lse_[(b * pr_.q_heads + h) * pr_.q_len + i0 + r] =
+        lse_.at(b, h, i0 + r) =
             st.l == 0 ? -std::numeric_limits<T>::infinity() : (std::isinf(st.m) ? T(0) : st.m) + std::log(st.l);
       }
     }
@@ -169,7 +171,7 @@ class fused_worker {
   const key_features<T>& kf_;
   std::size_t n_, bq_, bk_, dvp_;
   strided4<T> out_;
-  T* lse_;
+  lse_target<T> lse_;
   std::vector<T> qf_, qraw_, alpha_, kt_, s_, o_, vb_;
   std::vector<kernel::row_state<T>> st_;
 };

@@ -49,6 +49,7 @@ struct plan {
   Ops ops;      // hana::tuple of score modifiers, applied first to last
   Masks masks;  // hana::tuple of masks, innermost first
   V v{};
+  random::dropout drop{};  // p = 0: no dropout
   static constexpr bool has_values = !std::is_same_v<V, no_values>;
 };
 
@@ -56,8 +57,8 @@ template <class E>
 void reject() {
   static_assert(sizeof(E) == 0,
                 "xattn: unsupported attention expression. Supported grammar:\n"
-                "  attention := softmax(masked) * V\n"
-                "  weights   := softmax(masked)\n"
+                "  attention := weights * V\n"
+                "  weights   := softmax(masked) | dropout(softmax(masked), p, seed)\n"
                 "  masked    := scores | mask(masked, mask_policy)\n"
                 "  scores    := Q * trans(K) | score(policy, Q, K) | X\n"
                 "             | scores / c | scores * c | c * scores | scores + bias(t)\n"
@@ -89,11 +90,34 @@ struct is_softmax : std::false_type {};
 template <class E>
 struct is_softmax<softmax_node<E>> : std::true_type {};
 
-/// softmax(...) * V with V a terminal
+/// softmax(...) or dropout(softmax(...), p, seed)
+template <class E>
+struct is_weights : std::false_type {};
+template <class S>
+struct is_weights<softmax_node<S>> : std::true_type {};
+template <class S>
+struct is_weights<dropout_node<softmax_node<S>>> : std::true_type {};
+
+/// weights * V with V a terminal
 template <class E>
 struct is_attention : std::false_type {};
-template <class S, class V>
-struct is_attention<product_node<softmax_node<S>, V>> : std::bool_constant<is_terminal_v<V>> {};
+template <class W, class V>
+struct is_attention<product_node<W, V>> : std::bool_constant<is_weights<W>::value && is_terminal_v<V>> {};
+
+template <class W>
+const auto& softmax_of(const W& w) {
+  if constexpr (requires { w.cfg; })
+    return w.arg;
+  else
+    return w;
+}
+template <class W>
+random::dropout dropout_of(const W& w) {
+  if constexpr (requires { w.cfg; })
+    return w.cfg;
+  else
+    return {};
+}
 
 template <class Base>
 auto start(Base b) {
@@ -151,11 +175,13 @@ template <class E>
 auto make_plan(const E& e) {
   if constexpr (planning::is_attention<E>::value) {
     using V = std::decay_t<decltype(e.rhs)>;
-    auto p = planning::masked(e.lhs.arg);
-    return plan<decltype(p.base), decltype(p.ops), decltype(p.masks), V>{std::move(p.base), p.scale, std::move(p.ops),
-                                                                         std::move(p.masks), e.rhs};
-  } else if constexpr (planning::is_softmax<E>::value) {
-    return planning::masked(e.arg);
+    auto p = planning::masked(planning::softmax_of(e.lhs).arg);
+    return plan<decltype(p.base), decltype(p.ops), decltype(p.masks), V>{
+        std::move(p.base), p.scale, std::move(p.ops), std::move(p.masks), e.rhs, planning::dropout_of(e.lhs)};
+  } else if constexpr (planning::is_weights<E>::value) {
+    auto p = planning::masked(planning::softmax_of(e).arg);
+    p.drop = planning::dropout_of(e);
+    return p;
   } else {
     return planning::masked(e);
   }

@@ -17,7 +17,7 @@ namespace xattn {
 
 struct reference_result {
   xt::xtensor<double, 4> scores;   // (B, Hq, Sq, Skv) after modifiers and masks (-inf: excluded)
-  xt::xtensor<double, 4> weights;  // softmax; rows with no visible key are 0
+  xt::xtensor<double, 4> weights;  // softmax (after dropout, if any); rows with no visible key are 0
   xt::xtensor<double, 4> output;   // weights · V, (B, Hq, Sq, Dv); empty without values
   xt::xtensor<double, 3> lse;      // log-sum-exp per row, -inf for rows with no visible key
 };
@@ -75,6 +75,8 @@ reference_result reference_eval(const Plan& p) {
         for (std::size_t j = 0; j < Skv; ++j) l += std::exp(r.scores(b, h, i, j) - m);
         for (std::size_t j = 0; j < Skv; ++j) r.weights(b, h, i, j) = std::exp(r.scores(b, h, i, j) - m) / l;
         r.lse(b, h, i) = m + std::log(l);
+        if (p.drop.p > 0)
+          random::scale_row(p.drop, std::uint32_t(b), std::uint32_t(h), std::uint32_t(i), 0, Skv, &r.weights(b, h, i, 0));
       }
   if constexpr (Plan::has_values) {
     const auto& v = p.v.view;

@@ -62,6 +62,9 @@ void add_values(problem& pr, const V& v, const std::string& keys) {
 template <class P>
 problem resolve(const P& p) {
   problem pr = resolving::from_base(p.base);
+  p.drop.check();
+  if (p.drop.p > 0 && std::max({pr.batch, pr.q_heads, pr.q_len, pr.kv_len}) > 0xffffffffu)
+    detail::fail("dropout: batch, heads and sequence lengths must be below 2^32 (the Philox counter words)");
   if constexpr (P::has_values) {
     if constexpr (requires { p.base.k; })
       resolving::add_values(pr, p.v, resolving::shape_of(p.base.k));

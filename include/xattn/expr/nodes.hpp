@@ -1,5 +1,6 @@
 #pragma once
 // Expression nodes hold their operands by value (terminals are cheap views) and do nothing.
+#include "../random/philox_dropout.hpp"
 #include "base.hpp"
 
 namespace xattn {
@@ -48,6 +49,14 @@ struct mask_node : expr_base<mask_node<E, M>> {
 template <class E>
 struct softmax_node : expr_base<softmax_node<E>> {
   E arg;
+};
+
+/// dropout(softmax(...), p, seed): training-mode dropout on the weights, keyed by
+/// (seed, batch, head, query, key) so any tiling and thread count drops the same weights.
+template <class E>
+struct dropout_node : expr_base<dropout_node<E>> {
+  E arg;
+  random::dropout cfg;
 };
 
 }  // namespace xattn

@@ -75,4 +75,10 @@ auto softmax(E e) {
   return softmax_node<E>{{}, std::move(e)};
 }
 
+/// dropout(weights, p, seed): zero each weight with probability p, scale survivors by 1/(1-p).
+template <expression E>
+auto dropout(E e, float p, std::uint64_t seed) {
+  return dropout_node<E>{{}, std::move(e), random::dropout{p, seed}};
+}
+
 }  // namespace xattn
