@@ -7,8 +7,8 @@
 namespace xattn {
 
 struct schedule {
-  std::size_t block_q = 64;   // query rows per task
-  std::size_t block_k = 128;  // keys per inner block (rounded up to whole SIMD batches)
+  std::size_t block_q = 60;   // query rows per task (a multiple of the 6-row register block)
+  std::size_t block_k = 256;  // keys per inner block (rounded up to whole SIMD batches)
   int threads = 0;            // 0: OpenMP's default; 1: serial
 };
 

@@ -73,6 +73,28 @@ auto eval(const E& e, const schedule& sch = {}) {
   }
 }
 
+/// softmax(...) * V written into caller storage (an xtensor container or adaptor of the result's
+/// shape), for callers that keep their buffers: no allocation besides the kernel's tiles.
+template <expression E, class Out>
+void eval_into(const E& e, Out&& out, const schedule& sch = {}) {
+  const auto p = make_plan(e);
+  using P = std::decay_t<decltype(p)>;
+  static_assert(P::has_values, "xattn: eval_into needs an attention expression: softmax(...) * V");
+  evaluating::check_types<P>();
+  using T = typename evaluating::lead_t<P>::value_type;
+  static_assert(std::is_same_v<typename std::decay_t<Out>::value_type, T>,
+                "xattn: eval_into's output must have the element type of Q, K and V");
+  const auto& lt = evaluating::lead_terminal(p.base);
+  const problem pr = resolve(p);
+  const auto want = user_shape(lt.how, pr, pr.v_dim);
+  if (!std::equal(want.begin(), want.end(), out.shape().begin(), out.shape().end()))
+    detail::fail("eval_into(e, out): out has shape ", detail::shape_str(out.shape()), " but the result is ",
+                 detail::shape_str(want));
+  if (out.layout() != xt::layout_type::row_major)
+    detail::fail("eval_into(e, out): out must be a contiguous row-major tensor");
+  run_fused<T>(p, pr, sch, view4<T>(out, lt.how, pr, pr.v_dim));
+}
+
 /// softmax(...) * V with the per-row log-sum-exp of the scores, for merging key shards.
 template <expression E>
 auto eval_with_lse(const E& e, const schedule& sch = {}) {

@@ -50,7 +50,7 @@ std::size_t feature_width(const Base& base, const problem& pr) {
 }
 
 template <score_path Path, class T, class Base>
-key_features<T> project_keys(const Base& base, const problem& pr, std::size_t n) {
+key_features<T> project_keys(const Base& base, const problem& pr, std::size_t n, int threads) {
   key_features<T> kf;
   if constexpr (Path == score_path::dot_features || Path == score_path::pair_features || Path == score_path::pair_raw) {
     kf.n = n;
@@ -61,7 +61,7 @@ key_features<T> project_keys(const Base& base, const problem& pr, std::size_t n)
     kf.beta.assign(rows, T(0));
     const auto& kv = base.k.view;
     const std::ptrdiff_t count = std::ptrdiff_t(rows);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
     for (std::ptrdiff_t r = 0; r < count; ++r) {
       const std::size_t j = std::size_t(r) % pr.kv_len, bh = std::size_t(r) / pr.kv_len;
       const std::size_t b = bh / pr.kv_heads, h = bh % pr.kv_heads;

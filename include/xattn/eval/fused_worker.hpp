@@ -5,6 +5,7 @@
 #include "../kernel/tile_ops.hpp"
 #include "../schedule.hpp"
 #include "features.hpp"
+#include "key_panels.hpp"
 #include "mask_eval.hpp"
 
 #include <boost/hana.hpp>
@@ -21,14 +22,13 @@ class fused_worker {
   static constexpr std::size_t w = simd::width<T>;
 
   fused_worker(const Plan& p, const problem& pr, const Ops& ops, const Masks& masks, const key_features<T>& kf,
-               std::size_t n, const schedule& sch, strided4<T> out, lse_target<T> lse)
-      : p_(p), pr_(pr), ops_(ops), masks_(masks), kf_(kf), n_(n), bq_(sch.block_q),
+               const key_panels<T>& panels, std::size_t n, const schedule& sch, strided4<T> out, lse_target<T> lse)
+      : p_(p), pr_(pr), ops_(ops), masks_(masks), kf_(kf), panels_(panels), n_(n), bq_(sch.block_q),
         bk_(simd::padded<T>(sch.block_k)), dvp_(simd::padded<T>(pr.v_dim)), out_(out), lse_(lse) {
     const std::size_t qn = Path == score_path::pair_raw ? pr.q_dim : n;
     qf_.resize(bq_ * std::max<std::size_t>(qn, 1));
     qraw_.resize(std::max<std::size_t>(pr.q_dim, 1));
     alpha_.resize(bq_);
-    kt_.resize(std::max<std::size_t>(n, 1) * bk_);
     s_.resize(bq_ * bk_);
     o_.resize(bq_ * dvp_);
     vb_.resize(bk_ * dvp_);
@@ -108,13 +108,7 @@ class fused_worker {
               std::size_t cols, std::size_t colsp) {
     const T sc = T(p_.scale);
     if constexpr (Path == score_path::dot_identity || Path == score_path::dot_features) {
-      if constexpr (Path == score_path::dot_identity) {
-        const auto& kv = p_.base.k.view;
-        kernel::pack_kt([&](std::size_t c) { return kv.row(b, hk, j0 + c); }, cols, n_, kv.strides[3], kt_.data(), bk_);
-      } else {
-        kernel::pack_kt([&](std::size_t c) { return kf_.row(b, hk, j0 + c); }, cols, n_, 1, kt_.data(), bk_);
-      }
-      kernel::qk_tile(qf_.data(), n_, rows, kt_.data(), bk_, n_, colsp, s_.data(), bk_);
+      kernel::qk_tile(qf_.data(), n_, rows, panels_.panel(b, hk, j0 / bk_), bk_, n_, colsp, s_.data(), bk_);
       if constexpr (Path == score_path::dot_features) {
         for (std::size_t r = 0; r < rows; ++r)
           for (std::size_t c = 0; c < cols; ++c) s_[r * bk_ + c] += alpha_[r] + sc * kf_.term(b, hk, j0 + c);
@@ -169,10 +163,11 @@ class fused_worker {
   const Ops& ops_;
   const Masks& masks_;
   const key_features<T>& kf_;
+  const key_panels<T>& panels_;
   std::size_t n_, bq_, bk_, dvp_;
   strided4<T> out_;
   lse_target<T> lse_;
-  std::vector<T> qf_, qraw_, alpha_, kt_, s_, o_, vb_;
+  std::vector<T> qf_, qraw_, alpha_, s_, o_, vb_;
   std::vector<kernel::row_state<T>> st_;
 };
 

@@ -3,6 +3,7 @@
 // dimensions; key-axis tiles are padded to whole SIMD batches. Each op is small and tested alone
 // (tests/kernel/test_tile_ops.cpp).
 #include "../simd/compat.hpp"
+#include "exp.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -14,10 +15,12 @@ namespace xattn::kernel {
 using simd::batch;
 
 /// Register blocking: rows broadcast from the left operand x batches of the right one.
+/// rows x vecs accumulators + vecs operands + 1 broadcast must fit the register file:
+/// 6 x 4 + 5 = 29 of AVX-512's 32, 6 x 2 + 3 = 15 of AVX2's 16.
 template <class T>
 struct blocking {
-  static constexpr std::size_t rows = 4;
-  static constexpr std::size_t vecs = sizeof(batch<T>) >= 64 ? 4 : 2;  // 32 vs 16 vector registers
+  static constexpr std::size_t rows = 6;
+  static constexpr std::size_t vecs = sizeof(batch<T>) >= 64 ? 4 : 2;
 };
 
 /// kt[d, c] = row(c)[d * dstride] for c < cols, zero for cols <= c < ldk: keys transposed so the
@@ -51,14 +54,6 @@ inline void qk_micro(const T* q, std::size_t ldq, const T* kt, std::size_t ldk, 
     for (std::size_t c = 0; c < C; ++c) simd::store(s + r * lds + c * w, acc[r][c]);
 }
 
-template <std::size_t R, class T>
-inline void qk_rows(const T* q, std::size_t ldq, const T* kt, std::size_t ldk, std::size_t n, std::size_t cols_padded,
-                    T* s, std::size_t lds) {
-  constexpr std::size_t w = simd::width<T>, C = blocking<T>::vecs;
-  std::size_t c = 0;
-  for (; c + C * w <= cols_padded; c += C * w) qk_micro<R, C>(q, ldq, kt + c, ldk, n, s + c, lds);
-  for (; c < cols_padded; c += w) qk_micro<R, 1>(q, ldq, kt + c, ldk, n, s + c, lds);
-}
 
 template <std::size_t R, class T>
 inline void pv_micro_rows(const T* p, std::size_t ldp, const T* v, std::size_t ldv, std::size_t keys, T* o,
@@ -85,12 +80,16 @@ inline void pv_micro_rows(const T* p, std::size_t ldp, const T* v, std::size_t l
   for (; c < dv_padded; c += w) run(std::integral_constant<std::size_t, 1>{}, c);
 }
 
-template <class F>
+/// f(R, r) over rows in register blocks of blocking::rows, then one smaller block for the rest.
+template <class T, class F>
 inline void by_row_blocks(std::size_t rows, F&& f) {
-  constexpr std::size_t R = 4;
+  constexpr std::size_t R = blocking<T>::rows;
+  static_assert(R <= 6, "by_row_blocks: add remainder cases for larger blocks");
   std::size_t r = 0;
   for (; r + R <= rows; r += R) f(std::integral_constant<std::size_t, R>{}, r);
   switch (rows - r) {
+    case 5: f(std::integral_constant<std::size_t, 5>{}, r); break;
+    case 4: f(std::integral_constant<std::size_t, 4>{}, r); break;
     case 3: f(std::integral_constant<std::size_t, 3>{}, r); break;
     case 2: f(std::integral_constant<std::size_t, 2>{}, r); break;
     case 1: f(std::integral_constant<std::size_t, 1>{}, r); break;
@@ -101,19 +100,27 @@ inline void by_row_blocks(std::size_t rows, F&& f) {
 }  // namespace detail
 
 /// s[r, c] = sum_d q[r, d] * kt[d, c] for r < rows, c < cols_padded (a multiple of the batch size).
+/// Column panels outermost: one (n x C batches) slice of kt is reused by every row block from L1.
 template <class T>
 void qk_tile(const T* q, std::size_t ldq, std::size_t rows, const T* kt, std::size_t ldk, std::size_t n,
              std::size_t cols_padded, T* s, std::size_t lds) {
-  detail::by_row_blocks(rows, [&](auto R, std::size_t r) {
-    detail::qk_rows<decltype(R)::value>(q + r * ldq, ldq, kt, ldk, n, cols_padded, s + r * lds, lds);
-  });
+  constexpr std::size_t w = simd::width<T>, C = blocking<T>::vecs;
+  std::size_t c = 0;
+  for (; c + C * w <= cols_padded; c += C * w)
+    detail::by_row_blocks<T>(rows, [&](auto R, std::size_t r) {
+      detail::qk_micro<decltype(R)::value, C>(q + r * ldq, ldq, kt + c, ldk, n, s + r * lds + c, lds);
+    });
+  for (; c < cols_padded; c += w)
+    detail::by_row_blocks<T>(rows, [&](auto R, std::size_t r) {
+      detail::qk_micro<decltype(R)::value, 1>(q + r * ldq, ldq, kt + c, ldk, n, s + r * lds + c, lds);
+    });
 }
 
 /// o[r, :] += sum_j p[r, j] * v[j, :] for r < rows, j < keys; v rows readable up to dv_padded.
 template <class T>
 void pv_tile(const T* p, std::size_t ldp, std::size_t rows, const T* v, std::size_t ldv, std::size_t keys, T* o,
              std::size_t ldo, std::size_t dv_padded) {
-  detail::by_row_blocks(rows, [&](auto R, std::size_t r) {
+  detail::by_row_blocks<T>(rows, [&](auto R, std::size_t r) {
     detail::pv_micro_rows<decltype(R)::value>(p + r * ldp, ldp, v, ldv, keys, o + r * ldo, ldo, dv_padded);
   });
 }
@@ -135,7 +142,7 @@ T exp_row(T* s, std::size_t n, T m) {
   const batch<T> mv(std::isinf(m) ? T(0) : m);
   batch<T> sum(T(0));
   for (std::size_t j = 0; j < n; j += w) {
-    const batch<T> e = xsimd::exp(simd::load(s + j) - mv);
+    const batch<T> e = exp_nonpositive(simd::load(s + j) - mv);
     simd::store(s + j, e);
     sum += e;
   }

@@ -1,0 +1,41 @@
+// Benchmark driver: registers every variant (peak first, as the reference), then runs Google Benchmark.
+#include "variants.hpp"
+
+#include <xsimd/xsimd.hpp>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+namespace {
+
+// Recorded in the JSON "context" so results.json says how it was produced.
+void add_context() {
+  char const* policy = std::getenv("OMP_WAIT_POLICY");
+  benchmark::AddCustomContext("omp_wait_policy", policy ? policy : "unset");
+  benchmark::AddCustomContext("xsimd_arch", xsimd::default_arch::name());
+  benchmark::AddCustomContext("xsimd_float_lanes", std::to_string(xsimd::batch<float>::size));
+#ifdef NDEBUG
+  benchmark::AddCustomContext("assertions", "off");
+#else
+  benchmark::AddCustomContext("assertions", "ON (not a release build: numbers are not meaningful)");
+#endif
+  if (policy == nullptr || std::string(policy) != "passive")
+    std::fprintf(stderr, "note: OMP_WAIT_POLICY is not 'passive'; spinning OpenMP workers slow OpenBLAS "
+                         "(bench/run.sh sets it)\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  add_context();
+  xattn_bench::register_peak_fma();
+  xattn_bench::register_blas_unfused();
+  xattn_bench::register_xtensor_eager();
+  xattn_bench::register_xattn_variant();
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,0 +1,207 @@
+#!/usr/bin/env python3
+"""Turn xattn-bench's Google Benchmark JSON into results.md, a gnuplot .dat/.gp and a PNG.
+
+usage: report.py RESULTS_JSON OUT_DIR
+
+Standard library only. Any variant may be missing (the xattn variant, a filtered run): its cells stay
+empty. Per benchmark the median over repetitions is used (Google Benchmark's median aggregate when
+present, else the median of the individual runs); for peak_fma the best repetition.
+"""
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+FUSED = "xattn"
+BASELINES = ["blas_unfused", "xtensor_eager"]
+PEAK = "peak_fma"
+SHAPE_FIELDS = ["B", "H", "Sq", "Skv", "D", "causal", "threads"]
+# Google Benchmark appends these to the registered name.
+NAME_SUFFIXES = {"real_time", "manual_time", "process_time"}
+
+
+def registered_name(run_name):
+    parts = [p for p in run_name.split("/") if p not in NAME_SUFFIXES and ":" not in p]
+    return parts
+
+
+def collect(benchmarks):
+    """{registered name parts (tuple): gflops or 'error: …'} in first-seen order, the median over
+    repetitions, except for the FMA peak: the best repetition, as the machine's ceiling (a neighbour
+    briefly using a core should not lower the 100 % line)."""
+    runs, medians, errors = {}, {}, {}
+    for b in benchmarks:
+        key = tuple(registered_name(b.get("run_name", b["name"])))
+        runs.setdefault(key, [])
+        if b.get("error_occurred"):
+            errors[key] = b.get("error_message", "error")
+        elif b.get("run_type") == "aggregate":
+            if b.get("aggregate_name") == "median" and "gflops" in b:
+                medians[key] = b["gflops"]
+        elif "gflops" in b:
+            runs[key].append(b["gflops"])
+    result = {}
+    for key, values in runs.items():
+        if key in errors:
+            result[key] = "error: " + errors[key]
+        elif key[0] == PEAK and values:
+            result[key] = max(values)
+        elif key in medians:
+            result[key] = medians[key]
+        elif values:
+            result[key] = statistics.median(values)
+    return result
+
+
+def split(results):
+    """-> (peaks {threads: gflops}, table {shape tuple: {variant: gflops|str}}, variants in order)."""
+    peaks, table, variants = {}, {}, []
+    for parts, value in results.items():
+        variant, rest = parts[0], parts[1:]
+        if variant == PEAK and len(rest) == 1:
+            peaks[int(rest[0])] = value
+        elif len(rest) == len(SHAPE_FIELDS) and all(p.isdigit() for p in rest):
+            table.setdefault(tuple(int(p) for p in rest), {})[variant] = value
+            if variant not in variants:
+                variants.append(variant)
+    known = [v for v in [FUSED] + BASELINES if v in variants]
+    return peaks, table, known + sorted(v for v in variants if v not in known)
+
+
+def number(value):
+    return isinstance(value, (int, float))
+
+
+def cell(value, fmt="{:.1f}"):
+    if value is None:
+        return ""
+    return fmt.format(value) if number(value) else "error"
+
+
+def ratio(a, b):
+    return a / b if number(a) and number(b) and b > 0 else None
+
+
+def markdown(context, peaks, table, variants):
+    lines = ["# xattn-bench results", ""]
+    ctx = [f"{k}: {context[k]}" for k in
+           ("date", "host_name", "num_cpus", "mhz_per_cpu", "xsimd_arch", "omp_wait_policy", "assertions")
+           if k in context]
+    if "load_avg" in context:  # a busy machine (shared cores) shows here first
+        ctx.append("load_avg at start: " + " ".join(f"{x:.2f}" for x in context["load_avg"]))
+    if ctx:
+        lines += ["- " + "; ".join(ctx), ""]
+    if peaks:
+        lines += ["FMA peak (best repetition): " +
+                  ", ".join(f"{PEAK}/{t} = {cell(v)} GFLOP/s" for t, v in sorted(peaks.items())), ""]
+        one = peaks.get(1)
+        for t, v in sorted(peaks.items()):
+            # The cores are shared: a peak that does not scale means other work held a core during the run.
+            if t > 1 and number(one) and number(v) and v < 0.75 * t * one:
+                lines += [f"**Warning:** {PEAK}/{t} is only {v / one:.2f}× {PEAK}/1: cores were busy with "
+                          f"other work, so {t}-thread numbers in this run are not meaningful.", ""]
+    lines += ["GFLOP/s = 4·B·H·Sq·Skv·D / wall time (causal: half). Median over repetitions; higher is better.", ""]
+
+    header = SHAPE_FIELDS + [f"{v} GFLOP/s" for v in variants] + [
+        f"{FUSED} % of {PEAK}", f"{FUSED} / blas_unfused", f"{FUSED} / xtensor_eager"]
+    lines.append("| " + " | ".join(header) + " |")
+    lines.append("|" + "|".join(["---:"] * len(header)) + "|")
+    errors = []
+    for shape, row in table.items():
+        fused = row.get(FUSED)
+        pct = ratio(fused, peaks.get(shape[-1]))
+        cells = [str(x) for x in shape] + [cell(row.get(v)) for v in variants] + [
+            cell(None if pct is None else 100 * pct, "{:.0f} %"),
+            cell(ratio(fused, row.get("blas_unfused")), "{:.2f}×"),
+            cell(ratio(fused, row.get("xtensor_eager")), "{:.2f}×")]
+        lines.append("| " + " | ".join(cells) + " |")
+        errors += [f"- {v} {'/'.join(map(str, shape))}: {x}" for v, x in row.items() if not number(x)]
+    if errors:
+        lines += ["", "Failed benchmarks:", *errors]
+    return "\n".join(lines) + "\n"
+
+
+def seqlen_series(table, variants):
+    """D = 64, non-causal, Sq == Skv rows: {seq: {(variant, threads): gflops}} (first shape per seq wins)."""
+    points = {}
+    for (b, h, sq, skv, d, causal, threads), row in table.items():
+        if d != 64 or causal or sq != skv:
+            continue
+        for v in variants:
+            if number(row.get(v)):
+                points.setdefault(sq, {}).setdefault((v, threads), row[v])
+    columns = sorted({c for p in points.values() for c in p},
+                     key=lambda c: (variants.index(c[0]), c[1]))
+    return points, columns
+
+
+def write_dat(path, points, columns):
+    with open(path, "w") as f:
+        f.write(" ".join(['"seq"'] + [f'"{v} ({t} thr)"' for v, t in columns]) + "\n")
+        for seq in sorted(points):
+            f.write(" ".join([str(seq)] + [f"{points[seq][c]:.3f}" if c in points[seq] else "?"
+                                           for c in columns]) + "\n")
+
+
+def png_terminal(gnuplot):
+    probe = subprocess.run([gnuplot, "-e", "set terminal pngcairo"], capture_output=True, text=True)
+    return "pngcairo" if probe.returncode == 0 and not probe.stderr.strip() else "png"
+
+
+def write_plot(out_dir, dat, points, peaks, columns, variants):
+    png = out_dir / "gflops_vs_seqlen.png"
+    gp = out_dir / "gflops_vs_seqlen.gp"
+    gnuplot = shutil.which("gnuplot")
+    plots = [f'"{dat.name}" using 1:{i + 2} with linespoints lw 2 pt {7 if t == 1 else 5} '
+             f'dt {1 if t == 1 else 2} lc {variants.index(v) + 1} title columnheader({i + 2})'
+             for i, (v, t) in enumerate(columns)]
+    plots += [f'{value:.3f} with lines lw 1.5 dt {2 * t} lc rgb "gray30" title "{PEAK}/{t}"'
+              for t, value in sorted(peaks.items()) if number(value)]
+    seqs = sorted(points)
+    script = "\n".join([
+        f"set terminal {png_terminal(gnuplot) if gnuplot else 'pngcairo'} size 900,560 noenhanced",
+        f'set output "{png.name}"',
+        'set title "fp32 attention, D = 64, non-causal: GFLOP/s vs sequence length"',
+        'set xlabel "sequence length (Sq = Skv)"', 'set ylabel "GFLOP/s"',
+        "set logscale x 2", f"set xrange [{seqs[0] / 1.5}:{seqs[-1] * 1.5}]",
+        "set xtics (" + ", ".join(str(x) for x in seqs) + ")", "set yrange [0:*]", "set grid", "set key outside right top",
+        'set datafile missing "?"',
+        "plot " + ", \\\n     ".join(plots), ""])
+    gp.write_text(script)
+    if not gnuplot:
+        print(f"report.py: gnuplot not found; wrote {gp} but no PNG", file=sys.stderr)
+        return
+    run = subprocess.run([gnuplot, gp.name], cwd=out_dir, capture_output=True, text=True)
+    if run.returncode != 0:
+        print(f"report.py: gnuplot failed:\n{run.stderr}", file=sys.stderr)
+    else:
+        print(f"wrote {png}")
+
+
+def main(argv):
+    if len(argv) != 3:
+        sys.exit("usage: report.py RESULTS_JSON OUT_DIR")
+    data = json.loads(Path(argv[1]).read_text())
+    out_dir = Path(argv[2])
+    out_dir.mkdir(parents=True, exist_ok=True)
+
+    peaks, table, variants = split(collect(data.get("benchmarks", [])))
+    md = markdown(data.get("context", {}), peaks, table, variants)
+    (out_dir / "results.md").write_text(md)
+    print(md)
+    print(f"wrote {out_dir / 'results.md'}")
+
+    points, columns = seqlen_series(table, variants)
+    dat = out_dir / "gflops_vs_seqlen.dat"
+    write_dat(dat, points, columns)
+    print(f"wrote {dat}")
+    if columns:
+        write_plot(out_dir, dat, points, peaks, columns, variants)
+    else:
+        print("report.py: no D = 64 non-causal results to plot", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main(sys.argv)

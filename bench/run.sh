@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# usage: bench/run.sh BUILD_DIR [extra Google Benchmark flags]
+#   BENCH_FILTER       regex on benchmark names (default: all), e.g. 'peak_fma|/512/512/'
+#   BENCH_MIN_TIME     seconds per repetition (default 1; the baselines then take ~4 minutes, ~5-6 with xattn)
+#   BENCH_REPETITIONS  repetitions per benchmark, reported as their median (default 5)
+# Writes BUILD_DIR/bench/results.{json,md}, gflops_vs_seqlen.{dat,gp,png}.
+set -euo pipefail
+
+build=${1:?usage: bench/run.sh BUILD_DIR [benchmark flags]}
+shift
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+out=$build/bench
+exe=$out/xattn-bench
+[[ -x $exe ]] || { echo "run.sh: $exe not built (cmake --build $build --target xattn-bench)" >&2; exit 1; }
+
+# Idle OpenMP workers must sleep, not spin: spinning takes the cores OpenBLAS's threads need.
+export OMP_WAIT_POLICY=passive
+
+args=(
+  --benchmark_out="$out/results.json"
+  --benchmark_out_format=json
+  --benchmark_min_time="${BENCH_MIN_TIME:-1}"
+  --benchmark_repetitions="${BENCH_REPETITIONS:-5}"
+  --benchmark_display_aggregates_only=true  # the JSON keeps every repetition
+)
+[[ -n ${BENCH_FILTER:-} ]] && args+=(--benchmark_filter="$BENCH_FILTER")
+
+"$exe" "${args[@]}" "$@"
+python3 "$here/report.py" "$out/results.json" "$out"

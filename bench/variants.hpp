@@ -1,0 +1,34 @@
+// Registration hook: each variant file defines one register_* function, main.cpp calls them all.
+// A variant over the attention shape table registers itself with register_attention_variant.
+#pragma once
+
+#include "common.hpp"
+
+#include <functional>
+
+namespace xattn_bench {
+
+// Body of one benchmark: set up, run_timed(...), then check_against_reference(...).
+using attention_body = std::function<void(benchmark::State&, const attention_shape&, int threads)>;
+using shape_filter = std::function<bool(const attention_shape&)>;
+
+// Registers `variant` for every shape in attention_shapes (that `include` accepts) × thread_counts.
+inline void register_attention_variant(std::string_view variant, attention_body body,
+                                       shape_filter include = {}) {
+  for (const attention_shape& s : attention_shapes) {
+    if (include && !include(s)) continue;
+    for (int threads : thread_counts) {
+      benchmark::RegisterBenchmark(bench_name(variant, s, threads).c_str(),
+                                   [body, s, threads](benchmark::State& state) { body(state, s, threads); })
+          ->UseRealTime()
+          ->Unit(benchmark::kMillisecond);
+    }
+  }
+}
+
+void register_peak_fma();
+void register_blas_unfused();
+void register_xtensor_eager();
+void register_xattn_variant();
+
+}  // namespace xattn_bench

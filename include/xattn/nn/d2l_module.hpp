@@ -1,0 +1,101 @@
+#pragma once
+// What d2l's two attention modules share: masked_softmax(scores, valid_lens) -> dropout -> bmm
+// with the values, as one fused expression; optional kept weights (d2l's attention_weights);
+// and the dropout key of each training call (seeding.hpp).
+#include "../xattn.hpp"
+#include "errors.hpp"
+#include "none.hpp"
+#include "seeding.hpp"
+
+#include <xtensor/xtensor.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+
+namespace xattn::nn {
+
+namespace detail {
+
+/// d2l's masked_softmax as an expression; without lengths, the plain softmax.
+template <class S, class Lens>
+auto masked_softmax(S scores, const Lens& valid_lens) {
+  if constexpr (is_none_v<Lens>)
+    return softmax(std::move(scores));
+  else
+    return softmax(mask(std::move(scores), lengths(valid_lens)));
+}
+
+template <class T, class E>
+void require_d2l_operand(const E& x, const char* who, const char* what, const char* axes) {
+  static_assert(std::is_same_v<std::remove_cv_t<typename E::value_type>, T>,
+                "xattn::nn: inputs must have the module's element type T (float by default)");
+  constexpr std::size_t rank = xt::get_rank<E>::value;
+  static_assert(rank == SIZE_MAX || rank == 3, "xattn::nn: d2l modules take rank-3 (batch, seq, size) tensors");
+  if (x.dimension() != 3)
+    xattn::detail::fail(who, ": ", what, " must be ", axes, ", got shape ", xattn::detail::shape_str(x.shape()));
+}
+
+}  // namespace detail
+
+/// State shared by d2l's DotProductAttention and AdditiveAttention. Not thread-safe per module
+/// (forward advances the dropout counter and may store weights), like the PyTorch modules.
+template <class T>
+class d2l_module {
+ public:
+  float dropout() const noexcept { return p_; }
+  /// When on, every forward also stores its attention weights (before dropout, as d2l's
+  /// attention_weights): a second, materialised (batch, queries, keys) evaluation. Off by default.
+  void keep_weights(bool on) noexcept { keep_ = on; }
+  bool keeps_weights() const noexcept { return keep_; }
+  /// The weights of the last forward made while keep_weights(true).
+  const xt::xtensor<T, 3>& last_weights() const {
+    if (!kept_) throw std::logic_error("xattn: " + name_ + ".last_weights(): no weights kept; call keep_weights(true) before forward");
+    return weights_;
+  }
+  /// Training call n (counting from 0, only calls with dropout > 0) drops with key call_seed(seed, n).
+  const dropout_counter& dropout_calls() const noexcept { return counter_; }
+  void rewind_dropout(std::uint64_t n = 0) noexcept { counter_.rewind(n); }
+  /// Tiles and threads of the fused pass.
+  void set_schedule(const schedule& s) noexcept { sched_ = s; }
+
+ protected:
+  d2l_module(std::string name, float dropout, std::uint64_t seed) : name_(std::move(name)), p_(dropout), counter_(seed) {
+    if (!(dropout >= 0.0f && dropout < 1.0f))
+      xattn::detail::fail(name_, ": dropout must be in [0, 1), got ", dropout);
+  }
+
+  /// masked_softmax(scores, valid_lens) [-> dropout] -> · values, in one fused pass.
+  template <class S, class Lens, class V>
+  xt::xtensor<T, 3> run(const S& scores, const Lens& valid_lens, const V& values, bool training) {
+    const std::string who = name_ + ".forward";
+    return detail::labelled(who, [&]() -> xt::xtensor<T, 3> {
+      if (keep_) {
+        weights_ = eval(detail::masked_softmax(scores, valid_lens));
+        kept_ = true;
+      }
+      const auto w = detail::masked_softmax(scores, valid_lens);
+      if (!(training && p_ > 0)) return eval(w * values, sched_);
+      const std::uint64_t n = counter_.calls();
+      try {
+        return eval(xattn::dropout(w, p_, counter_.next()) * values, sched_);
+      } catch (...) {
+        counter_.rewind(n);  // a failed call does not use up a key
+        throw;
+      }
+    });
+  }
+
+  std::string name_;
+
+ private:
+  float p_;
+  dropout_counter counter_;
+  bool keep_ = false, kept_ = false;
+  xt::xtensor<T, 3> weights_;
+  schedule sched_{};
+};
+
+}  // namespace xattn::nn

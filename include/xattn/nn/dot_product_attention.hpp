@@ -1,0 +1,33 @@
+#pragma once
+// d2l's DotProductAttention(dropout): softmax(mask(Q Kᵀ / sqrt(d), valid_lens)) V, one fused pass.
+//   xattn::nn::dot_product_attention attention(0.5f, /*seed*/ 42);
+//   auto out = attention.forward(queries, keys, values, valid_lens);          // eval mode
+//   auto out = attention.forward(queries, keys, values, valid_lens, true);    // training: dropout
+// Shapes: queries (batch, queries, d), keys (batch, kv, d), values (batch, kv, dv);
+// valid_lens (batch) or (batch, queries), any integer type, or xattn::nn::none.
+#include "d2l_module.hpp"
+
+#include <cmath>
+
+namespace xattn::nn {
+
+template <class T = float>
+class dot_product_attention : public d2l_module<T> {
+ public:
+  explicit dot_product_attention(float dropout = 0.0f, std::uint64_t seed = 0)
+      : d2l_module<T>("dot_product_attention", dropout, seed) {}
+
+  template <class Q, class K, class V, class Lens = none_t>
+  xt::xtensor<T, 3> forward(const Q& queries, const K& keys, const V& values, const Lens& valid_lens = none,
+                            bool training = false) {
+    const char* who = "dot_product_attention.forward";
+    detail::require_d2l_operand<T>(queries, who, "queries", "(batch, queries, d)");
+    detail::require_d2l_operand<T>(keys, who, "keys", "(batch, kv, d)");
+    detail::require_d2l_operand<T>(values, who, "values", "(batch, kv, dv)");
+    const double d = double(queries.shape()[2]);
+    const auto scores = ref(queries) * trans(ref(keys)) / std::sqrt(d);
+    return this->run(scores, valid_lens, ref(values), training);
+  }
+};
+
+}  // namespace xattn::nn
