@@ -12,6 +12,13 @@ namespace {
 template <class M>
 void check_classify(const M& unbound, const problem& pr) {
   const auto m = caps::bind(unbound, pr);
+  if constexpr (decltype(caps::has_row_span(m))::value)  // the span is exactly the visible set
+    for (std::size_t b = 0; b < pr.batch; ++b)
+      for (std::size_t i = 0; i < pr.q_len; ++i) {
+        const auto [first, last] = m.row_span(b, 0, i);
+        for (std::size_t j = 0; j < pr.kv_len; ++j)
+          REQUIRE(m.visible(b, 0, i, j) == (std::int64_t(j) >= first && std::int64_t(j) < last));
+      }
   for (std::size_t b = 0; b < pr.batch; ++b)
     for (std::size_t bi : {1u, 3u, 8u})
       for (std::size_t bj : {1u, 4u, 16u})

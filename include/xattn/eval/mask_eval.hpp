@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <utility>
 
 namespace xattn {
 
@@ -77,10 +78,30 @@ U masked_score(const Masks& masks, U s, std::size_t b, std::size_t h, std::size_
   return excluded ? -std::numeric_limits<U>::infinity() : filled ? fill : s;
 }
 
+/// Fill s[c] outside the visible span [first, last) of keys j0 + c.
+template <class T>
+void fill_outside(T* s, std::size_t cols, std::size_t j0, std::pair<std::int64_t, std::int64_t> span, T value) {
+  const auto clamp = [&](std::int64_t j) { return std::size_t(std::clamp<std::int64_t>(j - std::int64_t(j0), 0, std::int64_t(cols))); };
+  const std::size_t lo = clamp(span.first), hi = std::max(lo, clamp(span.second));
+  std::fill(s, s + lo, value);
+  std::fill(s + hi, s + cols, value);
+}
+
+/// Masks on one score row of a partial block: interval masks (causal, window, lengths) by range
+/// fills -- fills in order, then exclusions, which win -- anything else element by element.
 template <class Masks, class T>
 void apply_masks(const Masks& masks, T* s, std::size_t cols, std::size_t b, std::size_t h, std::size_t i,
                  std::size_t j0) {
-  for (std::size_t c = 0; c < cols; ++c) s[c] = masked_score(masks, s[c], b, h, i, j0 + c);
+  if constexpr (decltype(hana::all_of(masks, [](const auto& m) { return caps::has_row_span(m); }))::value) {
+    hana::for_each(masks, [&](const auto& m) {
+      if (const double f = fill_of(m); !std::isinf(f)) fill_outside(s, cols, j0, m.row_span(b, h, i), T(f));
+    });
+    hana::for_each(masks, [&](const auto& m) {
+      if (std::isinf(fill_of(m))) fill_outside(s, cols, j0, m.row_span(b, h, i), -std::numeric_limits<T>::infinity());
+    });
+  } else {
+    for (std::size_t c = 0; c < cols; ++c) s[c] = masked_score(masks, s[c], b, h, i, j0 + c);
+  }
 }
 
 }  // namespace xattn

@@ -7,7 +7,6 @@
 // over all rows into a packed (rows, heads * size) buffer, which the attention reads in place
 // with heads(x, H); the per-head attention is one fused pass; then one GEMM for the output.
 // As in equinox, queries are scaled by 1/sqrt(qk_size) and dropout acts on the weights.
-#include "../eval/result.hpp"
 #include "../xattn.hpp"
 #include "errors.hpp"
 #include "linear.hpp"
@@ -40,6 +39,17 @@ template <class T, std::size_t Extra>
 struct result_of_rank<T, SIZE_MAX, Extra> {
   using type = xt::xarray<T>;
 };
+
+template <class R>
+R allocate(const std::vector<std::size_t>& shape) {
+  if constexpr (std::is_same_v<R, xt::xarray<typename R::value_type>>) {
+    return R::from_shape(shape);
+  } else {
+    typename R::shape_type s{};
+    std::copy(shape.begin(), shape.end(), s.begin());
+    return R::from_shape(s);
+  }
+}
 
 }  // namespace detail
 
@@ -105,7 +115,7 @@ class multihead_attention {
 
     const auto qp = project(query_proj_, q), kp = project(key_proj_, k), vp = project(value_proj_, v);
     const auto heads_out = detail::labelled(who, [&] { return attend(qp, kp, vp, mask, drop_key); });
-    auto out = allocate<result_for<Q, 0>>(q.user_shape.size() == 3
+    auto out = detail::allocate<result_for<Q, 0>>(q.user_shape.size() == 3
                                               ? std::vector<std::size_t>{q.batch, q.seq, cfg_.output_size}
                                               : std::vector<std::size_t>{q.seq, cfg_.output_size});
     output_proj_.apply(heads_out.data(), q.rows(), heads_out.shape()[2], out.data(), cfg_.output_size);
@@ -135,7 +145,7 @@ class multihead_attention {
       if (q.user_shape.size() == 3) return w;
     std::vector<std::size_t> shape(w.shape().begin(), w.shape().end());
     if (q.user_shape.size() == 2) shape.erase(shape.begin());
-    auto out = allocate<result_for<Q, 1>>(shape);
+    auto out = detail::allocate<result_for<Q, 1>>(shape);
     std::copy(w.begin(), w.end(), out.begin());
     return out;
   }

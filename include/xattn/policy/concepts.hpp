@@ -12,6 +12,7 @@
 // mask policy      required:  bool visible(size_t b, size_t h, size_t i, size_t j) const
 //                  optional:  block classify(b, h, i0, i1, j0, j1) const   (ranges are [i0, i1) x [j0, j1))
 //                             double fill() const   (score of masked keys; default -inf: excluded)
+//                             pair<int64, int64> row_span(b, h, i) const  (visible keys are exactly [first, last))
 //                             auto bind(const problem&) const   (validate sizes, precompute)
 // score modifier   required:  U operator()(U s, size_t b, size_t h, size_t i, size_t j) const  (U = float, double)
 //                  optional:  void apply_row(T* s, size_t n, b, h, i, j0) const  (vectorised row)
@@ -36,6 +37,8 @@ inline constexpr auto has_combine = hana::is_valid(
 inline constexpr auto has_classify = hana::is_valid([](auto&& m) -> decltype(m.classify(
     std::size_t{}, std::size_t{}, std::size_t{}, std::size_t{}, std::size_t{}, std::size_t{})) {});
 inline constexpr auto has_fill = hana::is_valid([](auto&& m) -> decltype(m.fill()) {});
+inline constexpr auto has_row_span =
+    hana::is_valid([](auto&& m) -> decltype(m.row_span(std::size_t{}, std::size_t{}, std::size_t{})) {});
 inline constexpr auto has_apply_row = hana::is_valid([](auto&& op) -> decltype(op.apply_row(
     static_cast<float*>(nullptr), std::size_t{}, std::size_t{}, std::size_t{}, std::size_t{}, std::size_t{})) {});
 

@@ -7,6 +7,7 @@
 #include "../problem.hpp"
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 namespace xattn {
@@ -21,6 +22,9 @@ struct causal_mask {
   std::int64_t offset(std::size_t b) const noexcept { return per_batch.empty() ? shift : per_batch[b]; }
   bool visible(std::size_t b, std::size_t, std::size_t i, std::size_t j) const noexcept {
     return std::int64_t(j) <= std::int64_t(i) + offset(b);
+  }
+  std::pair<std::int64_t, std::int64_t> row_span(std::size_t b, std::size_t, std::size_t i) const noexcept {
+    return {0, std::int64_t(i) + offset(b) + 1};
   }
   block classify(std::size_t b, std::size_t, std::size_t i0, std::size_t i1, std::size_t j0, std::size_t j1) const {
     const std::int64_t o = offset(b);

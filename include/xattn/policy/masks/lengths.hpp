@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <limits>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace xattn {
@@ -39,6 +40,9 @@ struct lengths_mask {
     return block::partial;
   }
   double fill() const noexcept { return fill_value; }
+  std::pair<std::int64_t, std::int64_t> row_span(std::size_t b, std::size_t, std::size_t i) const noexcept {
+    return {0, len(b, i)};
+  }
 
   lengths_mask bind(const problem& pr) const {
     const bool one_d = shape.size() == 1 && shape[0] == pr.batch;

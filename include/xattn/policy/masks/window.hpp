@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <utility>
 
 namespace xattn {
 
@@ -18,6 +19,10 @@ struct window_mask {
   bool visible(std::size_t, std::size_t, std::size_t i, std::size_t j) const noexcept {
     const std::int64_t p = std::int64_t(i) + shift, k = std::int64_t(j);
     return k >= p - left && k <= p + right;
+  }
+  std::pair<std::int64_t, std::int64_t> row_span(std::size_t, std::size_t, std::size_t i) const noexcept {
+    const std::int64_t p = std::int64_t(i) + shift;
+    return {p - left, p + right + 1};
   }
   block classify(std::size_t, std::size_t, std::size_t i0, std::size_t i1, std::size_t j0, std::size_t j1) const {
     const std::int64_t p0 = std::int64_t(i0) + shift, p1 = std::int64_t(i1) - 1 + shift;
