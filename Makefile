@@ -25,7 +25,8 @@ build: configure
 
 demo: configure
 	@cmake --build $(BUILD) -j $(JOBS) --target xattn-demo
-	@$(BUILD)/dsl/xattn-demo
+	@# OpenMP (fused pass) and OpenBLAS (projections) share the cores: idle OpenMP threads must sleep.
+	@OMP_WAIT_POLICY=passive $(BUILD)/dsl/xattn-demo
 
 test: build
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)

@@ -1,6 +1,10 @@
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 install(TARGETS xattn EXPORT xattnTargets)
+if(TARGET xattn_nn)
+  install(TARGETS xattn_nn EXPORT xattnTargets)
+endif()
+set(XATTN_HAS_NN ${BLAS_FOUND})  # read by xattnConfig.cmake.in
 install(DIRECTORY include/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(EXPORT xattnTargets NAMESPACE xattn:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/xattn)
 configure_package_config_file(cmake/xattnConfig.cmake.in

@@ -5,6 +5,7 @@
 
 namespace dsl {
 
+// [snippet d2l_additive_attention]
 template <class Q, class K, class V, class Lens, class Wq, class Wk, class Wv>
 auto additive_attention(const Q& queries, const K& keys, const V& values, const Lens& valid_lens, const Wq& w_q,
                         const Wk& w_k, const Wv& w_v) {
@@ -12,5 +13,6 @@ auto additive_attention(const Q& queries, const K& keys, const V& values, const 
   auto q = ref(queries), k = ref(keys), v = ref(values);
   return eval(softmax(mask(score(additive{w_q, w_k, w_v}, q, k), lengths(valid_lens))) * v);
 }
+// [end d2l_additive_attention]
 
 }  // namespace dsl

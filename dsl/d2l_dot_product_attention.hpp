@@ -7,6 +7,7 @@
 
 namespace dsl {
 
+// [snippet d2l_dot_product_attention]
 template <class Q, class K, class V, class Lens>
 auto dot_product_attention(const Q& queries, const K& keys, const V& values, const Lens& valid_lens) {
   using namespace xattn;
@@ -14,7 +15,9 @@ auto dot_product_attention(const Q& queries, const K& keys, const V& values, con
   auto q = ref(queries), k = ref(keys), v = ref(values);
   return eval(softmax(mask(q * trans(k) / std::sqrt(d), lengths(valid_lens))) * v);
 }
+// [end d2l_dot_product_attention]
 
+// [snippet d2l_dot_product_weights]
 template <class Q, class K, class Lens>
 auto dot_product_weights(const Q& queries, const K& keys, const Lens& valid_lens) {
   using namespace xattn;
@@ -22,5 +25,6 @@ auto dot_product_weights(const Q& queries, const K& keys, const Lens& valid_lens
   auto q = ref(queries), k = ref(keys);
   return eval(softmax(mask(q * trans(k) / std::sqrt(d), lengths(valid_lens))));
 }
+// [end d2l_dot_product_weights]
 
 }  // namespace dsl

@@ -5,10 +5,12 @@
 
 namespace dsl {
 
+// [snippet d2l_masked_softmax]
 template <class Scores, class Lens>
 auto masked_softmax(const Scores& x, const Lens& valid_lens) {
   using namespace xattn;
   return eval(softmax(mask(ref(x), lengths(valid_lens))));
 }
+// [end d2l_masked_softmax]
 
 }  // namespace dsl

@@ -8,6 +8,7 @@
 
 namespace dsl {
 
+// [snippet band_mask]
 struct band_mask {
   std::int64_t radius;
 
@@ -23,5 +24,6 @@ struct band_mask {
     return xattn::block::partial;
   }
 };
+// [end band_mask]
 
 }  // namespace dsl

@@ -7,6 +7,7 @@
 
 namespace dsl {
 
+// [snippet causal_alibi]
 template <class Q, class K, class V>
 auto causal_alibi_attention(const Q& queries, const K& keys, const V& values) {
   using namespace xattn;
@@ -15,5 +16,6 @@ auto causal_alibi_attention(const Q& queries, const K& keys, const V& values) {
   auto q = ref(queries), k = ref(keys), v = ref(values);
   return eval(softmax(mask(alibi(q * trans(k) / std::sqrt(d), alibi_op::standard_slopes(heads)), causal())) * v);
 }
+// [end causal_alibi]
 
 }  // namespace dsl

@@ -6,6 +6,7 @@
 
 namespace dsl {
 
+// [snippet cosine_temperature]
 struct cosine_with_temperature {
   double tau = 0.1;
 
@@ -21,5 +22,6 @@ struct cosine_with_temperature {
     return norm == 0 ? T(0) : qk / (norm * T(tau));
   }
 };
+// [end cosine_temperature]
 
 }  // namespace dsl

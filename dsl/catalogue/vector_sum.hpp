@@ -8,6 +8,7 @@
 
 namespace dsl {
 
+// [snippet vector_sum]
 struct vector_sum {
   static constexpr bool separable = true;
 
@@ -32,5 +33,6 @@ struct vector_sum {
     return project_query(k, {});
   }
 };
+// [end vector_sum]
 
 }  // namespace dsl

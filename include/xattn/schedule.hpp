@@ -1,7 +1,8 @@
 #pragma once
-// "How", separate from "what": tile sizes and threads. Any schedule gives bitwise the same result
-// for the same input and thread count... and the same across thread counts too, because every
-// (batch, head, query block) task runs alone in a fixed order.
+// "How", separate from "what": tile sizes and threads. For a given block_k the result is bitwise
+// the same for every thread count and every block_q: each (batch, head, query block) task runs
+// alone over the keys in a fixed order. Another block_k regroups the online-softmax sums, so it
+// may change the last bits.
 #include <cstddef>
 
 namespace xattn {

@@ -35,14 +35,19 @@ class fused_worker {
     st_.resize(bq_);
   }
 
-  void run(std::size_t b, std::size_t h, std::size_t i0) {
+  /// Queries [i0, i0 + block_q) against all keys, into the evaluation's output.
+  void run(std::size_t b, std::size_t h, std::size_t i0) { run(b, h, i0, 0, pr_.kv_len, out_, lse_); }
+
+  /// Against keys [k0, k1) only (block_k-aligned k0), into the given output and lse targets.
+  void run(std::size_t b, std::size_t h, std::size_t i0, std::size_t k0, std::size_t k1, const strided4<T>& out,
+           const lse_target<T>& lse) {
     const std::size_t rows = std::min(bq_, pr_.q_len - i0);
     const std::size_t hk = h / (pr_.q_heads / pr_.kv_heads);
     load_queries(b, h, i0, rows);
     std::fill(o_.begin(), o_.begin() + rows * dvp_, T(0));
     std::fill(st_.begin(), st_.begin() + rows, kernel::row_state<T>{});
-    for (std::size_t j0 = 0; j0 < pr_.kv_len; j0 += bk_) {
-      const std::size_t cols = std::min(bk_, pr_.kv_len - j0), colsp = simd::padded<T>(cols);
+    for (std::size_t j0 = k0; j0 < k1; j0 += bk_) {
+      const std::size_t cols = std::min(bk_, k1 - j0), colsp = simd::padded<T>(cols);
       const block_verdict v = classify_block(masks_, b, h, i0, i0 + rows, j0, j0 + cols);
       if (v.skip || (v.fill_hidden && all_rows_above(rows, v.fill_max))) continue;
       scores(b, h, hk, i0, rows, j0, cols, colsp);
@@ -59,10 +64,10 @@ class fused_worker {
       kernel::pv_tile(s_.data(), bk_, rows, v_ptr, ldv, cols, o_.data(), dvp_, dvp_);
     }
     for (std::size_t r = 0; r < rows; ++r) {
-      kernel::finalize_row(o_.data() + r * dvp_, pr_.v_dim, st_[r].l, out_.mutable_row(b, h, i0 + r), out_.strides[3]);
-      if (lse_.data) {
+      kernel::finalize_row(o_.data() + r * dvp_, pr_.v_dim, st_[r].l, out.mutable_row(b, h, i0 + r), out.strides[3]);
+      if (lse.data) {
         const auto& st = st_[r];
-        lse_.at(b, h, i0 + r) =
+        lse.at(b, h, i0 + r) =
             st.l == 0 ? -std::numeric_limits<T>::infinity() : (std::isinf(st.m) ? T(0) : st.m) + std::log(st.l);
       }
     }
@@ -108,7 +113,14 @@ class fused_worker {
               std::size_t cols, std::size_t colsp) {
     const T sc = T(p_.scale);
     if constexpr (Path == score_path::dot_identity || Path == score_path::dot_features) {
-      kernel::qk_tile(qf_.data(), n_, rows, panels_.panel(b, hk, j0 / bk_), bk_, n_, colsp, s_.data(), bk_);
+      if (!panels_.data.empty()) {
+        kernel::qk_tile(qf_.data(), n_, rows, panels_.panel(b, hk, j0 / bk_), bk_, n_, colsp, s_.data(), bk_);
+      } else if constexpr (Path == score_path::dot_identity) {
+        const auto& kv = p_.base.k.view;
+        kernel::qk_direct(qf_.data(), n_, rows, [&](std::size_t c) { return kv.row(b, hk, j0 + c); }, cols, n_, s_.data(), bk_);
+      } else {
+        kernel::qk_direct(qf_.data(), n_, rows, [&](std::size_t c) { return kf_.row(b, hk, j0 + c); }, cols, n_, s_.data(), bk_);
+      }
       if constexpr (Path == score_path::dot_features) {
         for (std::size_t r = 0; r < rows; ++r)
           for (std::size_t c = 0; c < cols; ++c) s_[r * bk_ + c] += alpha_[r] + sc * kf_.term(b, hk, j0 + c);

@@ -36,7 +36,7 @@ struct block_verdict {
   bool skip = false;         // an excluding mask hides the whole block
   bool all_visible = true;   // no mask hides anything: no mask code needed
   bool fill_hidden = false;  // a filling mask hides the whole block
-  double fill_max = -std::numeric_limits<double>::infinity();
+  double fill_max = -std::numeric_limits<double>::infinity();  // highest fill any mask can put in it
 };
 
 template <class Masks>
@@ -47,14 +47,12 @@ block_verdict classify_block(const Masks& masks, std::size_t b, std::size_t h, s
     const block c = classify_one(m, b, h, i0, i1, j0, j1);
     if (c == block::visible) return;
     v.all_visible = false;
-    if (c == block::hidden) {
-      const double f = fill_of(m);
-      if (std::isinf(f)) {
-        v.skip = true;
-      } else {
-        v.fill_hidden = true;
-        v.fill_max = std::max(v.fill_max, f);
-      }
+    const double f = fill_of(m);
+    if (std::isinf(f)) {
+      v.skip |= c == block::hidden;
+    } else {
+      v.fill_hidden |= c == block::hidden;
+      v.fill_max = std::max(v.fill_max, f);  // a partially hiding outer mask may fill higher
     }
   });
   return v;

@@ -54,6 +54,7 @@ void add_values(problem& pr, const V& v, const std::string& keys) {
     detail::fail("values V ", shape_of(v), " have ", s[1], " heads; they must match the ", pr.kv_heads,
                  " key heads (keys ", keys, ")");
   pr.v_dim = s[3];
+  if (pr.q_dim == 0) pr.kv_heads = s[1];  // scores given as a tensor: V's heads are the kv heads
 }
 
 }  // namespace resolving

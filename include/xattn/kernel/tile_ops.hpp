@@ -116,6 +116,26 @@ void qk_tile(const T* q, std::size_t ldq, std::size_t rows, const T* kt, std::si
     });
 }
 
+/// s[r, c] = q[r, :n] · row(c)[:n] for r < rows, c < cols, reading keys in place: for a few query
+/// rows (decoding) packing the keys would cost more memory traffic than the product itself.
+template <class T, class RowFn>
+void qk_direct(const T* q, std::size_t ldq, std::size_t rows, RowFn row, std::size_t cols, std::size_t n, T* s,
+               std::size_t lds) {
+  constexpr std::size_t w = simd::width<T>;
+  for (std::size_t c = 0; c < cols; ++c) {
+    const T* k = row(c);
+    for (std::size_t r = 0; r < rows; ++r) {
+      const T* qr = q + r * ldq;
+      batch<T> acc(T(0));
+      std::size_t d = 0;
+      for (; d + w <= n; d += w) acc = xsimd::fma(simd::load(qr + d), simd::load(k + d), acc);
+      T sum = simd::hsum(acc);
+      for (; d < n; ++d) sum += qr[d] * k[d];
+      s[r * lds + c] = sum;
+    }
+  }
+}
+
 /// o[r, :] += sum_j p[r, j] * v[j, :] for r < rows, j < keys; v rows readable up to dv_padded.
 template <class T>
 void pv_tile(const T* p, std::size_t ldp, std::size_t rows, const T* v, std::size_t ldv, std::size_t keys, T* o,

@@ -54,7 +54,8 @@ class additive_attention : public d2l_module<T> {
     detail::require_d2l_operand<T>(keys, who, "keys", "(batch, kv, key_size)");
     detail::require_d2l_operand<T>(values, who, "values", "(batch, kv, dv)");
     const auto scores = score(additive{w_q_.weight(), w_k_.weight(), w_v_.weight()}, ref(queries), ref(keys));
-    return this->run(scores, valid_lens, ref(values), training);
+    return this->run(scores, valid_lens, ref(values), training,
+                     detail::attention_flop(queries, keys, values, w_q_.out_features()));
   }
 
  private:

@@ -6,6 +6,7 @@
 #include "errors.hpp"
 #include "none.hpp"
 #include "seeding.hpp"
+#include "threads.hpp"
 
 #include <xtensor/xtensor.hpp>
 
@@ -26,6 +27,13 @@ auto masked_softmax(S scores, const Lens& valid_lens) {
     return softmax(std::move(scores));
   else
     return softmax(mask(std::move(scores), lengths(valid_lens)));
+}
+
+/// 2 flop per (query, key) pair and per feature of the score and of the values.
+template <class Q, class K, class V>
+double attention_flop(const Q& q, const K& k, const V& v, std::size_t score_features) {
+  return 2.0 * double(q.shape()[0]) * double(q.shape()[1]) * double(k.shape()[1]) *
+         double(score_features + v.shape()[2]);
 }
 
 template <class T, class E>
@@ -52,35 +60,39 @@ class d2l_module {
   bool keeps_weights() const noexcept { return keep_; }
   /// The weights of the last forward made while keep_weights(true).
   const xt::xtensor<T, 3>& last_weights() const {
-    if (!kept_) throw std::logic_error("xattn: " + name_ + ".last_weights(): no weights kept; call keep_weights(true) before forward");
+    if (!kept_)
+      throw std::logic_error("xattn: " + name_ +
+                             ".last_weights(): no weights kept; call keep_weights(true) before forward");
     return weights_;
   }
   /// Training call n (counting from 0, only calls with dropout > 0) drops with key call_seed(seed, n).
   const dropout_counter& dropout_calls() const noexcept { return counter_; }
   void rewind_dropout(std::uint64_t n = 0) noexcept { counter_.rewind(n); }
-  /// Tiles and threads of the fused pass.
+  /// Tiles and threads of the fused pass (default: threads.hpp).
   void set_schedule(const schedule& s) noexcept { sched_ = s; }
 
  protected:
-  d2l_module(std::string name, float dropout, std::uint64_t seed) : name_(std::move(name)), p_(dropout), counter_(seed) {
-    if (!(dropout >= 0.0f && dropout < 1.0f))
-      xattn::detail::fail(name_, ": dropout must be in [0, 1), got ", dropout);
+  d2l_module(std::string name, float dropout, std::uint64_t seed)
+      : name_(std::move(name)), p_(dropout), counter_(seed) {
+    if (!(dropout >= 0.0f && dropout < 1.0f)) xattn::detail::fail(name_, ": dropout must be in [0, 1), got ", dropout);
   }
 
-  /// masked_softmax(scores, valid_lens) [-> dropout] -> · values, in one fused pass.
+  /// masked_softmax(scores, valid_lens) [-> dropout] -> · values, in one fused pass; `flop` sizes
+  /// the default schedule.
   template <class S, class Lens, class V>
-  xt::xtensor<T, 3> run(const S& scores, const Lens& valid_lens, const V& values, bool training) {
+  xt::xtensor<T, 3> run(const S& scores, const Lens& valid_lens, const V& values, bool training, double flop) {
     const std::string who = name_ + ".forward";
+    const schedule sch = module_schedule(sched_, flop);
     return detail::labelled(who, [&]() -> xt::xtensor<T, 3> {
       if (keep_) {
         weights_ = eval(detail::masked_softmax(scores, valid_lens));
         kept_ = true;
       }
       const auto w = detail::masked_softmax(scores, valid_lens);
-      if (!(training && p_ > 0)) return eval(w * values, sched_);
+      if (!(training && p_ > 0)) return eval(w * values, sch);
       const std::uint64_t n = counter_.calls();
       try {
-        return eval(xattn::dropout(w, p_, counter_.next()) * values, sched_);
+        return eval(xattn::dropout(w, p_, counter_.next()) * values, sch);
       } catch (...) {
         counter_.rewind(n);  // a failed call does not use up a key
         throw;
@@ -95,7 +107,7 @@ class d2l_module {
   dropout_counter counter_;
   bool keep_ = false, kept_ = false;
   xt::xtensor<T, 3> weights_;
-  schedule sched_{};
+  std::optional<schedule> sched_{};
 };
 
 }  // namespace xattn::nn

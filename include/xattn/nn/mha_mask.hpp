@@ -46,8 +46,8 @@ inline void check_mask_shape(const std::vector<std::size_t>& shape, const std::v
     ok = n == t || n == 1;
   }
   if (!ok)
-    xattn::detail::fail(who, ": mask has shape ", xattn::detail::shape_str(shape), " but must be ", target_axes,
-                        " = ", xattn::detail::shape_str(target),
+    xattn::detail::fail(who, ": mask has shape ", xattn::detail::shape_str(shape), " but must be ", target_axes, " = ",
+                        xattn::detail::shape_str(target),
                         " or broadcast to it (right-aligned, each axis equal or 1); True = attend");
 }
 

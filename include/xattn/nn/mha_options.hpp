@@ -24,9 +24,9 @@ struct mha_options {
   bool use_value_bias = false;
   bool use_output_bias = false;
   float dropout_p = 0.0f;
-  bool inference = false;                  // true: dropout off whatever dropout_p says
-  std::uint64_t seed = 0;                  // equinox's key=: parameter init, and the dropout calls
-  std::optional<std::size_t> kv_heads{};     // not in equinox: key/value heads, num_heads % kv_heads == 0
+  bool inference = false;                 // true: dropout off whatever dropout_p says
+  std::uint64_t seed = 0;                 // equinox's key=: parameter init, and the dropout calls
+  std::optional<std::size_t> kv_heads{};  // not in equinox: key/value heads, num_heads % kv_heads == 0
 };
 
 struct mha_config {
@@ -44,8 +44,8 @@ inline mha_config resolve(const mha_options& o) {
   if (o.num_heads == 0) fail(who, ": num_heads must be > 0");
   if (o.query_size == 0) fail(who, ": query_size must be > 0");
   if ((!o.qk_size || !o.vo_size) && o.query_size % o.num_heads != 0)
-    fail(who, ": query_size (", o.query_size, ") is not divisible by num_heads (", o.num_heads,
-         "), so the default ", !o.qk_size ? "qk_size" : "vo_size",
+    fail(who, ": query_size (", o.query_size, ") is not divisible by num_heads (", o.num_heads, "), so the default ",
+         !o.qk_size ? "qk_size" : "vo_size",
          " = query_size / num_heads is not whole; pass qk_size and vo_size explicitly");
   mha_config c{};
   c.num_heads = o.num_heads;

@@ -6,7 +6,12 @@
 // Inputs may also be batched, (B, S, size) -> (B, Sq, output_size). Each projection is one GEMM
 // over all rows into a packed (rows, heads * size) buffer, which the attention reads in place
 // with heads(x, H); the per-head attention is one fused pass; then one GEMM for the output.
-// As in equinox, queries are scaled by 1/sqrt(qk_size) and dropout acts on the weights.
+// As in equinox, queries are scaled by 1/sqrt(qk_size), hidden logits become float's lowest
+// (mha_mask.hpp) and dropout acts on the weights. Differences: a training call without a key
+// takes the module's next one (seeding.hpp) where equinox raises; masks may be broadcastable
+// rather than exactly (num_heads, Sq, Skv); kv_heads is an addition; process_heads is not offered.
+// Threads: OpenMP in the fused pass, OpenBLAS in the GEMMs; run with OMP_WAIT_POLICY=passive
+// (threads.hpp).
 #include "../xattn.hpp"
 #include "errors.hpp"
 #include "linear.hpp"
@@ -15,6 +20,7 @@
 #include "none.hpp"
 #include "rows.hpp"
 #include "seeding.hpp"
+#include "threads.hpp"
 
 #include <xtensor/xarray.hpp>
 #include <xtensor/xtensor.hpp>
@@ -32,7 +38,8 @@ namespace detail {
 /// Results keep the query's rank (+ Extra); inputs of run-time rank give xt::xarray.
 template <class T, std::size_t Rank, std::size_t Extra>
 struct result_of_rank {
-  static_assert(Rank == 2 || Rank == 3, "xattn::nn: query, key_ and value must have rank 2 (seq, size) or 3 (batch, seq, size)");
+  static_assert(Rank == 2 || Rank == 3,
+                "xattn::nn: query, key_ and value must have rank 2 (seq, size) or 3 (batch, seq, size)");
   using type = xt::xtensor<T, Rank + Extra>;
 };
 template <class T, std::size_t Extra>
@@ -70,11 +77,12 @@ class multihead_attention {
   explicit multihead_attention(const mha_options& options) : cfg_(resolve(options)), counter_(cfg_.seed) {
     const auto& c = cfg_;
     // one Philox stream per projection, as equinox splits its key four ways
-    query_proj_ = linear<T>(c.query_size, c.num_heads * c.qk_size, c.use_query_bias, c.seed, 0,
-                            "multihead_attention.query_proj");
-    key_proj_ = linear<T>(c.key_size, c.kv_heads * c.qk_size, c.use_key_bias, c.seed, 1, "multihead_attention.key_proj");
-    value_proj_ = linear<T>(c.value_size, c.kv_heads * c.vo_size, c.use_value_bias, c.seed, 2,
-                            "multihead_attention.value_proj");
+    query_proj_ =
+        linear<T>(c.query_size, c.num_heads * c.qk_size, c.use_query_bias, c.seed, 0, "multihead_attention.query_proj");
+    key_proj_ =
+        linear<T>(c.key_size, c.kv_heads * c.qk_size, c.use_key_bias, c.seed, 1, "multihead_attention.key_proj");
+    value_proj_ =
+        linear<T>(c.value_size, c.kv_heads * c.vo_size, c.use_value_bias, c.seed, 2, "multihead_attention.value_proj");
     output_proj_ = linear<T>(c.num_heads * c.vo_size, c.output_size, c.use_output_bias, c.seed, 3,
                              "multihead_attention.output_proj");
   }
@@ -95,6 +103,7 @@ class multihead_attention {
   /// Calls that drop without an explicit key use call_seed(seed, n) for n = 0, 1, ...
   const dropout_counter& dropout_calls() const noexcept { return counter_; }
   void rewind_dropout(std::uint64_t n = 0) noexcept { counter_.rewind(n); }
+  /// Tiles and threads of the fused pass (default: threads.hpp).
   void set_schedule(const schedule& s) noexcept { sched_ = s; }
 
   /// query (Sq, query_size), key_ (Skv, key_size), value (Skv, value_size) -> (Sq, output_size);
@@ -111,13 +120,14 @@ class multihead_attention {
     check_value(k, v, who);
     check_mask(mask, q, k, who);
     std::optional<std::uint64_t> drop_key{};
-    if (cfg_.dropout_p > 0 && !call.inference.value_or(cfg_.inference)) drop_key = call.key ? *call.key : counter_.next();
+    if (cfg_.dropout_p > 0 && !call.inference.value_or(cfg_.inference))
+      drop_key = call.key ? *call.key : counter_.next();
 
     const auto qp = project(query_proj_, q), kp = project(key_proj_, k), vp = project(value_proj_, v);
     const auto heads_out = detail::labelled(who, [&] { return attend(qp, kp, vp, mask, drop_key); });
     auto out = detail::allocate<result_for<Q, 0>>(q.user_shape.size() == 3
-                                              ? std::vector<std::size_t>{q.batch, q.seq, cfg_.output_size}
-                                              : std::vector<std::size_t>{q.seq, cfg_.output_size});
+                                                      ? std::vector<std::size_t>{q.batch, q.seq, cfg_.output_size}
+                                                      : std::vector<std::size_t>{q.seq, cfg_.output_size});
     output_proj_.apply(heads_out.data(), q.rows(), heads_out.shape()[2], out.data(), cfg_.output_size);
     return out;
   }
@@ -174,9 +184,11 @@ class multihead_attention {
   xt::xtensor<T, 3> attend(const xt::xtensor<T, 3>& qp, const xt::xtensor<T, 3>& kp, const xt::xtensor<T, 3>& vp,
                            const M& m, std::optional<std::uint64_t> drop_key) const {
     const auto v = heads(vp, cfg_.kv_heads);
+    const double pairs = double(qp.shape()[0]) * double(cfg_.num_heads) * double(qp.shape()[1]) * double(kp.shape()[1]);
+    const schedule sch = module_schedule(sched_, 2 * pairs * double(cfg_.qk_size + cfg_.vo_size));
     return with_mask(scores(qp, kp), m, [&](const auto& s) -> xt::xtensor<T, 3> {
-      if (drop_key) return eval(xattn::dropout(softmax(s), cfg_.dropout_p, *drop_key) * v, sched_);
-      return eval(softmax(s) * v, sched_);
+      if (drop_key) return eval(xattn::dropout(softmax(s), cfg_.dropout_p, *drop_key) * v, sch);
+      return eval(softmax(s) * v, sch);
     });
   }
 
@@ -187,12 +199,13 @@ class multihead_attention {
       fail(who, ": query ", shape_str(q.user_shape), " and key_ ", shape_str(k.user_shape),
            " must both be unbatched (seq, size) or both batched (batch, seq, size)");
     if (q.width != cfg_.query_size)
-      fail(who, ": query has shape ", shape_str(q.user_shape), " but its last axis must be query_size = ",
-           cfg_.query_size);
+      fail(who, ": query has shape ", shape_str(q.user_shape),
+           " but its last axis must be query_size = ", cfg_.query_size);
     if (k.width != cfg_.key_size)
       fail(who, ": key_ has shape ", shape_str(k.user_shape), " but its last axis must be key_size = ", cfg_.key_size);
     if (q.batch != k.batch)
-      fail(who, ": query ", shape_str(q.user_shape), " and key_ ", shape_str(k.user_shape), " have different batch sizes");
+      fail(who, ": query ", shape_str(q.user_shape), " and key_ ", shape_str(k.user_shape),
+           " have different batch sizes");
     if (k.seq == 0) fail(who, ": key_ has shape ", shape_str(k.user_shape), ": there are no keys to attend to");
   }
 
@@ -203,8 +216,8 @@ class multihead_attention {
       fail(who, ": key_ ", shape_str(k.user_shape), " and value ", shape_str(v.user_shape),
            " must have the same rank, batch and sequence length");
     if (v.width != cfg_.value_size)
-      fail(who, ": value has shape ", shape_str(v.user_shape), " but its last axis must be value_size = ",
-           cfg_.value_size);
+      fail(who, ": value has shape ", shape_str(v.user_shape),
+           " but its last axis must be value_size = ", cfg_.value_size);
   }
 
   template <class M>
@@ -212,7 +225,8 @@ class multihead_attention {
     if constexpr (!is_none_v<M>) {
       const std::vector<std::size_t> shape(m.shape().begin(), m.shape().end());
       if (q.user_shape.size() == 3)
-        detail::check_mask_shape(shape, {q.batch, cfg_.num_heads, q.seq, k.seq}, who, "(batch, num_heads, q_seq, kv_seq)");
+        detail::check_mask_shape(shape, {q.batch, cfg_.num_heads, q.seq, k.seq}, who,
+                                 "(batch, num_heads, q_seq, kv_seq)");
       else
         detail::check_mask_shape(shape, {cfg_.num_heads, q.seq, k.seq}, who, "(num_heads, q_seq, kv_seq)");
     }
@@ -221,7 +235,7 @@ class multihead_attention {
   mha_config cfg_;
   dropout_counter counter_;
   linear<T> query_proj_, key_proj_, value_proj_, output_proj_;
-  schedule sched_{};
+  std::optional<schedule> sched_{};
 };
 
 }  // namespace xattn::nn

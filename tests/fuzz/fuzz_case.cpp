@@ -1,0 +1,88 @@
+#include "fuzz_case.hpp"
+
+#include <sstream>
+
+namespace xattn::fuzz {
+
+namespace {
+
+/// Sizes leaning on the edges: 1, small odd numbers, and a few large ones.
+std::size_t seq_len(testing::rng& r, std::size_t hi) {
+  const double u = r.uniform(0, 1);
+  if (u < 0.15) return 1;
+  if (u < 0.40) return r.size(1, 17);
+  if (u < 0.90) return r.size(1, hi);
+  return r.size(hi, 2 * hi);
+}
+
+std::size_t head_dim(testing::rng& r) {
+  const double u = r.uniform(0, 1);
+  if (u < 0.10) return 1;
+  if (u < 0.40) return r.size(2, 17);
+  if (u < 0.92) return r.size(2, 96);
+  return r.size(97, 320);
+}
+
+std::size_t block(testing::rng& r) { return r.coin(0.4) ? r.size(1, 32) : r.size(1, 300); }
+
+terminal terminal_of(storage s) {
+  return s == storage::raw ? terminal::raw : s == storage::packed ? terminal::packed : terminal::rank0;
+}
+
+/// The reference evaluator is O(B·Hq·Sq·Skv·(D + Dv)) with an allocation per pair; keep each case
+/// to a few tens of milliseconds so 500 cases fit a CTest budget.
+void fit_budget(testing::case_sizes& s) {
+  auto work = [&] { return double(s.B * s.Hq() * s.Sq * s.Skv) * double(s.Dq + s.Dk + s.Dv + 40); };
+  while (work() > 2.5e7) {
+    std::size_t& big = s.Sq > s.Skv ? s.Sq : s.Skv;
+    big = (big + 1) / 2;
+  }
+}
+
+}  // namespace
+
+fuzz_case draw_case(testing::rng& r, std::uint64_t run_seed, std::uint64_t index, bool known_bugs) {
+  fuzz_case c;
+  c.run_seed = run_seed;
+  c.index = index;
+  c.is_double = r.coin(0.3);
+  const double u = r.uniform(0, 1);
+  c.kind = u < 0.35 ? storage::contiguous : u < 0.55 ? storage::strided : u < 0.70 ? storage::transposed
+         : u < 0.85 ? storage::raw : storage::packed;
+  const terminal t = terminal_of(c.kind);
+  do {
+    c.scorer = r.size(0, scorer_names.size() - 1);
+    c.masks = r.size(0, mask_names.size() - 1);
+  } while (!allowed(c.is_double, t, c.scorer, c.masks));
+
+  auto& s = c.sizes;
+  s.three_d = t == terminal::rank0 && r.coin(0.3);
+  s.B = r.size(1, 3);
+  s.Hkv = s.three_d ? 1 : r.size(1, 3);
+  s.G = s.three_d ? 1 : std::array<std::size_t, 5>{1, 1, 2, 3, 4}[r.size(0, 4)];
+  // tensor scores with fewer V heads than score heads read V out of bounds (reported bug)
+  if (c.scorer == tensor && !known_bugs) s.G = 1;
+  s.Sq = seq_len(r, 130);
+  s.Skv = seq_len(r, 300);
+  s.Dq = head_dim(r);
+  s.Dk = needs_same_dim(c.scorer) ? s.Dq : head_dim(r);
+  s.Dv = head_dim(r);
+  fit_budget(s);
+
+  c.sch = {block(r), block(r), int(r.size(1, 2))};
+  c.q_amplitude = std::array<double, 5>{1, 1, 1, 4, 16}[r.size(0, 4)];
+  return c;
+}
+
+std::string describe(const fuzz_case& c) {
+  const auto& s = c.sizes;
+  std::ostringstream os;
+  os << (c.is_double ? "double" : "float") << " " << scorer_names[c.scorer] << " / " << mask_names[c.masks] << ", "
+     << name(c.kind) << (s.three_d ? " rank-3" : "") << ", B=" << s.B << " Hq=" << s.Hq() << " Hkv=" << s.Hkv
+     << " Sq=" << s.Sq << " Skv=" << s.Skv << " Dq=" << s.Dq << " Dk=" << s.Dk << " Dv=" << s.Dv
+     << ", block_q=" << c.sch.block_q << " block_k=" << c.sch.block_k << " threads=" << c.sch.threads
+     << ", |Q| x" << c.q_amplitude;
+  return os.str();
+}
+
+}  // namespace xattn::fuzz

@@ -1,0 +1,64 @@
+#pragma once
+// The pipeline tables: every scorer and mask family of the differential test plus the fuzzer's
+// own, and which (element type, storage, scorer, masks) combinations are instantiated. The full
+// cross product for float on rank-0 terminals; the other terminal types and double get the
+// combinations that exercise what differs for them (addressing, SIMD width) without multiplying
+// compile time.
+#include "extra_families.hpp"
+
+#include <boost/hana.hpp>
+
+#include <array>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+
+namespace xattn::fuzz {
+
+namespace hana = boost::hana;
+
+inline constexpr auto scorers =
+    hana::make_tuple(testing::dot_scores{}, testing::scaled_dot_scores{}, testing::additive_scores{}, testing::bilinear_scores{},
+                     testing::gaussian_scores{}, testing::cosine_scores{}, testing::user_scores{}, tensor_scores{});
+inline constexpr std::array<std::string_view, 8> scorer_names{"dot", "scaled_dot", "additive", "bilinear",
+                                                               "gaussian", "cosine", "user-lambda", "tensor-scores"};
+
+inline constexpr auto mask_families = hana::make_tuple(
+    testing::no_mask{}, testing::lengths_1d{}, testing::lengths_2d_zero{}, testing::causal_any{}, testing::window_any{},
+    testing::bool_mask_broadcast{}, testing::softcap_bias{}, testing::alibi_lengths_causal{}, testing::predicate_offsets{},
+    dead_rows{}, inf_bias_fill{}, window_rows_zero{});
+inline constexpr std::array<std::string_view, 12> mask_names{
+    "none", "lengths-1d", "lengths-2d-zero", "causal", "window", "bool-mask-broadcast", "softcap+bias",
+    "alibi+lengths+causal", "predicate+causal-offsets", "dead-rows", "inf-bias+fill", "window+lengths-zero"};
+
+static_assert(hana::length(scorers) == scorer_names.size() && hana::length(mask_families) == mask_names.size());
+
+inline constexpr std::size_t dot = 0, tensor = 7;
+inline constexpr std::size_t no_masks = 0, lengths_2d = 2, causal_masks = 3, softcap_bias = 6, dead = 9;
+
+enum class terminal { rank0, raw, packed };
+
+/// Which combinations exist (used at compile time to instantiate and at run time to draw).
+constexpr bool allowed(bool is_double, terminal t, std::size_t s, std::size_t m) {
+  if (s == tensor) return t == terminal::rank0 && (!is_double || m == causal_masks || m == lengths_2d);
+  if (!is_double) return t == terminal::rank0 || s == dot || m == causal_masks;
+  if (t == terminal::rank0) return s == dot || m == causal_masks || m == no_masks;
+  return s == dot && (m == causal_masks || m == lengths_2d || m == softcap_bias || m == dead);
+}
+
+constexpr bool needs_same_dim(std::size_t s) {
+  bool same = false;
+  std::size_t i = 0;
+  hana::for_each(scorers, [&](auto sc) { same = i++ == s ? decltype(sc)::same_dim : same; });
+  return same;
+}
+
+/// f(integral_constant<I>) for the runtime index i < N.
+template <std::size_t N, class F>
+void with_index(std::size_t i, F&& f) {
+  [&]<std::size_t... I>(std::index_sequence<I...>) {
+    ((i == I ? (f(std::integral_constant<std::size_t, I>{}), 0) : 0), ...);
+  }(std::make_index_sequence<N>{});
+}
+
+}  // namespace xattn::fuzz

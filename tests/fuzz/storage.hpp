@@ -1,0 +1,153 @@
+#pragma once
+// Operands in every storage the terminals accept. Memory that belongs to no logical element
+// (padding, skipped steps) holds NaN, so a kernel that reads outside a view poisons its output.
+#include "fuzz_case.hpp"
+
+#include <xtensor/xmanipulation.hpp>
+#include <xtensor/xview.hpp>
+
+#include <algorithm>
+#include <array>
+#include <limits>
+#include <memory>
+#include <numeric>
+#include <stdexcept>
+#include <vector>
+
+namespace xattn::fuzz {
+
+/// Q, K and V terminals plus the storage they view.
+template <class Terminal>
+struct operand_set {
+  Terminal q, k, v;
+  std::vector<std::shared_ptr<const void>> keep;
+};
+
+template <class T>
+constexpr T poison = std::numeric_limits<T>::quiet_NaN();
+
+/// The user-facing shape of one operand: (B, S, D) for rank-3 cases, else (B, H, S, D).
+inline std::vector<std::size_t> logical_shape(const testing::case_sizes& z, std::size_t h, std::size_t s, std::size_t d) {
+  return z.three_d ? std::vector<std::size_t>{z.B, s, d} : std::vector<std::size_t>{z.B, h, s, d};
+}
+
+/// Rank-0 terminals (xarray-typed): contiguous, strided view, or transposed storage.
+template <class T>
+tensor_ref<T, 0> rank0_operand(storage kind, const std::vector<std::size_t>& shape, double amp, testing::rng& r,
+                               std::vector<std::shared_ptr<const void>>& keep) {
+  const std::size_t n = shape.size(), s_axis = n - 2, d_axis = n - 1;
+  auto fill = [&](auto&& view) {
+    for (auto& x : view) x = T(r.uniform(-1, 1) * amp);
+  };
+  auto check_in_place = [](const auto& t) {
+    if (t.owned) throw std::logic_error("fuzzer: a view was copied, not viewed in place");
+    return t;
+  };
+  if (kind == storage::contiguous) {
+    auto base = std::make_shared<xt::xarray<T>>(xt::xarray<T>::from_shape(shape));
+    fill(*base);
+    keep.push_back(base);
+    return check_in_place(ref(*base));
+  }
+  if (kind == storage::strided) {
+    const std::size_t step_s = r.size(1, 3), step_d = r.size(1, 2), off_s = r.size(0, 2), off_d = r.size(0, 3);
+    auto big = shape;
+    big[s_axis] = off_s + shape[s_axis] * step_s;
+    big[d_axis] = off_d + shape[d_axis] * step_d + r.size(0, 2);
+    auto base = std::make_shared<xt::xarray<T>>(xt::xarray<T>::from_shape(big));
+    base->fill(poison<T>);
+    keep.push_back(base);
+    auto rs = xt::range(off_s, off_s + shape[s_axis] * step_s, step_s);
+    auto rd = xt::range(off_d, off_d + shape[d_axis] * step_d, step_d);
+    if (n == 3) {
+      auto v = xt::view(*base, xt::all(), rs, rd);
+      fill(v);
+      return check_in_place(ref(v));
+    }
+    auto v = xt::view(*base, xt::all(), xt::all(), rs, rd);
+    fill(v);
+    return check_in_place(ref(v));
+  }
+  // transposed: (B, S, D) kept as (B, D, S); (B, H, S, D) kept as (B, S, H, D)
+  const std::vector<std::size_t> perm = n == 3 ? std::vector<std::size_t>{0, 2, 1} : std::vector<std::size_t>{0, 2, 1, 3};
+  std::vector<std::size_t> stored(n);
+  for (std::size_t a = 0; a < n; ++a) stored[a] = shape[perm[a]];
+  auto base = std::make_shared<xt::xarray<T>>(xt::xarray<T>::from_shape(stored));
+  keep.push_back(base);
+  auto v = xt::transpose(*base, perm);
+  fill(v);
+  return check_in_place(ref(v));
+}
+
+/// ref(ptr, shape, strides) over a buffer whose axes are stored in a random order, padded, and
+/// possibly reversed (negative strides).
+template <class T>
+tensor_ref<T, 4> raw_operand(std::array<std::size_t, 4> shape, double amp, testing::rng& r,
+                             std::vector<std::shared_ptr<const void>>& keep) {
+  std::array<std::size_t, 4> order{0, 1, 2, 3};  // storage order, outermost first
+  std::shuffle(order.begin(), order.end(), r.gen);
+  std::array<std::ptrdiff_t, 4> strides{};
+  std::ptrdiff_t span = 1;
+  for (std::size_t k = 4; k-- > 0;) {
+    const std::size_t a = order[k];
+    strides[a] = span;
+    span *= std::ptrdiff_t(shape[a] + (r.coin(0.3) ? r.size(1, 3) : 0));
+  }
+  auto buf = std::make_shared<std::vector<T>>(std::size_t(span), poison<T>);
+  keep.push_back(buf);
+  std::ptrdiff_t origin = 0;
+  for (std::size_t a = 0; a < 4; ++a)
+    if (shape[a] > 1 && r.coin(0.2)) {  // reversed axis: start at its last element, walk backwards
+      origin += std::ptrdiff_t(shape[a] - 1) * strides[a];
+      strides[a] = -strides[a];
+    }
+  const T* data = buf->data() + origin;
+  auto t = ref(data, shape, strides);
+  for (std::size_t b = 0; b < shape[0]; ++b)
+    for (std::size_t h = 0; h < shape[1]; ++h)
+      for (std::size_t s = 0; s < shape[2]; ++s)
+        for (std::size_t d = 0; d < shape[3]; ++d) t.view.mutable_row(b, h, s)[std::ptrdiff_t(d) * strides[3]] = T(r.uniform(-1, 1) * amp);
+  return t;
+}
+
+/// heads(view, H) over (B, S, H*D) rows padded on the right, sometimes every other row.
+template <class T>
+auto packed_operand(std::size_t batch, std::size_t heads_n, std::size_t seq, std::size_t dim, double amp, testing::rng& r,
+                    std::vector<std::shared_ptr<const void>>& keep) {
+  const std::size_t step = r.size(1, 2), width = heads_n * dim;
+  auto base = std::make_shared<xt::xarray<T>>(xt::xarray<T>::from_shape({batch, seq * step, width + r.size(0, 5)}));
+  base->fill(poison<T>);
+  keep.push_back(base);
+  auto v = xt::view(*base, xt::all(), xt::range(0, seq * step, step), xt::range(0, width));
+  for (auto& x : v) x = T(r.uniform(-1, 1) * amp);
+  auto t = heads(v, heads_n);
+  if (t.owned) throw std::logic_error("fuzzer: a packed view was copied, not viewed in place");
+  return t;
+}
+
+/// Build Q, K, V for a terminal kind (compile time) and a storage (run time).
+template <class T, terminal Kind>
+auto operands(const fuzz_case& c, testing::rng& r) {
+  const auto& z = c.sizes;
+  if constexpr (Kind == terminal::rank0) {
+    operand_set<tensor_ref<T, 0>> o;
+    o.q = rank0_operand<T>(c.kind, logical_shape(z, z.Hq(), z.Sq, z.Dq), c.q_amplitude, r, o.keep);
+    o.k = rank0_operand<T>(c.kind, logical_shape(z, z.Hkv, z.Skv, z.Dk), 1, r, o.keep);
+    o.v = rank0_operand<T>(c.kind, logical_shape(z, z.Hkv, z.Skv, z.Dv), 1, r, o.keep);
+    return o;
+  } else if constexpr (Kind == terminal::raw) {
+    operand_set<tensor_ref<T, 4>> o;
+    o.q = raw_operand<T>({z.B, z.Hq(), z.Sq, z.Dq}, c.q_amplitude, r, o.keep);
+    o.k = raw_operand<T>({z.B, z.Hkv, z.Skv, z.Dk}, 1, r, o.keep);
+    o.v = raw_operand<T>({z.B, z.Hkv, z.Skv, z.Dv}, 1, r, o.keep);
+    return o;
+  } else {
+    operand_set<tensor_ref<T, 3, true>> o;
+    o.q = packed_operand<T>(z.B, z.Hq(), z.Sq, z.Dq, c.q_amplitude, r, o.keep);
+    o.k = packed_operand<T>(z.B, z.Hkv, z.Skv, z.Dk, 1, r, o.keep);
+    o.v = packed_operand<T>(z.B, z.Hkv, z.Skv, z.Dv, 1, r, o.keep);
+    return o;
+  }
+}
+
+}  // namespace xattn::fuzz
