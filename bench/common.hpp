@@ -94,14 +94,15 @@ inline void set_gflops(benchmark::State& state, double flop_per_iteration, doubl
 
 // The timed loop every variant uses: runs step once per iteration and sets the gflops counter.
 template <class Step>
-void run_timed(benchmark::State& state, double flop_per_iteration, Step&& step) {
+double run_timed(benchmark::State& state, double flop_per_iteration, Step&& step) {
   auto const start = std::chrono::steady_clock::now();
   for (auto _ : state) {
     step();
     benchmark::ClobberMemory();
   }
   std::chrono::duration<double> const wall = std::chrono::steady_clock::now() - start;
-  set_gflops(state, flop_per_iteration, wall.count());
+  if (flop_per_iteration > 0) set_gflops(state, flop_per_iteration, wall.count());
+  return state.iterations() ? wall.count() / double(state.iterations()) : 0.0;  // seconds per iteration
 }
 
 // One knob for both thread pools. Variants that parallelise with OpenMP themselves then lower

@@ -31,10 +31,12 @@ int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   add_context();
+  xattn_bench::register_memory();  // first: later baselines raise the resident high-water mark
   xattn_bench::register_peak_fma();
   xattn_bench::register_blas_unfused();
   xattn_bench::register_xtensor_eager();
   xattn_bench::register_xattn_variant();
+  xattn_bench::register_additive();
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;

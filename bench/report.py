@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Turn xattn-bench's Google Benchmark JSON into results.md, a gnuplot .dat/.gp and a PNG.
 
-usage: report.py RESULTS_JSON OUT_DIR
+usage: report.py RESULTS_JSON OUT_DIR [EXTRA_JSON...]   (extra: ONNX Runtime, compile time)
 
 Standard library only. Any variant may be missing (the xattn variant, a filtered run): its cells stay
 empty. Per benchmark the median over repetitions is used (Google Benchmark's median aggregate when
@@ -15,7 +15,8 @@ import sys
 from pathlib import Path
 
 FUSED = "xattn"
-BASELINES = ["blas_unfused", "xtensor_eager"]
+BASELINES = ["blas_unfused", "xtensor_eager", "ort"]
+OTHER = ("additive", "memory", "compile")  # measurements outside the shape table
 PEAK = "peak_fma"
 SHAPE_FIELDS = ["B", "H", "Sq", "Skv", "D", "causal", "threads"]
 # Google Benchmark appends these to the registered name.
@@ -105,7 +106,7 @@ def markdown(context, peaks, table, variants):
     lines += ["GFLOP/s = 4·B·H·Sq·Skv·D / wall time (causal: half). Median over repetitions; higher is better.", ""]
 
     header = SHAPE_FIELDS + [f"{v} GFLOP/s" for v in variants] + [
-        f"{FUSED} % of {PEAK}", f"{FUSED} / blas_unfused", f"{FUSED} / xtensor_eager"]
+        f"{FUSED} % of {PEAK}", f"{FUSED} / blas_unfused", f"{FUSED} / xtensor_eager", f"{FUSED} / ort"]
     lines.append("| " + " | ".join(header) + " |")
     lines.append("|" + "|".join(["---:"] * len(header)) + "|")
     errors = []
@@ -115,7 +116,8 @@ def markdown(context, peaks, table, variants):
         cells = [str(x) for x in shape] + [cell(row.get(v)) for v in variants] + [
             cell(None if pct is None else 100 * pct, "{:.0f} %"),
             cell(ratio(fused, row.get("blas_unfused")), "{:.2f}×"),
-            cell(ratio(fused, row.get("xtensor_eager")), "{:.2f}×")]
+            cell(ratio(fused, row.get("xtensor_eager")), "{:.2f}×"),
+            cell(ratio(fused, row.get("ort")), "{:.2f}×")]
         lines.append("| " + " | ".join(cells) + " |")
         errors += [f"- {v} {'/'.join(map(str, shape))}: {x}" for v, x in row.items() if not number(x)]
     if errors:
@@ -180,15 +182,49 @@ def write_plot(out_dir, dat, points, peaks, columns, variants):
         print(f"wrote {png}")
 
 
+def other_measurements(benchmarks):
+    """Rows for additive/, memory/ and compile/ entries: their user counters (median over runs)."""
+    skip = {"name", "run_name", "run_type", "repetitions", "repetition_index", "threads", "iterations",
+            "real_time", "cpu_time", "time_unit", "family_index", "per_family_instance_index",
+            "aggregate_name", "aggregate_unit", "error_occurred", "error_message"}
+    rows = {}
+    for b in benchmarks:
+        name = "/".join(registered_name(b.get("run_name", b["name"])))
+        if not name.startswith(OTHER) or b.get("run_type") == "aggregate":
+            continue
+        for k, v in b.items():
+            if k not in skip and number(v):
+                rows.setdefault(name, {}).setdefault(k, []).append(v)
+    if not rows:
+        return ""
+    lines = ["", "## Other measurements", "", "| benchmark | counters (median) |", "|---|---|"]
+    for name, counters in rows.items():
+        text = ", ".join(f"{k} = {statistics.median(v):.4g}" for k, v in counters.items())
+        lines.append(f"| {name} | {text} |")
+    pairs = {}
+    for name, counters in rows.items():  # fused vs materialised additive attention, same threads
+        parts = name.split("/")
+        if parts[0] == "additive" and "ms" in counters:
+            pairs.setdefault(tuple(parts[2:]), {})[parts[1]] = statistics.median(counters["ms"])
+    for key, forms in pairs.items():
+        if "fused" in forms and "d2l_materialised" in forms:
+            lines.append(f"| additive/{'/'.join(key)}: d2l_materialised / fused | "
+                         f"{forms['d2l_materialised'] / forms['fused']:.1f}× |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv):
-    if len(argv) != 3:
-        sys.exit("usage: report.py RESULTS_JSON OUT_DIR")
+    if len(argv) < 3:
+        sys.exit("usage: report.py RESULTS_JSON OUT_DIR [EXTRA_JSON...]")
     data = json.loads(Path(argv[1]).read_text())
+    for extra in argv[3:]:
+        if Path(extra).exists():
+            data.setdefault("benchmarks", []).extend(json.loads(Path(extra).read_text()).get("benchmarks", []))
     out_dir = Path(argv[2])
     out_dir.mkdir(parents=True, exist_ok=True)
 
     peaks, table, variants = split(collect(data.get("benchmarks", [])))
-    md = markdown(data.get("context", {}), peaks, table, variants)
+    md = markdown(data.get("context", {}), peaks, table, variants) + other_measurements(data.get("benchmarks", []))
     (out_dir / "results.md").write_text(md)
     print(md)
     print(f"wrote {out_dir / 'results.md'}")

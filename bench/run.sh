@@ -26,4 +26,15 @@ args=(
 [[ -n ${BENCH_FILTER:-} ]] && args+=(--benchmark_filter="$BENCH_FILTER")
 
 "$exe" "${args[@]}" "$@"
-python3 "$here/report.py" "$out/results.json" "$out"
+
+# Build cost: one TU with five pipelines at -O2, the flags of the project's own builds.
+root=$(cd "$here/.." && pwd)
+start=$(date +%s%N)
+g++ -std=c++20 -O2 -march=native -fopenmp -I"$root/include" -c "$here/compile_probe.cpp" -o "$out/compile_probe.o"
+secs=$(awk -v a="$start" -v b="$(date +%s%N)" 'BEGIN { printf "%.2f", (b - a) / 1e9 }')
+echo "{\"benchmarks\": [{\"name\": \"compile/five_pipelines_O2\", \"run_type\": \"iteration\", \"seconds\": $secs}]}" > "$out/compile.json"
+
+# ONNX Runtime side by side, same machine, same run (skipped when its harness is not installed).
+bash "$here/ort.sh" "$out/ort.json" || echo "run.sh: ONNX Runtime comparison failed; continuing" >&2
+
+python3 "$here/report.py" "$out/results.json" "$out" "$out/compile.json" "$out/ort.json"

@@ -30,5 +30,7 @@ void register_peak_fma();
 void register_blas_unfused();
 void register_xtensor_eager();
 void register_xattn_variant();
+void register_additive();
+void register_memory();
 
 }  // namespace xattn_bench

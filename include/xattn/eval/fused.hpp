@@ -70,7 +70,9 @@ void run_fused(const Plan& p, const problem& pr, const schedule& sch, strided4<T
   const auto masks = bind_all(p.masks, pr);
   const std::size_t n = feature_width<path>(p.base, pr);
 #ifdef _OPENMP
-  const int threads = sch.threads > 0 ? sch.threads : omp_get_max_threads();
+  // Waking a team costs more than a tiny problem takes (about 2^22 flop ~ 40 us here).
+  const double work = 2.0 * double(pr.batch * pr.q_heads * pr.q_len) * double(pr.kv_len) * double(n + pr.v_dim);
+  const int threads = work < double(1 << 22) ? 1 : sch.threads > 0 ? sch.threads : omp_get_max_threads();
 #else
   const int threads = 1;
 #endif
