@@ -47,9 +47,11 @@ class fused_worker {
     std::fill(o_.begin(), o_.begin() + rows * dvp_, T(0));
     std::fill(st_.begin(), st_.begin() + rows, kernel::row_state<T>{});
     for (std::size_t j0 = k0; j0 < k1; j0 += bk_) {
-      const std::size_t cols = std::min(bk_, k1 - j0), colsp = simd::padded<T>(cols);
+      std::size_t cols = std::min(bk_, k1 - j0);
       const block_verdict v = classify_block(masks_, b, h, i0, i0 + rows, j0, j0 + cols);
       if (v.skip || (v.fill_hidden && all_rows_above(rows, v.fill_max))) continue;
+      if (!v.all_visible && (cols = visible_cols(masks_, b, h, i0, i0 + rows, j0, cols)) == 0) continue;
+      const std::size_t colsp = simd::padded<T>(cols);
       scores(b, h, hk, i0, rows, j0, cols, colsp);
       for (std::size_t r = 0; r < rows; ++r) {
         T* s = s_.data() + r * bk_;

@@ -76,6 +76,27 @@ U masked_score(const Masks& masks, U s, std::size_t b, std::size_t h, std::size_
   return excluded ? -std::numeric_limits<U>::infinity() : filled ? fill : s;
 }
 
+/// Columns of block [j0, j0 + cols) that any of rows [i0, i1) can see, as a count from j0: keys
+/// past every row's excluding span add exactly nothing, so a partial block (the causal diagonal)
+/// need not compute them. Filling masks never trim: their keys still take part with the fill.
+template <class Masks>
+std::size_t visible_cols(const Masks& masks, std::size_t b, std::size_t h, std::size_t i0, std::size_t i1,
+                         std::size_t j0, std::size_t cols) {
+  if constexpr (decltype(hana::all_of(masks, [](const auto& m) { return caps::has_row_span(m); }))::value) {
+    std::int64_t hi = std::numeric_limits<std::int64_t>::min();
+    for (std::size_t i = i0; i < i1; ++i) {
+      std::int64_t row_hi = std::numeric_limits<std::int64_t>::max();
+      hana::for_each(masks, [&](const auto& m) {
+        if (std::isinf(fill_of(m))) row_hi = std::min(row_hi, m.row_span(b, h, i).second);
+      });
+      hi = std::max(hi, row_hi);
+    }
+    return std::size_t(std::clamp<std::int64_t>(hi - std::int64_t(j0), 0, std::int64_t(cols)));
+  } else {
+    return cols;
+  }
+}
+
 /// Fill s[c] outside the visible span [first, last) of keys j0 + c.
 template <class T>
 void fill_outside(T* s, std::size_t cols, std::size_t j0, std::pair<std::int64_t, std::int64_t> span, T value) {
