@@ -16,7 +16,7 @@ from pathlib import Path
 
 FUSED = "xattn"
 BASELINES = ["blas_unfused", "xtensor_eager", "ort"]
-OTHER = ("additive", "memory", "compile")  # measurements outside the shape table
+OTHER = ("additive", "memory", "compile", "tile")  # measurements outside the shape table
 PEAK = "peak_fma"
 SHAPE_FIELDS = ["B", "H", "Sq", "Skv", "D", "causal", "threads"]
 # Google Benchmark appends these to the registered name.

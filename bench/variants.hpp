@@ -32,5 +32,6 @@ void register_xtensor_eager();
 void register_xattn_variant();
 void register_additive();
 void register_memory();
+void register_tile_ops();
 
 }  // namespace xattn_bench

@@ -24,12 +24,12 @@ class fused_worker {
   fused_worker(const Plan& p, const problem& pr, const Ops& ops, const Masks& masks, const key_features<T>& kf,
                const key_panels<T>& panels, std::size_t n, const schedule& sch, strided4<T> out, lse_target<T> lse)
       : p_(p), pr_(pr), ops_(ops), masks_(masks), kf_(kf), panels_(panels), n_(n), bq_(sch.block_q),
-        bk_(simd::padded<T>(sch.block_k)), dvp_(simd::padded<T>(pr.v_dim)), out_(out), lse_(lse) {
+        bk_(simd::padded<T>(sch.block_k)), lds_(tile_stride<T>(bk_)), dvp_(simd::padded<T>(pr.v_dim)), out_(out), lse_(lse) {
     const std::size_t qn = Path == score_path::pair_raw ? pr.q_dim : n;
     qf_.resize(bq_ * std::max<std::size_t>(qn, 1));
     qraw_.resize(std::max<std::size_t>(pr.q_dim, 1));
     alpha_.resize(bq_);
-    s_.resize(bq_ * bk_);
+    s_.resize(bq_ * lds_);
     o_.resize(bq_ * dvp_);
     vb_.resize(bk_ * dvp_);
     st_.resize(bq_);
@@ -54,7 +54,7 @@ class fused_worker {
       const std::size_t colsp = simd::padded<T>(cols);
       scores(b, h, hk, i0, rows, j0, cols, colsp);
       for (std::size_t r = 0; r < rows; ++r) {
-        T* s = s_.data() + r * bk_;
+        T* s = s_.data() + r * lds_;
         apply_ops(s, cols, b, h, i0 + r, j0);
         if (!v.all_visible) apply_masks(masks_, s, cols, b, h, i0 + r, j0);
         std::fill(s + cols, s + colsp, -std::numeric_limits<T>::infinity());
@@ -63,7 +63,7 @@ class fused_worker {
           random::scale_row(p_.drop, std::uint32_t(b), std::uint32_t(h), std::uint32_t(i0 + r), std::uint32_t(j0), cols, s);
       }
       const auto [v_ptr, ldv] = values(b, hk, j0, cols);
-      kernel::pv_tile(s_.data(), bk_, rows, v_ptr, ldv, cols, o_.data(), dvp_, dvp_);
+      kernel::pv_tile(s_.data(), lds_, rows, v_ptr, ldv, cols, o_.data(), dvp_, dvp_);
     }
     for (std::size_t r = 0; r < rows; ++r) {
       kernel::finalize_row(o_.data() + r * dvp_, pr_.v_dim, st_[r].l, out.mutable_row(b, h, i0 + r), out.strides[3]);
@@ -116,22 +116,22 @@ class fused_worker {
     const T sc = T(p_.scale);
     if constexpr (Path == score_path::dot_identity || Path == score_path::dot_features) {
       if (!panels_.data.empty()) {
-        kernel::qk_tile(qf_.data(), n_, rows, panels_.panel(b, hk, j0 / bk_), bk_, n_, colsp, s_.data(), bk_);
+        kernel::qk_tile(qf_.data(), n_, rows, panels_.panel(b, hk, j0 / bk_), panels_.ld, n_, colsp, s_.data(), lds_);
       } else if constexpr (Path == score_path::dot_identity) {
         const auto& kv = p_.base.k.view;
-        kernel::qk_direct(qf_.data(), n_, rows, [&](std::size_t c) { return kv.row(b, hk, j0 + c); }, cols, n_, s_.data(), bk_);
+        kernel::qk_direct(qf_.data(), n_, rows, [&](std::size_t c) { return kv.row(b, hk, j0 + c); }, cols, n_, s_.data(), lds_);
       } else {
-        kernel::qk_direct(qf_.data(), n_, rows, [&](std::size_t c) { return kf_.row(b, hk, j0 + c); }, cols, n_, s_.data(), bk_);
+        kernel::qk_direct(qf_.data(), n_, rows, [&](std::size_t c) { return kf_.row(b, hk, j0 + c); }, cols, n_, s_.data(), lds_);
       }
       if constexpr (Path == score_path::dot_features) {
         for (std::size_t r = 0; r < rows; ++r)
-          for (std::size_t c = 0; c < cols; ++c) s_[r * bk_ + c] += alpha_[r] + sc * kf_.term(b, hk, j0 + c);
+          for (std::size_t c = 0; c < cols; ++c) s_[r * lds_ + c] += alpha_[r] + sc * kf_.term(b, hk, j0 + c);
       }
     } else if constexpr (Path == score_path::tensor) {
       const auto& xv = p_.base.x.view;
       for (std::size_t r = 0; r < rows; ++r) {
         const T* src = xv.row(b, h, i0 + r);
-        for (std::size_t c = 0; c < cols; ++c) s_[r * bk_ + c] = sc * src[std::ptrdiff_t(j0 + c) * xv.strides[3]];
+        for (std::size_t c = 0; c < cols; ++c) s_[r * lds_ + c] = sc * src[std::ptrdiff_t(j0 + c) * xv.strides[3]];
       }
     } else {
       const std::size_t qn = qwidth();
@@ -144,7 +144,7 @@ class fused_worker {
             v = p_.base.policy.combine(fq, fk) + alpha_[r] + kf_.term(b, hk, j0 + c);
           else
             v = T(p_.base.policy(fq, fk));
-          s_[r * bk_ + c] = sc * v;
+          s_[r * lds_ + c] = sc * v;
         }
       }
     }
@@ -178,7 +178,7 @@ class fused_worker {
   const Masks& masks_;
   const key_features<T>& kf_;
   const key_panels<T>& panels_;
-  std::size_t n_, bq_, bk_, dvp_;
+  std::size_t n_, bq_, bk_, lds_, dvp_;
   strided4<T> out_;
   lse_target<T> lse_;
   std::vector<T> qf_, qraw_, alpha_, s_, o_, vb_;
