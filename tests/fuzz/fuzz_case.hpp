@@ -51,9 +51,8 @@ constexpr std::uint64_t mix(std::uint64_t x) {
 
 inline std::uint64_t case_seed(std::uint64_t run_seed, std::uint64_t index) { return mix(mix(run_seed) ^ index); }
 
-/// Draw everything but the values. `known_bugs` lets the generator reach inputs that are legal but
-/// hit a reported library bug (tensor scores with fewer V heads than score heads).
-fuzz_case draw_case(testing::rng& r, std::uint64_t run_seed, std::uint64_t index, bool known_bugs);
+/// Draw everything but the values.
+fuzz_case draw_case(testing::rng& r, std::uint64_t run_seed, std::uint64_t index);
 
 std::string describe(const fuzz_case& c);
 

@@ -29,9 +29,8 @@ extern "C" void on_crash(int sig) {
   std::raise(sig);
 }
 
-std::string reproducer(std::uint64_t seed, std::uint64_t index, bool known_bugs) {
-  return "xattn-fuzz --seed " + std::to_string(seed) + " --case " + std::to_string(index) + " --only" +
-         (known_bugs ? " --with-known-bugs" : "");
+std::string reproducer(std::uint64_t seed, std::uint64_t index) {
+  return "xattn-fuzz --seed " + std::to_string(seed) + " --case " + std::to_string(index) + " --only";
 }
 
 }  // namespace
@@ -39,13 +38,12 @@ std::string reproducer(std::uint64_t seed, std::uint64_t index, bool known_bugs)
 int main(int argc, char** argv) {
   CLI::App app{"Differential fuzzer: fused eval() against the double-precision reference"};
   std::uint64_t cases = 500, first = 0, seed = std::random_device{}();
-  bool only = false, verbose = false, known_bugs = false;
+  bool only = false, verbose = false;
   app.add_option("--cases", cases, "number of cases to run");
   app.add_option("--seed", seed, "run seed (random when omitted; always printed)");
   app.add_option("--case", first, "index of the first case");
   app.add_flag("--only", only, "run only the case given by --case");
   app.add_flag("-v,--verbose", verbose, "print every case");
-  app.add_flag("--with-known-bugs", known_bugs, "also draw legal inputs that hit reported, unfixed library bugs");
   CLI11_PARSE(app, argc, argv);
   if (only) cases = 1;
 
@@ -54,10 +52,10 @@ int main(int argc, char** argv) {
 
   std::uint64_t passed = 0, failed = 0;
   for (std::uint64_t k = first; k < first + cases; ++k) {
-    const std::string repro = reproducer(seed, k, known_bugs);
+    const std::string repro = reproducer(seed, k);
     std::snprintf(current_repro, sizeof current_repro, "%s", repro.c_str());
     xattn::testing::rng r(xattn::fuzz::case_seed(seed, k));
-    const auto c = xattn::fuzz::draw_case(r, seed, k, known_bugs);
+    const auto c = xattn::fuzz::draw_case(r, seed, k);
     if (verbose || only) std::cout << "case " << k << ": " << describe(c) << std::endl;
     const auto v = xattn::fuzz::run_case(c, r);
     if (v.ok) {

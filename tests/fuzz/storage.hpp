@@ -10,7 +10,6 @@
 #include <array>
 #include <limits>
 #include <memory>
-#include <numeric>
 #include <stdexcept>
 #include <vector>
 

@@ -26,15 +26,17 @@ bool bitwise_equal(const A& a, const B& b) {
 
 struct operands {
   testing::rng r{60};
-  xt::xtensor<float, 4> q = r.tensor<float>({2, 4, 45, 16}), k = r.tensor<float>({2, 2, 77, 16}), v = r.tensor<float>({2, 2, 77, 8});
+  xt::xtensor<float, 4> q = r.tensor<float>({2, 4, 150, 16}), k = r.tensor<float>({2, 2, 257, 16}), v = r.tensor<float>({2, 2, 257, 8});
   xt::xtensor<double, 3> qd = r.tensor<double>({3, 33, 12}), kd = r.tensor<double>({3, 51, 12}), vd = r.tensor<double>({3, 51, 5});
-  xt::xtensor<int, 1> lens = {40, 77};
-  xt::xtensor<float, 2> bias_t = r.tensor<float>({45, 77});
+  xt::xtensor<int, 1> lens = {140, 257};
+  xt::xtensor<float, 2> bias_t = r.tensor<float>({150, 257});
   xt::xtensor<double, 2> wq = r.tensor<double>({6, 12}), wk = r.tensor<double>({6, 12});
   xt::xtensor<double, 1> wv = r.tensor<double>({6});
 };
 
 /// Jobs that evaluate one expression each and say whether the result matches `want`.
+constexpr int reps = 10;  // enough for the threads' evaluations to overlap
+
 std::vector<std::function<bool(int)>> make_jobs(const operands& o) {
   auto Q = ref(o.q), K = ref(o.k), V = ref(o.v);
   auto Qd = ref(o.qd), Kd = ref(o.kd), Vd = ref(o.vd);
@@ -61,20 +63,20 @@ TEST_CASE("different expressions evaluated concurrently from std::threads equal 
   std::vector<std::thread> pool;
   for (std::size_t t = 0; t < jobs.size(); ++t)
     pool.emplace_back([&, t] {
-      for (int rep = 0; rep < 6; ++rep) {
+      for (int rep = 0; rep < reps; ++rep) {
         mismatches += !jobs[t](1 + (rep + int(t)) % 2);  // alternate serial and 2-thread OpenMP teams
         ++runs;
       }
     });
   for (auto& th : pool) th.join();
-  REQUIRE(runs == int(jobs.size()) * 6);
+  REQUIRE(runs == int(jobs.size()) * reps);
   REQUIRE(mismatches == 0);
 }
 
 TEST_CASE("one expression object shared by several threads", "[threads]") {
   const operands o;
   auto Q = ref(o.q), K = ref(o.k), V = ref(o.v);
-  xt::xtensor<bool, 2> keep = xt::xtensor<bool, 2>::from_shape({45, 77});
+  xt::xtensor<bool, 2> keep = xt::xtensor<bool, 2>::from_shape({150, 257});
   testing::rng r(61);
   for (auto& x : keep) x = r.coin(0.8);
   const auto e = softmax(mask(Q * trans(K), bool_mask(std::move(keep)))) * V;  // owns its mask storage
@@ -83,7 +85,7 @@ TEST_CASE("one expression object shared by several threads", "[threads]") {
   std::vector<std::thread> pool;
   for (int t = 0; t < 4; ++t)
     pool.emplace_back([&, t] {
-      for (int rep = 0; rep < 5; ++rep) mismatches += !bitwise_equal(want, eval(e, {8, 32, 1 + t % 2}));
+      for (int rep = 0; rep < reps; ++rep) mismatches += !bitwise_equal(want, eval(e, {8, 32, 1 + t % 2}));
     });
   for (auto& th : pool) th.join();
   REQUIRE(mismatches == 0);
