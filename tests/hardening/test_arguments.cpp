@@ -50,20 +50,15 @@ TEST_CASE("E20 window bounds that overflow int64", "[errors][bug][!mayfail]") {
   REQUIRE((o.kind == hardening::outcome::returned || o.threw_invalid_argument()));
 }
 
-// Gap: softcap, cosine and gaussian reject non-finite parameters, ALiBi slopes are not checked;
-// a NaN slope silently turns that head's output into NaN.
-TEST_CASE("E21 ALiBi slopes that are not finite", "[errors][gap][!mayfail]") {
+// ALiBi slopes are checked like softcap's, cosine's and gaussian's parameters.
+TEST_CASE("E21 ALiBi slopes that are not finite", "[errors]") {
   auto Q = ref(q), K = ref(k), V = ref(v);
-  const xt::xtensor<float, 3> out = eval(softmax(alibi(Q * trans(K), std::vector<double>{not_a_number})) * V);
-  INFO("observed out(0,0,0) = " << out(0, 0, 0));
   REQUIRE_THROWS_WITH(eval(softmax(alibi(Q * trans(K), std::vector<double>{not_a_number})) * V), Contains("alibi(scores, slopes)"));
 }
 
-// Gap: `scores / c` stores 1/c unchecked; c = 0 makes every score +-inf and the output NaN.
-TEST_CASE("E22 dividing the scores by zero", "[errors][gap][!mayfail]") {
+// `scores / c` with c = 0 would make every score infinite: the scale must be finite.
+TEST_CASE("E22 dividing the scores by zero", "[errors]") {
   auto Q = ref(q), K = ref(k), V = ref(v);
-  const xt::xtensor<float, 3> out = eval(softmax(Q * trans(K) / 0.0) * V);
-  INFO("observed out(0,0,0) = " << out(0, 0, 0));
   REQUIRE_THROWS_AS(eval(softmax(Q * trans(K) / 0.0) * V), std::invalid_argument);
 }
 

@@ -92,6 +92,12 @@ void eval_into(const E& e, Out&& out, const schedule& sch = {}) {
                  detail::shape_str(want));
   if (out.layout() != xt::layout_type::row_major)
     detail::fail("eval_into(e, out): out must be a contiguous row-major tensor");
+  const T* lo = out.data();
+  const T* hi = lo + out.size();
+  bool aliased = p.v.view.overlaps(lo, hi);
+  if constexpr (requires { p.base.k; }) aliased = aliased || p.base.q.view.overlaps(lo, hi) || p.base.k.view.overlaps(lo, hi);
+  else aliased = aliased || p.base.x.view.overlaps(lo, hi);
+  if (aliased) detail::fail("eval_into(e, out): out ", detail::shape_str(out.shape()), " overlaps an operand; the fused pass reads them while writing out");
   run_fused<T>(p, pr, sch, view4<T>(out, lt.how, pr, pr.v_dim));
 }
 

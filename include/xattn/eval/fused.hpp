@@ -62,9 +62,12 @@ void merge_chunks(const std::vector<T>& part_out, const std::vector<T>& part_lse
 }
 
 template <class T, class Plan>
-void run_fused(const Plan& p, const problem& pr, const schedule& sch, strided4<T> out, lse_target<T> lse = {}) {
-  if (sch.block_q == 0 || sch.block_k == 0)
-    detail::fail("schedule: block_q and block_k must be > 0, got (", sch.block_q, ", ", sch.block_k, ")");
+void run_fused(const Plan& p, const problem& pr, const schedule& requested, strided4<T> out, lse_target<T> lse = {}) {
+  if (requested.block_q == 0 || requested.block_k == 0)
+    detail::fail("schedule: block_q and block_k must be > 0, got (", requested.block_q, ", ", requested.block_k, ")");
+  schedule sch = requested;  // blocks beyond the problem change nothing: clamp them (no huge tiles)
+  sch.block_q = std::min(sch.block_q, std::max<std::size_t>(pr.q_len, 1));
+  sch.block_k = std::min(sch.block_k, std::max<std::size_t>(pr.kv_len, 1));
   constexpr score_path path = path_of<decltype(p.base)>();
   const auto ops = bind_all(p.ops, pr);
   const auto masks = bind_all(p.masks, pr);

@@ -7,7 +7,11 @@
 #include "../policy/concepts.hpp"
 #include "../policy/dot.hpp"
 
+#include "../detail/format.hpp"
+
 #include <boost/hana.hpp>
+
+#include <cmath>
 
 namespace xattn {
 
@@ -37,6 +41,10 @@ struct scale_op {
   template <class T>
   void apply_row(T* s, std::size_t n, std::size_t, std::size_t, std::size_t, std::size_t) const {
     for (std::size_t j = 0; j < n; ++j) s[j] *= T(factor);
+  }
+  scale_op bind(const problem&) const {
+    if (!std::isfinite(factor)) detail::fail("scores * c or scores / c: the factor must be finite, got ", factor);
+    return *this;
   }
 };
 

@@ -6,6 +6,7 @@
 
 #include <boost/hana.hpp>
 
+#include <cmath>
 #include <type_traits>
 
 namespace xattn {
@@ -17,13 +18,25 @@ std::string shape_of(const Tm& t) {
   return detail::shape_str(t.user_shape());
 }
 
+/// The element count of a terminal must fit in size_t (raw-pointer views can claim anything).
+template <class Tm>
+void check_size(const Tm& t, const char* what) {
+  std::size_t n = 1;
+  for (std::size_t s : t.view.shape)
+    if (__builtin_mul_overflow(n, s, &n))
+      detail::fail(what, " ", detail::shape_str(t.view.shape), ": the number of elements overflows size_t");
+}
+
 template <class Base>
 problem from_base(const Base& base) {
   problem pr;
   if constexpr (requires { base.x; }) {
+    check_size(base.x, "scores X");
     const auto& s = base.x.view.shape;
     pr = {s[0], s[1], s[1], s[2], s[3], 0, 0, 0, base.x.how == layout::bsd ? 3u : 4u};
   } else {
+    check_size(base.q, "queries Q");
+    check_size(base.k, "keys K");
     const auto& q = base.q.view.shape;
     const auto& k = base.k.view.shape;
     pr = {q[0], q[1], k[1], q[2], k[2], q[3], k[3], 0, base.q.how == layout::bsd ? 3u : 4u};
@@ -46,6 +59,7 @@ problem from_base(const Base& base) {
 
 template <class V>
 void add_values(problem& pr, const V& v, const std::string& keys) {
+  check_size(v, "values V");
   const auto& s = v.view.shape;
   if (s[0] != pr.batch || s[2] != pr.kv_len)
     detail::fail("values V ", shape_of(v), " do not match the keys ", keys, ": need the same batch (", pr.batch,
@@ -62,6 +76,8 @@ void add_values(problem& pr, const V& v, const std::string& keys) {
 /// Sizes of the plan, checked.
 template <class P>
 problem resolve(const P& p) {
+  if (!std::isfinite(p.scale))
+    detail::fail("scores * c or scores / c: the scale must be finite and c non-zero, got scale ", p.scale);
   problem pr = resolving::from_base(p.base);
   p.drop.check();
   if (p.drop.p > 0 && std::max({pr.batch, pr.q_heads, pr.q_len, pr.kv_len}) > 0xffffffffu)

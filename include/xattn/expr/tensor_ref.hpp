@@ -36,6 +36,16 @@ struct strided4 {
   /// Result views are created by eval over storage it owns, so writing through them is sound.
   T* mutable_row(std::size_t b, std::size_t h, std::size_t s) const noexcept { return const_cast<T*>(row(b, h, s)); }
   bool rows_contiguous() const noexcept { return strides[3] == 1 || shape[3] == 1; }
+  /// Whether [lo, hi) intersects the elements this view can reach.
+  bool overlaps(const T* lo, const T* hi) const noexcept {
+    std::ptrdiff_t first = 0, last = 0;
+    for (std::size_t a = 0; a < 4; ++a) {
+      if (shape[a] == 0) return false;
+      const std::ptrdiff_t span = std::ptrdiff_t(shape[a] - 1) * strides[a];
+      (span < 0 ? first : last) += span;
+    }
+    return data + first < hi && lo < data + last + 1;
+  }
 };
 
 /// A terminal. Rank is the user's rank (3 or 4), or 0 when only known at run time (xt::xarray);

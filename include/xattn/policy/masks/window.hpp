@@ -6,6 +6,7 @@
 #include "causal.hpp"
 
 #include <cstdint>
+#include <algorithm>
 #include <limits>
 #include <utility>
 
@@ -35,6 +36,9 @@ struct window_mask {
     if (left < 0 || right < 0) detail::fail("window(left, right): sizes must be >= 0, got (", left, ", ", right, ")");
     window_mask b = *this;
     b.shift = where == align::top_left ? 0 : std::int64_t(pr.kv_len) - std::int64_t(pr.q_len);
+    const auto reach = std::int64_t(pr.q_len + pr.kv_len);  // wider bounds change nothing: clamp, never overflow
+    b.left = std::min(left, reach);
+    b.right = std::min(right, reach);
     return b;
   }
 };

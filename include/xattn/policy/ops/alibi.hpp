@@ -25,6 +25,8 @@ struct alibi_op {
     if (slopes.size() != pr.q_heads)
       detail::fail("alibi(scores, slopes): slopes has ", slopes.size(), " entries but there are ", pr.q_heads,
                    " query heads");
+    for (double s : slopes)
+      if (!std::isfinite(s)) detail::fail("alibi(scores, slopes): slopes must be finite, got ", s);
     alibi_op b = *this;
     b.shift = std::ptrdiff_t(pr.kv_len) - std::ptrdiff_t(pr.q_len);
     return b;
