@@ -10,11 +10,10 @@
 
 using namespace xattn;
 
-// Bug: nothing multiplies the sizes with an overflow check. With Dv = 2^62 and B = 4 the result
-// (4 * 2^62 elements) and the worker's value tile (block_k * 2^62) both wrap to 0 elements, and the
-// kernel writes through a null pointer (SIGSEGV). With B = Sq = 2^32 the first allocation throws
-// std::bad_alloc instead -- not UB, but not the documented std::invalid_argument either.
-TEST_CASE("E29 operand sizes whose products overflow size_t", "[errors][bug][!mayfail]") {
+// Regression (fixed in 9374fbc): sizes were multiplied unchecked. With Dv = 2^62 and B = 4 the result
+// and the worker's value tile wrapped to 0 elements and the kernel wrote through a null pointer
+// (SIGSEGV); with B = Sq = 2^32 the first allocation threw std::bad_alloc. In a child process.
+TEST_CASE("E29 operand sizes whose products overflow size_t", "[errors][regression]") {
   const std::size_t huge_d = std::size_t(1) << 62, huge_s = std::size_t(1) << 32;
   const auto wrap = hardening::isolated([huge_d] {
     std::vector<float> buf(64, 0.5f);

@@ -31,7 +31,7 @@ inline simd::batch<T> exp_nonpositive(const simd::batch<T>& x) noexcept {
     p = xsimd::fma(p, g, fb(1.0f));
     const ib bits = xsimd::bitwise_cast<ib>(p) + (xsimd::to_int(n) << 23);
     const fb r = xsimd::select(t > fb(-126.0f), xsimd::bitwise_cast<fb>(bits), fb(0.0f));
-    return xsimd::select(x != x, x, r);  // NaN stays NaN (the clamps above would turn it into 0)
+    return xsimd::select(xsimd::isnan(x), x, r);  // NaN stays NaN (the clamps above would turn it into 0)
   } else {
     return xsimd::exp(x);
   }
