@@ -51,6 +51,33 @@ TEMPLATE_TEST_CASE("pv_tile accumulates P V into O", "[kernel]", float, double) 
   }
 }
 
+TEMPLATE_TEST_CASE("pv_tile: keys of weight 0 never contribute, even with inf or NaN values", "[kernel]", float, double) {
+  using T = TestType;
+  constexpr std::size_t rows = 7, keys = 11, dv = 5, dvp = padded<T>(dv);
+  testing::rng r(3);
+  auto p = r.tensor<T>({rows, keys});
+  xt::xarray<T> v(std::vector<std::size_t>{keys, dvp}, T(0));
+  for (std::size_t j = 0; j < keys; ++j)
+    for (std::size_t d = 0; d < dv; ++d) v(j, d) = T(r.uniform(-1, 1));
+  v(4, 1) = std::numeric_limits<T>::quiet_NaN();
+  v(9, 3) = std::numeric_limits<T>::infinity();
+  for (std::size_t i = 0; i < rows; ++i)
+    if (i != 2) p(i, 4) = 0;  // only row 2 weighs the NaN key
+  p(5, 9) = 0;                 // every row but 5 weighs the inf key
+  xt::xarray<T> o(std::vector<std::size_t>{rows, dvp}, T(1));
+  kernel::pv_tile(p.data(), keys, rows, v.data(), dvp, keys, o.data(), dvp, dvp);
+  for (std::size_t i = 0; i < rows; ++i)
+    for (std::size_t d = 0; d < dv; ++d) {
+      double want = 1;
+      for (std::size_t j = 0; j < keys; ++j)
+        if (p(i, j) != 0) want += double(p(i, j)) * double(v(j, d));
+      INFO("row " << i << " column " << d);
+      if (std::isnan(want)) REQUIRE(std::isnan(o(i, d)));
+      else if (std::isinf(want)) REQUIRE(o(i, d) == T(want));
+      else REQUIRE(o(i, d) == Approx(want).margin(1e-5));
+    }
+}
+
 TEMPLATE_TEST_CASE("row_max, exp_row, scale_row", "[kernel]", float, double) {
   using T = TestType;
   constexpr T inf = std::numeric_limits<T>::infinity();

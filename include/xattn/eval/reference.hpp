@@ -65,7 +65,7 @@ reference_result reference_eval(const Plan& p) {
           hana::for_each(ops, [&](const auto& op) { s = double(op(s, b, h, i, j)); });
           s = masked_score(masks, s, b, h, i, j);
           r.scores(b, h, i, j) = s;
-          m = std::max(m, s);
+          if (s > m || std::isnan(s)) m = s;  // a NaN score makes the whole row NaN, never "no key"
         }
         if (m == ninf) {  // no visible key: zero weights, zero output
           r.lse(b, h, i) = ninf;

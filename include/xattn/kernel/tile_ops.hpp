@@ -55,25 +55,60 @@ inline void qk_micro(const T* q, std::size_t ldq, const T* kt, std::size_t ldk, 
 }
 
 
+/// o[r, c0 + d] += sum_j p[r, j] * v[j, c0 + d] for one register block. The sum over this key block
+/// starts from zero and is added to o once: rounding error then grows with block_k, not with Skv.
+/// A row whose block sum is not finite is left untouched and flagged (bit r of the result): it may
+/// come from 0 * inf/NaN at a key the row gives weight 0, which pv_exact_row recomputes.
+template <std::size_t R, std::size_t CC, class T>
+inline unsigned pv_micro(const T* p, std::size_t ldp, const T* v, std::size_t ldv, std::size_t keys, T* o,
+                         std::size_t ldo) {
+  constexpr std::size_t w = simd::width<T>;
+  batch<T> acc[R][CC];
+  for (std::size_t r = 0; r < R; ++r)
+    for (std::size_t c = 0; c < CC; ++c) acc[r][c] = batch<T>(T(0));
+  for (std::size_t j = 0; j < keys; ++j) {
+    batch<T> vv[CC];
+    for (std::size_t c = 0; c < CC; ++c) vv[c] = simd::load(v + j * ldv + c * w);
+    for (std::size_t r = 0; r < R; ++r) {
+      const batch<T> pr(p[r * ldp + j]);
+      for (std::size_t c = 0; c < CC; ++c) acc[r][c] = xsimd::fma(pr, vv[c], acc[r][c]);
+    }
+  }
+  unsigned flagged = 0;
+  for (std::size_t r = 0; r < R; ++r) {
+    batch<T> probe(T(0));  // x - x is 0 for finite x and NaN otherwise
+    for (std::size_t c = 0; c < CC; ++c) probe += acc[r][c] - acc[r][c];
+    if (xsimd::any(xsimd::isnan(probe))) {
+      flagged |= 1u << r;
+      continue;
+    }
+    for (std::size_t c = 0; c < CC; ++c) simd::store(o + r * ldo + c * w, simd::load(o + r * ldo + c * w) + acc[r][c]);
+  }
+  return flagged;
+}
+
+/// o[:width] += sum over j with p[j] != 0 of p[j] * v[j, :width]: keys of weight exactly 0 are skipped,
+/// so an inf or NaN in V reaches only the rows that give its key weight (as in the reference).
+template <class T>
+inline void pv_exact_row(const T* p, const T* v, std::size_t ldv, std::size_t keys, T* o, std::size_t width) {
+  constexpr std::size_t w = simd::width<T>;
+  for (std::size_t c = 0; c < width; c += w) {
+    batch<T> acc(T(0));
+    for (std::size_t j = 0; j < keys; ++j)
+      if (p[j] != T(0)) acc = xsimd::fma(batch<T>(p[j]), simd::load(v + j * ldv + c), acc);
+    simd::store(o + c, simd::load(o + c) + acc);
+  }
+}
+
 template <std::size_t R, class T>
 inline void pv_micro_rows(const T* p, std::size_t ldp, const T* v, std::size_t ldv, std::size_t keys, T* o,
                           std::size_t ldo, std::size_t dv_padded) {
   constexpr std::size_t w = simd::width<T>, C = blocking<T>::vecs;
   auto run = [&](auto cvecs, std::size_t c0) {
     constexpr std::size_t CC = decltype(cvecs)::value;
-    batch<T> acc[R][CC];
-    for (std::size_t r = 0; r < R; ++r)
-      for (std::size_t c = 0; c < CC; ++c) acc[r][c] = simd::load(o + r * ldo + c0 + c * w);
-    for (std::size_t j = 0; j < keys; ++j) {
-      batch<T> vv[CC];
-      for (std::size_t c = 0; c < CC; ++c) vv[c] = simd::load(v + j * ldv + c0 + c * w);
-      for (std::size_t r = 0; r < R; ++r) {
-        const batch<T> pr(p[r * ldp + j]);
-        for (std::size_t c = 0; c < CC; ++c) acc[r][c] = xsimd::fma(pr, vv[c], acc[r][c]);
-      }
-    }
-    for (std::size_t r = 0; r < R; ++r)
-      for (std::size_t c = 0; c < CC; ++c) simd::store(o + r * ldo + c0 + c * w, acc[r][c]);
+    const unsigned flagged = pv_micro<R, CC>(p, ldp, v + c0, ldv, keys, o + c0, ldo);
+    for (std::size_t r = 0; flagged != 0 && r < R; ++r)
+      if (flagged & (1u << r)) pv_exact_row(p + r * ldp, v + c0, ldv, keys, o + r * ldo + c0, CC * w);
   };
   std::size_t c = 0;
   for (; c + C * w <= dv_padded; c += C * w) run(std::integral_constant<std::size_t, C>{}, c);
@@ -136,7 +171,8 @@ void qk_direct(const T* q, std::size_t ldq, std::size_t rows, RowFn row, std::si
   }
 }
 
-/// o[r, :] += sum_j p[r, j] * v[j, :] for r < rows, j < keys; v rows readable up to dv_padded.
+/// o[r, :] += sum_j p[r, j] * v[j, :] for r < rows, j < keys; v rows readable up to dv_padded. Keys
+/// with p[r, j] == 0 (masked, dropped, underflowed) never contribute, even when v[j] is inf or NaN.
 template <class T>
 void pv_tile(const T* p, std::size_t ldp, std::size_t rows, const T* v, std::size_t ldv, std::size_t keys, T* o,
              std::size_t ldo, std::size_t dv_padded) {
