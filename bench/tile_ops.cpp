@@ -14,10 +14,10 @@ namespace xattn_bench {
 namespace {
 
 constexpr std::size_t rows = 60, keys = 256, dim = 64;
-constexpr std::size_t ld = xattn::tile_stride<float>(keys);  // the fused pass's padded row stride
+constexpr std::size_t ld = xattn::tile_stride<float>(keys);  // the fused pass's padded score row stride
 
 struct tile_data {
-  std::vector<float> q = std::vector<float>(rows * dim), kt = std::vector<float>(dim * ld),
+  std::vector<float> q = std::vector<float>(rows * dim), kt = std::vector<float>(xattn::kernel::packed_kt_size<float>(keys, dim)),
                      s = std::vector<float>(rows * ld), v = std::vector<float>(keys * dim),
                      o = std::vector<float>(rows * dim, 0.0f);
   tile_data() {
@@ -41,7 +41,7 @@ void register_tile_ops() {
   benchmark::RegisterBenchmark(("tile/qk" + shape).c_str(), [](benchmark::State& state) {
     set_threads(1);
     const double s = run_timed(state, 0, [] {
-      xattn::kernel::qk_tile(t.q.data(), dim, rows, t.kt.data(), ld, dim, keys, t.s.data(), ld);
+      xattn::kernel::qk_tile(t.q.data(), dim, rows, t.kt.data(), dim, keys, t.s.data(), ld);
     });
     report(state, s, 2.0 * rows * keys * dim);
   })->UseRealTime();

@@ -34,3 +34,18 @@ TEST_CASE("exp_nonpositive<float>: relative error below 3e-7 on [-87, 0], exact 
   simd::store(y.data(), kernel::exp_nonpositive(simd::load(x.data())));
   REQUIRE(y[0] == 1.0f);
 }
+
+TEST_CASE("exp_nonpositive<float>: NaN stays NaN, lane by lane; the flush to 0 is at 2^-126") {
+  constexpr std::size_t w = simd::width<float>;
+  std::vector<float> x(w), y(w);
+  for (std::size_t l = 0; l < w; ++l) x[l] = l % 3 == 0 ? std::numeric_limits<float>::quiet_NaN() : -float(l);
+  x[1] = -87.3f;  // e^-87.3 = 1.2e-38, just above the smallest normal float
+  x[2] = -87.4f;  // just below it: flushed
+  simd::store(y.data(), kernel::exp_nonpositive(simd::load(x.data())));
+  for (std::size_t l = 0; l < w; ++l) {
+    INFO("lane " << l << ", x = " << x[l] << ", exp = " << y[l]);
+    if (l % 3 == 0) REQUIRE(std::isnan(y[l]));
+    else if (l == 2) REQUIRE(y[l] == 0.0f);
+    else REQUIRE(y[l] == Approx(std::exp(double(x[l]))).epsilon(3e-7));
+  }
+}

@@ -14,14 +14,17 @@ using xattn::simd::padded;
 TEMPLATE_TEST_CASE("qk_tile computes Q Kᵀ from packed keys", "[kernel]", float, double) {
   using T = TestType;
   testing::rng r(1);
-  for (auto [rows, cols, n] : {std::tuple{1u, 1u, 1u}, {4u, 16u, 8u}, {7u, 37u, 13u}, {13u, 130u, 64u}}) {
-    const std::size_t ldk = padded<T>(cols) + simd::width<T>, lds = ldk + 3;
+  for (auto [rows, cols, n] : {std::tuple{1u, 1u, 1u}, {4u, 16u, 8u}, {7u, 37u, 13u}, {13u, 130u, 64u}, {6u, 64u, 3u}}) {
+    const std::size_t lds = padded<T>(cols) + 3, sw = kernel::strip_width<T>, size = kernel::packed_kt_size<T>(cols, n);
     const auto q = r.tensor<T>({rows, n}), k = r.tensor<T>({cols, n});
-    std::vector<T> kt(n * ldk, T(99)), s(rows * lds, T(-7));
-    kernel::pack_kt([&](std::size_t c) { return &k(c, 0); }, cols, n, 1, kt.data(), ldk);
+    std::vector<T> kt(size + 1, T(99)), s(rows * lds, T(-7));
+    kernel::pack_kt([&](std::size_t c) { return &k(c, 0); }, cols, n, 1, kt.data());
+    REQUIRE(size % (sw * n) == 0);
+    REQUIRE(kt[size] == T(99));  // nothing written past the panel
     for (std::size_t d = 0; d < n; ++d)
-      for (std::size_t c = cols; c < ldk; ++c) REQUIRE(kt[d * ldk + c] == T(0));  // padding zeroed
-    kernel::qk_tile(q.data(), n, rows, kt.data(), ldk, n, padded<T>(cols), s.data(), lds);
+      for (std::size_t c = 0; c < size / n; ++c)  // strip c / sw, row d, lane c % sw
+        REQUIRE(kt[c / sw * sw * n + d * sw + c % sw] == (c < cols ? k(c, d) : T(0)));
+    kernel::qk_tile(q.data(), n, rows, kt.data(), n, padded<T>(cols), s.data(), lds);
     for (std::size_t i = 0; i < rows; ++i)
       for (std::size_t c = 0; c < cols; ++c) {
         double want = 0;

@@ -116,7 +116,7 @@ class fused_worker {
     const T sc = T(p_.scale);
     if constexpr (Path == score_path::dot_identity || Path == score_path::dot_features) {
       if (!panels_.data.empty()) {
-        kernel::qk_tile(qf_.data(), n_, rows, panels_.panel(b, hk, j0 / bk_), panels_.ld, n_, colsp, s_.data(), lds_);
+        kernel::qk_tile(qf_.data(), n_, rows, panels_.panel(b, hk, j0 / bk_), n_, colsp, s_.data(), lds_);
       } else if constexpr (Path == score_path::dot_identity) {
         const auto& kv = p_.base.k.view;
         kernel::qk_direct(qf_.data(), n_, rows, [&](std::size_t c) { return kv.row(b, hk, j0 + c); }, cols, n_, s_.data(), lds_);

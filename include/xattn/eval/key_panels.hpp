@@ -1,9 +1,7 @@
 #pragma once
-// Keys of the dot-product paths, transposed into (n x block_k) panels once per evaluation: every
-// query block and every query head of a GQA group reads the same panels, instead of re-packing
-// a key block per task. A panel's rows are ld = block_k + one batch apart: with block_k a power
-// of two, rows 1 KiB apart would share L1 sets every fourth row (the 4 KiB aliasing trap) and
-// cost the score product about 15 %.
+// Keys of the dot-product paths, packed into per-block panels (strips, see kernel::pack_kt) once
+// per evaluation: every query block and every query head of a GQA group reads the same panels,
+// instead of re-packing a key block per task.
 #include "../kernel/tile_ops.hpp"
 #include "../policy/problem.hpp"
 
@@ -13,15 +11,16 @@ namespace xattn {
 
 template <class T>
 struct key_panels {
-  std::size_t n = 0, bk = 0, blocks = 0, kv_heads = 0, ld = 0;
+  std::size_t n = 0, bk = 0, blocks = 0, kv_heads = 0, size = 0;  // size: elements per panel
   std::vector<T> data;
 
   const T* panel(std::size_t b, std::size_t h, std::size_t kb) const noexcept {
-    return data.data() + ((b * kv_heads + h) * blocks + kb) * n * ld;
+    return data.data() + ((b * kv_heads + h) * blocks + kb) * size;
   }
 };
 
-/// Row stride of bk-wide tiles: one batch more, so consecutive rows never alias in L1.
+/// Row stride of bk-wide score tiles: one batch more, so that with bk a power of two consecutive
+/// rows do not share L1 sets (the 4 KiB aliasing trap).
 template <class T>
 constexpr std::size_t tile_stride(std::size_t bk) noexcept {
   return bk + simd::width<T>;
@@ -31,15 +30,15 @@ constexpr std::size_t tile_stride(std::size_t bk) noexcept {
 template <class T, class RowFn>
 key_panels<T> pack_key_panels(const problem& pr, std::size_t n, std::size_t bk, std::ptrdiff_t dstride, RowFn row,
                               int threads) {
-  key_panels<T> kp{n, bk, (pr.kv_len + bk - 1) / bk, pr.kv_heads, tile_stride<T>(bk), {}};
-  kp.data.resize(pr.batch * pr.kv_heads * kp.blocks * n * kp.ld);
+  key_panels<T> kp{n, bk, (pr.kv_len + bk - 1) / bk, pr.kv_heads, kernel::packed_kt_size<T>(bk, n), {}};
+  kp.data.resize(pr.batch * pr.kv_heads * kp.blocks * kp.size);
   const auto count = std::ptrdiff_t(pr.batch * pr.kv_heads * kp.blocks);
 #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
   for (std::ptrdiff_t t = 0; t < count; ++t) {
     const std::size_t kb = std::size_t(t) % kp.blocks, bh = std::size_t(t) / kp.blocks;
     const std::size_t b = bh / pr.kv_heads, h = bh % pr.kv_heads, j0 = kb * bk;
     kernel::pack_kt([&](std::size_t c) { return row(b, h, j0 + c); }, std::min(bk, pr.kv_len - j0), n, dstride,
-                    const_cast<T*>(kp.panel(b, h, kb)), kp.ld);
+                    const_cast<T*>(kp.panel(b, h, kb)));
   }
   return kp;
 }

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstddef>
 #include <limits>
+#include <utility>
 
 namespace xattn::kernel {
 
@@ -23,37 +24,56 @@ struct blocking {
   static constexpr std::size_t vecs = sizeof(batch<T>) >= 64 ? 4 : 2;
 };
 
-/// kt[d, c] = row(c)[d * dstride] for c < cols, zero for cols <= c < ldk: keys transposed so the
-/// score product broadcasts one query element against a batch of keys.
+/// Keys packed for the score product come in strips of strip_width columns (one microkernel's
+/// width): strip s holds columns [s·sw, s·sw + sw) as n rows of sw contiguous elements, so the
+/// microkernel reads its keys in memory order (prefetch-friendly, no L1 set aliasing).
+template <class T>
+inline constexpr std::size_t strip_width = blocking<T>::vecs * simd::width<T>;
+
+/// Elements of a packed key panel of `cols` columns (whole strips).
+template <class T>
+constexpr std::size_t packed_kt_size(std::size_t cols, std::size_t n) noexcept {
+  return (cols + strip_width<T> - 1) / strip_width<T> * strip_width<T> * n;
+}
+
+/// Packs keys 0..cols-1 (key c's features at row(c)[d * dstride]) into strips at kt, which holds
+/// packed_kt_size(cols, n) elements; columns past cols are zero.
 template <class T, class RowFn>
-void pack_kt(RowFn row, std::size_t cols, std::size_t n, std::ptrdiff_t dstride, T* kt, std::size_t ldk) {
+void pack_kt(RowFn row, std::size_t cols, std::size_t n, std::ptrdiff_t dstride, T* kt) {
+  constexpr std::size_t sw = strip_width<T>;
+  std::fill(kt, kt + packed_kt_size<T>(cols, n), T(0));
   for (std::size_t c = 0; c < cols; ++c) {
     const T* r = row(c);
-    for (std::size_t d = 0; d < n; ++d) kt[d * ldk + c] = r[std::ptrdiff_t(d) * dstride];
+    T* dst = kt + c / sw * sw * n + c % sw;
+    for (std::size_t d = 0; d < n; ++d) dst[d * sw] = r[std::ptrdiff_t(d) * dstride];
   }
-  for (std::size_t d = 0; d < n; ++d) std::fill(kt + d * ldk + cols, kt + (d + 1) * ldk, T(0));
 }
 
 namespace detail {
+
+/// f(0), ..., f(N - 1) with compile-time indices: the register blocks are unrolled by the language,
+/// not left to the optimiser (at -O2 GCC keeps loop-indexed accumulator arrays in memory).
+template <std::size_t N, class F>
+inline void each(F&& f) {
+  [&]<std::size_t... I>(std::index_sequence<I...>) { (f(std::integral_constant<std::size_t, I>{}), ...); }(
+      std::make_index_sequence<N>{});
+}
 
 template <std::size_t R, std::size_t C, class T>
 inline void qk_micro(const T* q, std::size_t ldq, const T* kt, std::size_t ldk, std::size_t n, T* s, std::size_t lds) {
   constexpr std::size_t w = simd::width<T>;
   batch<T> acc[R][C];
-  for (std::size_t r = 0; r < R; ++r)
-    for (std::size_t c = 0; c < C; ++c) acc[r][c] = batch<T>(T(0));
+  each<R * C>([&](auto i) { acc[i / C][i % C] = batch<T>(T(0)); });
   for (std::size_t d = 0; d < n; ++d) {
     batch<T> k[C];
-    for (std::size_t c = 0; c < C; ++c) k[c] = simd::load(kt + d * ldk + c * w);
-    for (std::size_t r = 0; r < R; ++r) {
+    each<C>([&](auto c) { k[c] = simd::load(kt + d * ldk + c * w); });
+    each<R>([&](auto r) {
       const batch<T> qv(q[r * ldq + d]);
-      for (std::size_t c = 0; c < C; ++c) acc[r][c] = xsimd::fma(qv, k[c], acc[r][c]);
-    }
+      each<C>([&](auto c) { acc[r][c] = xsimd::fma(qv, k[c], acc[r][c]); });
+    });
   }
-  for (std::size_t r = 0; r < R; ++r)
-    for (std::size_t c = 0; c < C; ++c) simd::store(s + r * lds + c * w, acc[r][c]);
+  each<R * C>([&](auto i) { simd::store(s + i / C * lds + i % C * w, acc[i / C][i % C]); });
 }
-
 
 /// o[r, c0 + d] += sum_j p[r, j] * v[j, c0 + d] for one register block. The sum over this key block
 /// starts from zero and is added to o once: rounding error then grows with block_k, not with Skv.
@@ -64,26 +84,25 @@ inline unsigned pv_micro(const T* p, std::size_t ldp, const T* v, std::size_t ld
                          std::size_t ldo) {
   constexpr std::size_t w = simd::width<T>;
   batch<T> acc[R][CC];
-  for (std::size_t r = 0; r < R; ++r)
-    for (std::size_t c = 0; c < CC; ++c) acc[r][c] = batch<T>(T(0));
+  each<R * CC>([&](auto i) { acc[i / CC][i % CC] = batch<T>(T(0)); });
   for (std::size_t j = 0; j < keys; ++j) {
     batch<T> vv[CC];
-    for (std::size_t c = 0; c < CC; ++c) vv[c] = simd::load(v + j * ldv + c * w);
-    for (std::size_t r = 0; r < R; ++r) {
+    each<CC>([&](auto c) { vv[c] = simd::load(v + j * ldv + c * w); });
+    each<R>([&](auto r) {
       const batch<T> pr(p[r * ldp + j]);
-      for (std::size_t c = 0; c < CC; ++c) acc[r][c] = xsimd::fma(pr, vv[c], acc[r][c]);
-    }
+      each<CC>([&](auto c) { acc[r][c] = xsimd::fma(pr, vv[c], acc[r][c]); });
+    });
   }
   unsigned flagged = 0;
-  for (std::size_t r = 0; r < R; ++r) {
+  each<R>([&](auto r) {
     batch<T> probe(T(0));  // x - x is 0 for finite x and NaN otherwise
-    for (std::size_t c = 0; c < CC; ++c) probe += acc[r][c] - acc[r][c];
+    each<CC>([&](auto c) { probe += acc[r][c] - acc[r][c]; });
     if (xsimd::any(xsimd::isnan(probe))) {
       flagged |= 1u << r;
-      continue;
+      return;
     }
-    for (std::size_t c = 0; c < CC; ++c) simd::store(o + r * ldo + c * w, simd::load(o + r * ldo + c * w) + acc[r][c]);
-  }
+    each<CC>([&](auto c) { simd::store(o + r * ldo + c * w, simd::load(o + r * ldo + c * w) + acc[r][c]); });
+  });
   return flagged;
 }
 
@@ -134,20 +153,22 @@ inline void by_row_blocks(std::size_t rows, F&& f) {
 
 }  // namespace detail
 
-/// s[r, c] = sum_d q[r, d] * kt[d, c] for r < rows, c < cols_padded (a multiple of the batch size).
-/// Column panels outermost: one (n x C batches) slice of kt is reused by every row block from L1.
+/// s[r, c] = sum_d q[r, d] * key(c)[d] for r < rows, c < cols_padded (a multiple of the batch
+/// size), keys packed by pack_kt. Strips outermost: one strip (n x sw) is reused by every row
+/// block from L1.
 template <class T>
-void qk_tile(const T* q, std::size_t ldq, std::size_t rows, const T* kt, std::size_t ldk, std::size_t n,
-             std::size_t cols_padded, T* s, std::size_t lds) {
-  constexpr std::size_t w = simd::width<T>, C = blocking<T>::vecs;
+void qk_tile(const T* q, std::size_t ldq, std::size_t rows, const T* kt, std::size_t n, std::size_t cols_padded, T* s,
+             std::size_t lds) {
+  constexpr std::size_t w = simd::width<T>, C = blocking<T>::vecs, sw = strip_width<T>;
   std::size_t c = 0;
-  for (; c + C * w <= cols_padded; c += C * w)
+  for (; c + sw <= cols_padded; c += sw)
     detail::by_row_blocks<T>(rows, [&](auto R, std::size_t r) {
-      detail::qk_micro<decltype(R)::value, C>(q + r * ldq, ldq, kt + c, ldk, n, s + r * lds + c, lds);
+      detail::qk_micro<decltype(R)::value, C>(q + r * ldq, ldq, kt + c * n, sw, n, s + r * lds + c, lds);
     });
-  for (; c < cols_padded; c += w)
+  for (; c < cols_padded; c += w)  // the last, partial strip: one batch at a time
     detail::by_row_blocks<T>(rows, [&](auto R, std::size_t r) {
-      detail::qk_micro<decltype(R)::value, 1>(q + r * ldq, ldq, kt + c, ldk, n, s + r * lds + c, lds);
+      detail::qk_micro<decltype(R)::value, 1>(q + r * ldq, ldq, kt + c / sw * sw * n + c % sw, sw, n,
+                                              s + r * lds + c, lds);
     });
 }
 
