@@ -22,16 +22,6 @@ struct key_features {
   T term(std::size_t b, std::size_t h, std::size_t j) const noexcept { return beta[(b * kv_heads + h) * kv_len + j]; }
 };
 
-/// Where the per-row log-sum-exp goes (optional): element (b, h, i) at b*sb + h*sh + i*si.
-template <class T>
-struct lse_target {
-  T* data = nullptr;
-  std::ptrdiff_t sb = 0, sh = 0, si = 0;
-  T& at(std::size_t b, std::size_t h, std::size_t i) const noexcept {
-    return data[std::ptrdiff_t(b) * sb + std::ptrdiff_t(h) * sh + std::ptrdiff_t(i) * si];
-  }
-};
-
 /// Copy a (possibly strided) row into contiguous storage.
 template <class T>
 void gather_row(const T* src, std::ptrdiff_t stride, std::size_t n, T* dst) {

@@ -82,12 +82,13 @@ void run_fused(const Plan& p, const problem& pr, const schedule& requested, stri
   const auto kf = project_keys<path, T>(p.base, pr, n, threads);
   const std::size_t bk = simd::padded<T>(sch.block_k);
   key_panels<T> panels;
-  if (reads_keys_in_place<path>(p, pr)) {
-  } else if constexpr (path == score_path::dot_identity) {
-    const auto& kv = p.base.k.view;
-    panels = pack_key_panels<T>(pr, n, bk, kv.strides[3], [&](std::size_t b, std::size_t h, std::size_t j) { return kv.row(b, h, j); }, threads);
-  } else if constexpr (path == score_path::dot_features) {
-    panels = pack_key_panels<T>(pr, n, bk, 1, [&](std::size_t b, std::size_t h, std::size_t j) { return kf.row(b, h, j); }, threads);
+  if (!reads_keys_in_place<path>(p, pr)) {
+    if constexpr (path == score_path::dot_identity) {
+      const auto& kv = p.base.k.view;
+      panels = pack_key_panels<T>(pr, n, bk, kv.strides[3], [&](std::size_t b, std::size_t h, std::size_t j) { return kv.row(b, h, j); }, threads);
+    } else if constexpr (path == score_path::dot_features) {
+      panels = pack_key_panels<T>(pr, n, bk, 1, [&](std::size_t b, std::size_t h, std::size_t j) { return kf.row(b, h, j); }, threads);
+    }
   }
 
   const std::size_t qblocks = (pr.q_len + sch.block_q - 1) / sch.block_q;

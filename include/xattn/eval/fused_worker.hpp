@@ -6,6 +6,7 @@
 #include "../schedule.hpp"
 #include "features.hpp"
 #include "key_panels.hpp"
+#include "lse_target.hpp"
 #include "mask_eval.hpp"
 
 #include <boost/hana.hpp>

@@ -202,13 +202,17 @@ void pv_tile(const T* p, std::size_t ldp, std::size_t rows, const T* v, std::siz
   });
 }
 
-/// max over s[0, n) (n a multiple of the batch size); -inf for an all -inf row.
+/// max over s[0, n) (n a multiple of the batch size); -inf for an all -inf row. Four independent
+/// chains: one chain would be bound by vmaxps latency, not throughput.
 template <class T>
 T row_max(const T* s, std::size_t n) {
   constexpr std::size_t w = simd::width<T>;
-  batch<T> m(-std::numeric_limits<T>::infinity());
-  for (std::size_t j = 0; j < n; j += w) m = xsimd::max(m, simd::load(s + j));
-  return simd::hmax(m);
+  batch<T> m[4];
+  detail::each<4>([&](auto i) { m[i] = batch<T>(-std::numeric_limits<T>::infinity()); });
+  std::size_t j = 0;
+  for (; j + 4 * w <= n; j += 4 * w) detail::each<4>([&](auto i) { m[i] = xsimd::max(m[i], simd::load(s + j + i * w)); });
+  for (; j < n; j += w) m[0] = xsimd::max(m[0], simd::load(s + j));
+  return simd::hmax(xsimd::max(xsimd::max(m[0], m[1]), xsimd::max(m[2], m[3])));
 }
 
 /// s[j] = exp(s[j] - m) in place over [0, n) (n a multiple of the batch size); returns the sum.
@@ -217,13 +221,19 @@ template <class T>
 T exp_row(T* s, std::size_t n, T m) {
   constexpr std::size_t w = simd::width<T>;
   const batch<T> mv(std::isinf(m) ? T(0) : m);
-  batch<T> sum(T(0));
-  for (std::size_t j = 0; j < n; j += w) {
+  batch<T> sum[2] = {batch<T>(T(0)), batch<T>(T(0))};  // two chains, as in row_max
+  auto step = [&](std::size_t j, batch<T>& acc) {
     const batch<T> e = exp_nonpositive(simd::load(s + j) - mv);
     simd::store(s + j, e);
-    sum += e;
+    acc += e;
+  };
+  std::size_t j = 0;
+  for (; j + 2 * w <= n; j += 2 * w) {
+    step(j, sum[0]);
+    step(j + w, sum[1]);
   }
-  return simd::hsum(sum);
+  if (j < n) step(j, sum[0]);
+  return simd::hsum(sum[0] + sum[1]);
 }
 
 /// x[0, n) *= c (n a multiple of the batch size).

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 #include <cstddef>
+#include <type_traits>
 
 namespace xattn::simd {
 
@@ -20,11 +21,27 @@ inline T hsum(const batch<T>& x) noexcept {
   return xsimd::hadd(x);
 }
 
+namespace detail {
+
+template <class B>  // a template, so the AVX-512 intrinsics are only instantiated for AVX-512 batches
+inline auto hmax512(const B& x) noexcept {
+  if constexpr (std::is_same_v<typename B::value_type, float>)
+    return _mm512_reduce_max_ps(x);
+  else
+    return _mm512_reduce_max_pd(x);
+}
+
+}  // namespace detail
+
 template <class T>
 inline T hmax(const batch<T>& x) noexcept {
-  alignas(64) std::array<T, width<T>> lanes;
-  x.store_aligned(lanes.data());
-  return *std::max_element(lanes.begin(), lanes.end());
+  if constexpr (std::is_base_of_v<xsimd::avx512f, typename batch<T>::arch_type>) {
+    return detail::hmax512(x);
+  } else {
+    alignas(64) std::array<T, width<T>> lanes;
+    x.store_aligned(lanes.data());
+    return *std::max_element(lanes.begin(), lanes.end());
+  }
 }
 
 template <class T>
