@@ -81,7 +81,7 @@ TEMPLATE_TEST_CASE("pv_tile: keys of weight 0 never contribute, even with inf or
     }
 }
 
-TEMPLATE_TEST_CASE("row_max, exp_row, scale_row", "[kernel]", float, double) {
+TEMPLATE_TEST_CASE("row_max, exp_row (base 2), scale_row", "[kernel]", float, double) {
   using T = TestType;
   constexpr T inf = std::numeric_limits<T>::infinity();
   const std::size_t n = padded<T>(21);
@@ -91,7 +91,7 @@ TEMPLATE_TEST_CASE("row_max, exp_row, scale_row", "[kernel]", float, double) {
   const T sum = kernel::exp_row(s.data(), n, T(3));
   double want = 0;
   for (std::size_t j = 0; j < 21; ++j) {
-    const double e = std::exp(double(j % 7) - 6.0);
+    const double e = std::exp2(double(j % 7) - 6.0);
     want += e;
     REQUIRE(s[j] == Approx(e).epsilon(1e-6));
   }
@@ -106,7 +106,24 @@ TEMPLATE_TEST_CASE("row_max, exp_row, scale_row", "[kernel]", float, double) {
   for (T x : all_masked) REQUIRE(x == T(0));
 }
 
-TEMPLATE_TEST_CASE("online_softmax_row over blocks equals one softmax over the row", "[kernel]", float, double) {
+TEMPLATE_TEST_CASE("to_base2_row: times log2 e, finite stays finite, inf and NaN pass", "[kernel]", float, double) {
+  using T = TestType;
+  using lim = std::numeric_limits<T>;
+  const std::size_t n = padded<T>(7);
+  std::vector<T> s(n, T(1));
+  const std::vector<T> x{T(2), T(-3.5), lim::lowest(), lim::max(), -lim::infinity(), lim::infinity(), lim::quiet_NaN()};
+  std::copy(x.begin(), x.end(), s.begin());
+  kernel::to_base2_row(s.data(), n);
+  REQUIRE(s[0] == Approx(2 * 1.4426950408889634).epsilon(1e-7));
+  REQUIRE(s[1] == Approx(-3.5 * 1.4426950408889634).epsilon(1e-7));
+  REQUIRE(s[2] == lim::lowest());  // saturated, not -inf: a filled key still takes part
+  REQUIRE(s[3] == lim::max());
+  REQUIRE(s[4] == -lim::infinity());
+  REQUIRE(s[5] == lim::infinity());
+  REQUIRE(std::isnan(s[6]));
+}
+
+TEMPLATE_TEST_CASE("online_softmax_row over blocks equals one base-2 softmax over the row", "[kernel]", float, double) {
   using T = TestType;
   constexpr std::size_t w = simd::width<T>;
   testing::rng r(4);
@@ -124,14 +141,15 @@ TEMPLATE_TEST_CASE("online_softmax_row over blocks equals one softmax over the r
   kernel::finalize_row(o.data(), dv, st.l, out.data(), 1);
   double m = -1e300, z = 0;
   for (auto x : scores) m = std::max(m, double(x));
-  for (auto x : scores) z += std::exp(double(x) - m);
+  for (auto x : scores) z += std::exp2(double(x) - m);
   REQUIRE(st.m == T(m));
   REQUIRE(double(st.l) == Approx(z).epsilon(1e-5));
   for (std::size_t d = 0; d < dv; ++d) {
     double want = 0;
-    for (std::size_t j = 0; j < blocks * w; ++j) want += std::exp(double(scores.flat(j)) - m) / z * double(v(j, d));
+    for (std::size_t j = 0; j < blocks * w; ++j) want += std::exp2(double(scores.flat(j)) - m) / z * double(v(j, d));
     REQUIRE(out[d] == Approx(want).margin(1e-5));
   }
+  REQUIRE(double(kernel::row_lse(st)) == Approx(std::log(z) + m * std::log(2.0)).epsilon(1e-6));  // natural units
 }
 
 TEST_CASE("finalize_row: a row that saw nothing is zero, not NaN") {

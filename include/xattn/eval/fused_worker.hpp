@@ -26,6 +26,13 @@ class fused_worker {
                const key_panels<T>& panels, std::size_t n, const schedule& sch, strided4<T> out, lse_target<T> lse)
       : p_(p), pr_(pr), ops_(ops), masks_(masks), kf_(kf), panels_(panels), n_(n), bq_(sch.block_q),
         bk_(simd::padded<T>(sch.block_k)), lds_(tile_stride<T>(bk_)), dvp_(simd::padded<T>(pr.v_dim)), out_(out), lse_(lse) {
+    // The softmax runs in base 2. Without modifiers, and with masks that only exclude (fill -inf),
+    // nothing needs natural units, so log2 e joins the scale (into the queries on the dot paths);
+    // otherwise each row is converted after its modifiers and masks (a filled -1e6 scales too).
+    bool excluding = true;
+    hana::for_each(masks, [&](const auto& m) { excluding = excluding && std::isinf(fill_of(m)); });
+    fold_log2e_ = decltype(hana::is_empty(ops))::value && excluding;
+    sc_ = T(p.scale * (fold_log2e_ ? log2e : 1.0));
     const std::size_t qn = Path == score_path::pair_raw ? pr.q_dim : n;
     qf_.resize(bq_ * std::max<std::size_t>(qn, 1));
     qraw_.resize(std::max<std::size_t>(pr.q_dim, 1));
@@ -58,6 +65,7 @@ class fused_worker {
         T* s = s_.data() + r * lds_;
         apply_ops(s, cols, b, h, i0 + r, j0);
         if (!v.all_visible) apply_masks(masks_, s, cols, b, h, i0 + r, j0);
+        if (!fold_log2e_) kernel::to_base2_row(s, colsp);  // padding is overwritten next
         std::fill(s + cols, s + colsp, -std::numeric_limits<T>::infinity());
         kernel::online_softmax_row(s, colsp, st_[r], o_.data() + r * dvp_, dvp_);
         if (p_.drop.p > 0)  // after the running sum: dropout rescales what reaches V, not the normaliser
@@ -68,20 +76,18 @@ class fused_worker {
     }
     for (std::size_t r = 0; r < rows; ++r) {
       kernel::finalize_row(o_.data() + r * dvp_, pr_.v_dim, st_[r].l, out.mutable_row(b, h, i0 + r), out.strides[3]);
-      if (lse.data) {
-        const auto& st = st_[r];
-        lse.at(b, h, i0 + r) =
-            st.l == 0 ? -std::numeric_limits<T>::infinity() : (std::isinf(st.m) ? T(0) : st.m) + std::log(st.l);
-      }
+      if (lse.data) lse.at(b, h, i0 + r) = kernel::row_lse(st_[r]);
     }
   }
 
  private:
+  static constexpr double log2e = 1.44269504088896340736;
+
   bool all_rows_above(std::size_t rows, double fill) const {
-    // exp(fill - m) underflows to exactly 0 beyond this margin, so such a block adds nothing.
-    const double margin = std::is_same_v<T, float> ? 110 : 760;
+    // 2^(fill - m) underflows to exactly 0 beyond this margin (base 2), so such a block adds nothing.
+    const double margin = std::is_same_v<T, float> ? 130 : 1100;
     for (std::size_t r = 0; r < rows; ++r)
-      if (!(double(st_[r].m) > fill + margin)) return false;
+      if (!(double(st_[r].m) > fill * log2e + margin)) return false;
     return true;
   }
 
@@ -91,7 +97,7 @@ class fused_worker {
       return;
     } else {
       const auto& qv = q.q.view;
-      const T sc = T(p_.scale);
+      const T sc = sc_;
       for (std::size_t r = 0; r < rows; ++r) {
         const T* src = qv.row(b, h, i0 + r);
         T* dst = qf_.data() + r * qwidth();
@@ -114,7 +120,7 @@ class fused_worker {
 
   void scores(std::size_t b, std::size_t h, std::size_t hk, std::size_t i0, std::size_t rows, std::size_t j0,
               std::size_t cols, std::size_t colsp) {
-    const T sc = T(p_.scale);
+    const T sc = sc_;
     if constexpr (Path == score_path::dot_identity || Path == score_path::dot_features) {
       if (!panels_.data.empty()) {
         kernel::qk_tile(qf_.data(), n_, rows, panels_.panel(b, hk, j0 / bk_), n_, colsp, s_.data(), lds_);
@@ -180,6 +186,8 @@ class fused_worker {
   const key_features<T>& kf_;
   const key_panels<T>& panels_;
   std::size_t n_, bq_, bk_, lds_, dvp_;
+  bool fold_log2e_ = false;
+  T sc_ = 1;  // the expression's scale, times log2 e when folded
   strided4<T> out_;
   lse_target<T> lse_;
   std::vector<T> qf_, qraw_, alpha_, s_, o_, vb_;

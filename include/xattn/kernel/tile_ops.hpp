@@ -215,15 +215,16 @@ T row_max(const T* s, std::size_t n) {
   return simd::hmax(xsimd::max(xsimd::max(m[0], m[1]), xsimd::max(m[2], m[3])));
 }
 
-/// s[j] = exp(s[j] - m) in place over [0, n) (n a multiple of the batch size); returns the sum.
-/// m = -inf (nothing visible yet) is treated as 0 so that -inf scores give 0, never NaN.
+/// s[j] = 2^(s[j] - m) in place over [0, n) (n a multiple of the batch size); returns the sum.
+/// Scores are in base-2 units (natural scores times log2 e). m = -inf (nothing visible yet) is
+/// treated as 0 so that -inf scores give 0, never NaN.
 template <class T>
 T exp_row(T* s, std::size_t n, T m) {
   constexpr std::size_t w = simd::width<T>;
   const batch<T> mv(std::isinf(m) ? T(0) : m);
   batch<T> sum[2] = {batch<T>(T(0)), batch<T>(T(0))};  // two chains, as in row_max
   auto step = [&](std::size_t j, batch<T>& acc) {
-    const batch<T> e = exp_nonpositive(simd::load(s + j) - mv);
+    const batch<T> e = exp2_nonpositive(simd::load(s + j) - mv);
     simd::store(s + j, e);
     acc += e;
   };
@@ -244,26 +245,48 @@ void scale_row(T* x, std::size_t n, T c) {
   for (std::size_t j = 0; j < n; j += w) simd::store(x + j, simd::load(x + j) * cv);
 }
 
-/// Running-softmax state of one query row: max m and sum l of exp(s - m).
+/// s[0, n) *= log2 e (n a multiple of the batch size): natural scores to the softmax's base 2.
+/// Saturating: a finite score stays finite (a fill of the lowest float, as equinox writes, must not
+/// become -inf, which would mean "excluded"); ±inf and NaN pass unchanged.
+template <class T>
+void to_base2_row(T* s, std::size_t n) {
+  constexpr std::size_t w = simd::width<T>;
+  const batch<T> c(T(1.44269504088896340736)), hi(std::numeric_limits<T>::max());
+  for (std::size_t j = 0; j < n; j += w) {
+    const batch<T> x = simd::load(s + j), r = x * c;
+    const auto overflowed = xsimd::abs(r) > hi && xsimd::abs(x) <= hi;  // false for NaN (ordered compares)
+    simd::store(s + j, xsimd::select(overflowed, xsimd::select(x < batch<T>(T(0)), -hi, hi), r));
+  }
+}
+
+/// Running-softmax state of one query row, in base 2: max m and sum l of 2^(s - m).
 template <class T>
 struct row_state {
   T m = -std::numeric_limits<T>::infinity();
   T l = 0;
 };
 
-/// One online-softmax step on a score row (cols_padded wide): turns it into probabilities
-/// relative to the new running max, and rescales the output row o (dv_padded wide) only when the
-/// max grew. Padding columns must hold -inf.
+/// One online-softmax step on a score row (cols_padded wide, base-2 units): turns it into
+/// probabilities relative to the new running max, and rescales the output row o (dv_padded wide)
+/// only when the max grew. Padding columns must hold -inf.
 template <class T>
 void online_softmax_row(T* s, std::size_t cols_padded, row_state<T>& st, T* o, std::size_t dv_padded) {
   const T m_new = std::max(st.m, row_max(s, cols_padded));
   if (m_new > st.m && st.l != 0) {
-    const T c = std::exp(st.m - m_new);
+    const T c = std::exp2(st.m - m_new);
     st.l *= c;
     scale_row(o, dv_padded, c);
   }
   st.m = m_new;
   st.l += exp_row(s, cols_padded, m_new);
+}
+
+/// Natural log-sum-exp of a finished row: ln(sum e^s) = (m + log2 l) · ln 2; -inf if nothing was
+/// visible.
+template <class T>
+T row_lse(const row_state<T>& st) {
+  if (st.l == 0) return -std::numeric_limits<T>::infinity();
+  return ((std::isinf(st.m) ? T(0) : st.m) + std::log2(st.l)) * T(0.693147180559945309417);
 }
 
 /// out[d * stride] = o[d] / l for d < dv; a row that saw no visible key (l = 0) becomes 0.
