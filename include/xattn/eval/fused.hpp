@@ -81,15 +81,17 @@ void run_fused(const Plan& p, const problem& pr, const schedule& requested, stri
 #endif
   const auto kf = project_keys<path, T>(p.base, pr, n, threads);
   const std::size_t bk = simd::padded<T>(sch.block_k);
-  key_panels<T> panels;
-  if (!reads_keys_in_place<path>(p, pr)) {
+  constexpr bool dot_path = path == score_path::dot_identity || path == score_path::dot_features;
+  const bool packed = dot_path && !reads_keys_in_place<path>(p, pr);
+  key_panels<T> panels = packed ? make_key_panels<T>(pr, n, bk) : key_panels<T>{};
+  auto pack_panels = [&] {  // inside the parallel region below: one team wake-up per evaluation
     if constexpr (path == score_path::dot_identity) {
       const auto& kv = p.base.k.view;
-      panels = pack_key_panels<T>(pr, n, bk, kv.strides[3], [&](std::size_t b, std::size_t h, std::size_t j) { return kv.row(b, h, j); }, threads);
+      if (packed) pack_key_panels(panels, pr, kv.strides[3], [&](std::size_t b, std::size_t h, std::size_t j) { return kv.row(b, h, j); });
     } else if constexpr (path == score_path::dot_features) {
-      panels = pack_key_panels<T>(pr, n, bk, 1, [&](std::size_t b, std::size_t h, std::size_t j) { return kf.row(b, h, j); }, threads);
+      if (packed) pack_key_panels(panels, pr, 1, [&](std::size_t b, std::size_t h, std::size_t j) { return kf.row(b, h, j); });
     }
-  }
+  };
 
   const std::size_t qblocks = (pr.q_len + sch.block_q - 1) / sch.block_q;
   using worker_t = fused_worker<T, path, Plan, std::decay_t<decltype(ops)>, std::decay_t<decltype(masks)>>;
@@ -121,11 +123,13 @@ void run_fused(const Plan& p, const problem& pr, const schedule& requested, stri
 #ifdef _OPENMP
 #pragma omp parallel num_threads(threads) if (threads > 1 && tasks > 1)
   {
+    pack_panels();  // an orphaned omp for: its barrier ends before any task reads a panel
     worker_t wk(p, pr, ops, masks, kf, panels, n, sch, out, lse);
 #pragma omp for schedule(dynamic, 1)
     for (std::ptrdiff_t t = 0; t < tasks; ++t) task(wk, t);
   }
 #else
+  pack_panels();
   worker_t wk(p, pr, ops, masks, kf, panels, n, sch, out, lse);
   for (std::ptrdiff_t t = 0; t < tasks; ++t) task(wk, t);
 #endif

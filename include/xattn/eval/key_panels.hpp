@@ -26,21 +26,27 @@ constexpr std::size_t tile_stride(std::size_t bk) noexcept {
   return bk + simd::width<T>;
 }
 
-/// row(b, h, j) -> pointer to key j's n features, dstride apart.
-template <class T, class RowFn>
-key_panels<T> pack_key_panels(const problem& pr, std::size_t n, std::size_t bk, std::ptrdiff_t dstride, RowFn row,
-                              int threads) {
+/// Storage for the panels of every (batch, kv head, key block); filled by pack_key_panels.
+template <class T>
+key_panels<T> make_key_panels(const problem& pr, std::size_t n, std::size_t bk) {
   key_panels<T> kp{n, bk, (pr.kv_len + bk - 1) / bk, pr.kv_heads, kernel::packed_kt_size<T>(bk, n), {}};
   kp.data.resize(pr.batch * pr.kv_heads * kp.blocks * kp.size);
+  return kp;
+}
+
+/// Packs every panel; row(b, h, j) -> pointer to key j's n features, dstride apart. An orphaned
+/// `omp for`: called inside the fused pass's parallel region, the threads share the panels (and
+/// meet at its barrier) without waking a second team; outside one it runs serially.
+template <class T, class RowFn>
+void pack_key_panels(key_panels<T>& kp, const problem& pr, std::ptrdiff_t dstride, RowFn row) {
   const auto count = std::ptrdiff_t(pr.batch * pr.kv_heads * kp.blocks);
-#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
+#pragma omp for schedule(static)
   for (std::ptrdiff_t t = 0; t < count; ++t) {
     const std::size_t kb = std::size_t(t) % kp.blocks, bh = std::size_t(t) / kp.blocks;
-    const std::size_t b = bh / pr.kv_heads, h = bh % pr.kv_heads, j0 = kb * bk;
-    kernel::pack_kt([&](std::size_t c) { return row(b, h, j0 + c); }, std::min(bk, pr.kv_len - j0), n, dstride,
-                    const_cast<T*>(kp.panel(b, h, kb)));
+    const std::size_t b = bh / pr.kv_heads, h = bh % pr.kv_heads, j0 = kb * kp.bk;
+    kernel::pack_kt([&](std::size_t c) { return row(b, h, j0 + c); }, std::min(kp.bk, pr.kv_len - j0), kp.n, dstride,
+                    kp.data.data() + std::size_t(t) * kp.size);
   }
-  return kp;
 }
 
 }  // namespace xattn
