@@ -32,7 +32,7 @@ class fused_worker {
     bool excluding = true;
     hana::for_each(masks, [&](const auto& m) { excluding = excluding && std::isinf(fill_of(m)); });
     fold_log2e_ = decltype(hana::is_empty(ops))::value && excluding;
-    sc_ = T(p.scale * (fold_log2e_ ? log2e : 1.0));
+    sc_ = T(p.scale * (fold_log2e_ ? kernel::log2e : 1.0));
     const std::size_t qn = Path == score_path::pair_raw ? pr.q_dim : n;
     qf_.resize(bq_ * std::max<std::size_t>(qn, 1));
     qraw_.resize(std::max<std::size_t>(pr.q_dim, 1));
@@ -81,13 +81,11 @@ class fused_worker {
   }
 
  private:
-  static constexpr double log2e = 1.44269504088896340736;
-
   bool all_rows_above(std::size_t rows, double fill) const {
     // 2^(fill - m) underflows to exactly 0 beyond this margin (base 2), so such a block adds nothing.
     const double margin = std::is_same_v<T, float> ? 130 : 1100;
     for (std::size_t r = 0; r < rows; ++r)
-      if (!(double(st_[r].m) > fill * log2e + margin)) return false;
+      if (!(double(st_[r].m) > fill * kernel::log2e + margin)) return false;
     return true;
   }
 

@@ -12,6 +12,9 @@
 
 namespace xattn::kernel {
 
+/// The softmax's change of base: e^x = 2^(x · log2 e).
+inline constexpr double log2e = 1.44269504088896340736;
+
 /// 2^f for |f| <= 1/2: degree 5, 1 + f·ln2 + f²·q(f) with q interpolating the rest at the
 /// Chebyshev nodes: relative error 2.0e-7 in exact arithmetic, and 2^0 = 1 exactly.
 inline simd::batch<float> exp2_reduced(const simd::batch<float>& f) noexcept {

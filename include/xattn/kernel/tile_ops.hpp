@@ -251,7 +251,7 @@ void scale_row(T* x, std::size_t n, T c) {
 template <class T>
 void to_base2_row(T* s, std::size_t n) {
   constexpr std::size_t w = simd::width<T>;
-  const batch<T> c(T(1.44269504088896340736)), hi(std::numeric_limits<T>::max());
+  const batch<T> c(static_cast<T>(log2e)), hi(std::numeric_limits<T>::max());
   for (std::size_t j = 0; j < n; j += w) {
     const batch<T> x = simd::load(s + j), r = x * c;
     const auto overflowed = xsimd::abs(r) > hi && xsimd::abs(x) <= hi;  // false for NaN (ordered compares)
