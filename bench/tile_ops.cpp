@@ -1,6 +1,6 @@
 // Each tile operation of the fused kernel alone, on the default tile (60 queries x 256 keys,
-// D = Dv = 64), data in L1/L2 as in the fused pass: says where a fused pass's time goes.
-// Names: tile/<op>/60/256/64; counter ns_per_tile (and gflops for the two products).
+// D = Dv = 64 and 128), data in L1/L2 as in the fused pass: says where a fused pass's time goes.
+// Names: tile/<op>/60/256/<D>; counter ns_per_tile (and gflops for the two products).
 #include "common.hpp"
 #include "variants.hpp"
 
@@ -13,9 +13,10 @@ namespace xattn_bench {
 
 namespace {
 
-constexpr std::size_t rows = 60, keys = 256, dim = 64;
+constexpr std::size_t rows = 60, keys = 256;
 constexpr std::size_t ld = xattn::tile_stride<float>(keys);  // the fused pass's padded score row stride
 
+template <std::size_t dim>
 struct tile_data {
   std::vector<float> q = std::vector<float>(rows * dim), kt = std::vector<float>(xattn::kernel::packed_kt_size<float>(keys, dim)),
                      s = std::vector<float>(rows * ld), v = std::vector<float>(keys * dim),
@@ -33,11 +34,10 @@ void report(benchmark::State& state, double seconds, double flop) {
   if (flop > 0) state.counters["gflops"] = flop / seconds / 1e9;
 }
 
-}  // namespace
-
-void register_tile_ops() {
-  static tile_data t;
-  const std::string shape = "/60/256/64";
+template <std::size_t dim>
+void register_tile_ops_for() {
+  static tile_data<dim> t;
+  const std::string shape = "/60/256/" + std::to_string(dim);
   benchmark::RegisterBenchmark(("tile/qk" + shape).c_str(), [](benchmark::State& state) {
     set_threads(1);
     const double s = run_timed(state, 0, [] {
@@ -63,6 +63,13 @@ void register_tile_ops() {
     });
     report(state, s, 0);
   })->UseRealTime();
+}
+
+}  // namespace
+
+void register_tile_ops() {
+  register_tile_ops_for<64>();
+  register_tile_ops_for<128>();
 }
 
 }  // namespace xattn_bench

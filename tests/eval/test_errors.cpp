@@ -62,12 +62,11 @@ TEST_CASE("batch mismatch and grouped-query head ratio") {
   REQUIRE_THROWS_WITH(eval(softmax(Q3 * trans(K2))), Contains("3 query heads are not a multiple of the 2 key heads"));
 }
 
-TEST_CASE("bad policy and schedule arguments") {
+TEST_CASE("bad policy arguments") {
   auto Q = ref(q), K = ref(k), V = ref(v);
   REQUIRE_THROWS_WITH(eval(softmax(softcap(Q * trans(K), 0.0)) * V), Contains("softcap(scores, c)"));
   REQUIRE_THROWS_WITH(eval(softmax(alibi(Q * trans(K), {1.0, 2.0})) * V), Contains("slopes has 2 entries") && Contains("1 query heads"));
   REQUIRE_THROWS_WITH(eval(softmax(mask(Q * trans(K), window(-1, 2))) * V), Contains("window(left, right)"));
-  REQUIRE_THROWS_WITH(eval(softmax(Q * trans(K)) * V, {0, 64, 1}), Contains("schedule"));
   REQUIRE_THROWS_WITH(eval(softmax(mask(Q * trans(K), causal_offsets(std::vector<int>{1, 2, 3}))) * V),
                       Contains("causal_offsets(o): o has 3 entries but the batch is 2"));
 }

@@ -1,9 +1,11 @@
 #pragma once
 // The fused evaluator: project keys once if the policy needs it, then run every
-// (batch, query head, query block) task -- in parallel when OpenMP is on, pulled dynamically
-// because causal tasks are uneven.
+// (batch, query head, query block) task -- in parallel when OpenMP is on, each thread through its
+// own contiguous range and then stealing (task_ranges), because causal tasks are uneven.
+#include "choose_schedule.hpp"
 #include "fused_worker.hpp"
 #include "key_panels.hpp"
+#include "task_ranges.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -63,11 +65,6 @@ void merge_chunks(const std::vector<T>& part_out, const std::vector<T>& part_lse
 
 template <class T, class Plan>
 void run_fused(const Plan& p, const problem& pr, const schedule& requested, strided4<T> out, lse_target<T> lse = {}) {
-  if (requested.block_q == 0 || requested.block_k == 0)
-    detail::fail("schedule: block_q and block_k must be > 0, got (", requested.block_q, ", ", requested.block_k, ")");
-  schedule sch = requested;  // blocks beyond the problem change nothing: clamp them (no huge tiles)
-  sch.block_q = std::min(sch.block_q, std::max<std::size_t>(pr.q_len, 1));
-  sch.block_k = std::min(sch.block_k, std::max<std::size_t>(pr.kv_len, 1));
   constexpr score_path path = path_of<decltype(p.base)>();
   const auto ops = bind_all(p.ops, pr);
   const auto masks = bind_all(p.masks, pr);
@@ -75,10 +72,11 @@ void run_fused(const Plan& p, const problem& pr, const schedule& requested, stri
 #ifdef _OPENMP
   // Waking a team costs more than a tiny problem takes (about 2^22 flop ~ 40 us here).
   const double work = 2.0 * double(pr.batch * pr.q_heads * pr.q_len) * double(pr.kv_len) * double(n + pr.v_dim);
-  const int threads = work < double(1 << 22) ? 1 : sch.threads > 0 ? sch.threads : omp_get_max_threads();
+  const int threads = work < double(1 << 22) ? 1 : requested.threads > 0 ? requested.threads : omp_get_max_threads();
 #else
   const int threads = 1;
 #endif
+  const schedule sch = choose_schedule(requested, pr, n, sizeof(T), threads);
   const auto kf = project_keys<path, T>(p.base, pr, n, threads);
   const std::size_t bk = simd::padded<T>(sch.block_k);
   constexpr bool dot_path = path == score_path::dot_identity || path == score_path::dot_features;
@@ -121,12 +119,12 @@ void run_fused(const Plan& p, const problem& pr, const schedule& requested, stri
     wk.run(b, h, qb * sch.block_q, c * chunk, std::min(pr.kv_len, (c + 1) * chunk), o, l);
   };
 #ifdef _OPENMP
+  task_ranges queue{std::size_t(tasks), std::size_t(threads)};
 #pragma omp parallel num_threads(threads) if (threads > 1 && tasks > 1)
   {
     pack_panels();  // an orphaned omp for: its barrier ends before any task reads a panel
     worker_t wk(p, pr, ops, masks, kf, panels, n, sch, out, lse);
-#pragma omp for schedule(dynamic, 1)
-    for (std::ptrdiff_t t = 0; t < tasks; ++t) task(wk, t);
+    while (const auto t = queue.next(std::size_t(omp_get_thread_num()))) task(wk, std::ptrdiff_t(*t));
   }
 #else
   pack_panels();
