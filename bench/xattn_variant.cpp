@@ -26,7 +26,7 @@ void run_xattn(benchmark::State& state, const attention_shape& s, int threads) {
        o = adapt(data.o, s, s.seq_q);
   auto Q = xattn::ref(q), K = xattn::ref(k), V = xattn::ref(v);
   const float scale = 1.0f / std::sqrt(float(s.head_dim));
-  const xattn::schedule sch{60, 256, threads};
+  const xattn::schedule sch{.threads = threads};  // blocks chosen by the library, as for a user
   if (s.causal)
     run_timed(state, attention_flop(s), [&] {
       xattn::eval_into(softmax(mask(Q * trans(K) * scale, xattn::causal(xattn::align::bottom_right))) * V, o, sch);

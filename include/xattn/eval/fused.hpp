@@ -94,7 +94,7 @@ void run_fused(const Plan& p, const problem& pr, const schedule& requested, stri
   const std::size_t qblocks = (pr.q_len + sch.block_q - 1) / sch.block_q;
   using worker_t = fused_worker<T, path, Plan, std::decay_t<decltype(ops)>, std::decay_t<decltype(masks)>>;
   const std::size_t chunks = key_chunks(pr, bk);
-  const std::size_t chunk = (pr.kv_len + chunks - 1) / chunks / bk * bk + bk;  // whole key blocks
+  const std::size_t chunk = ((pr.kv_len + chunks - 1) / chunks + bk - 1) / bk * bk;  // whole key blocks
   std::vector<T> part_out, part_lse;
   strided4<T> part_view{};
   lse_target<T> part_lse_at{};
