@@ -33,6 +33,7 @@ int main(int argc, char** argv) {
   add_context();
   xattn_bench::register_memory();  // first: later baselines raise the resident high-water mark
   xattn_bench::register_peak_fma();
+  xattn_bench::register_peak_read();
   xattn_bench::register_blas_unfused();
   xattn_bench::register_xtensor_eager();
   xattn_bench::register_xattn_variant();

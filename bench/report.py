@@ -16,7 +16,7 @@ from pathlib import Path
 
 FUSED = "xattn"
 BASELINES = ["blas_unfused", "xtensor_eager", "ort"]
-OTHER = ("additive", "memory", "compile", "tile")  # measurements outside the shape table
+OTHER = ("additive", "memory", "compile", "tile", "bandwidth")  # measurements outside the shape table
 PEAK = "peak_fma"
 SHAPE_FIELDS = ["B", "H", "Sq", "Skv", "D", "causal", "threads"]
 # Google Benchmark appends these to the registered name.
@@ -125,6 +125,30 @@ def markdown(context, peaks, table, variants):
     return "\n".join(lines) + "\n"
 
 
+def decode_bandwidth(table, benchmarks):
+    """Decode rows (Sq = 1) must read K and V once: their bytes per second against
+    bandwidth/read/<threads> (median) from the same run."""
+    reads = {}
+    for b in benchmarks:
+        parts = registered_name(b.get("run_name", b["name"]))
+        if parts[:2] == ["bandwidth", "read"] and b.get("run_type") != "aggregate" and "gbytes_per_s" in b:
+            reads.setdefault(int(parts[2]), []).append(b["gbytes_per_s"])
+    lines = []
+    for (bb, h, sq, skv, d, causal, threads), row in table.items():
+        fused, peak = row.get(FUSED), reads.get(threads)
+        if sq != 1 or not number(fused) or not peak:
+            continue
+        seconds = 4.0 * bb * h * sq * skv * d / (fused * 1e9)
+        gbps = 2.0 * bb * h * skv * d * 4 / seconds / 1e9  # K and V, fp32; Hkv = H in the shape table
+        lines.append(f"| {bb}/{h}/{sq}/{skv}/{d} | {threads} | {gbps:.1f} | {statistics.median(peak):.1f} | "
+                     f"{100 * gbps / statistics.median(peak):.0f} % |")
+    if not lines:
+        return ""
+    return "\n".join(["", "## Decode: K and V read against the read bandwidth of the same run", "",
+                      "| B/H/Sq/Skv/D | threads | xattn GB/s | bandwidth/read GB/s | fraction |",
+                      "|---|---:|---:|---:|---:|", *lines]) + "\n"
+
+
 def seqlen_series(table, variants):
     """D = 64, non-causal, Sq == Skv rows: {seq: {(variant, threads): gflops}} (first shape per seq wins)."""
     points = {}
@@ -224,7 +248,8 @@ def main(argv):
     out_dir.mkdir(parents=True, exist_ok=True)
 
     peaks, table, variants = split(collect(data.get("benchmarks", [])))
-    md = markdown(data.get("context", {}), peaks, table, variants) + other_measurements(data.get("benchmarks", []))
+    md = (markdown(data.get("context", {}), peaks, table, variants) + other_measurements(data.get("benchmarks", []))
+          + decode_bandwidth(table, data.get("benchmarks", [])))
     (out_dir / "results.md").write_text(md)
     print(md)
     print(f"wrote {out_dir / 'results.md'}")

@@ -27,6 +27,7 @@ inline void register_attention_variant(std::string_view variant, attention_body 
 }
 
 void register_peak_fma();
+void register_peak_read();
 void register_blas_unfused();
 void register_xtensor_eager();
 void register_xattn_variant();

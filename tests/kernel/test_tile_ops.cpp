@@ -37,7 +37,8 @@ TEMPLATE_TEST_CASE("qk_tile computes Q Kᵀ from packed keys", "[kernel]", float
 TEMPLATE_TEST_CASE("pv_tile accumulates P V into O", "[kernel]", float, double) {
   using T = TestType;
   testing::rng r(2);
-  for (auto [rows, keys, dv] : {std::tuple{1u, 1u, 1u}, {5u, 9u, 3u}, {9u, 64u, 70u}}) {
+  // 200 columns: with one or two rows, blocks of 2 x, 1 x and 1/4 x the six-row width
+  for (auto [rows, keys, dv] : {std::tuple{1u, 1u, 1u}, {5u, 9u, 3u}, {9u, 64u, 70u}, {1u, 7u, 200u}, {2u, 13u, 200u}}) {
     const std::size_t dvp = padded<T>(dv), ldp = keys + 2;
     const auto p = r.tensor<T>({rows, ldp}), o0 = r.tensor<T>({rows, dvp});
     xt::xarray<T> v(std::vector<std::size_t>{keys, dvp}, T(0));
@@ -56,29 +57,32 @@ TEMPLATE_TEST_CASE("pv_tile accumulates P V into O", "[kernel]", float, double) 
 
 TEMPLATE_TEST_CASE("pv_tile: keys of weight 0 never contribute, even with inf or NaN values", "[kernel]", float, double) {
   using T = TestType;
-  constexpr std::size_t rows = 7, keys = 11, dv = 5, dvp = padded<T>(dv);
+  constexpr std::size_t keys = 11;
   testing::rng r(3);
-  auto p = r.tensor<T>({rows, keys});
-  xt::xarray<T> v(std::vector<std::size_t>{keys, dvp}, T(0));
-  for (std::size_t j = 0; j < keys; ++j)
-    for (std::size_t d = 0; d < dv; ++d) v(j, d) = T(r.uniform(-1, 1));
-  v(4, 1) = std::numeric_limits<T>::quiet_NaN();
-  v(9, 3) = std::numeric_limits<T>::infinity();
-  for (std::size_t i = 0; i < rows; ++i)
-    if (i != 2) p(i, 4) = 0;  // only row 2 weighs the NaN key
-  p(5, 9) = 0;                 // every row but 5 weighs the inf key
-  xt::xarray<T> o(std::vector<std::size_t>{rows, dvp}, T(1));
-  kernel::pv_tile(p.data(), keys, rows, v.data(), dvp, keys, o.data(), dvp, dvp);
-  for (std::size_t i = 0; i < rows; ++i)
-    for (std::size_t d = 0; d < dv; ++d) {
-      double want = 1;
-      for (std::size_t j = 0; j < keys; ++j)
-        if (p(i, j) != 0) want += double(p(i, j)) * double(v(j, d));
-      INFO("row " << i << " column " << d);
-      if (std::isnan(want)) REQUIRE(std::isnan(o(i, d)));
-      else if (std::isinf(want)) REQUIRE(o(i, d) == T(want));
-      else REQUIRE(o(i, d) == Approx(want).margin(1e-5));
-    }
+  for (auto [rows, dv] : {std::pair{7u, 5u}, {2u, 200u}}) {  // six-row blocks and wide two-row ones
+    const std::size_t dvp = padded<T>(dv);
+    auto p = r.tensor<T>({rows, keys});
+    xt::xarray<T> v(std::vector<std::size_t>{keys, dvp}, T(0));
+    for (std::size_t j = 0; j < keys; ++j)
+      for (std::size_t d = 0; d < dv; ++d) v(j, d) = T(r.uniform(-1, 1));
+    v(4, 1) = std::numeric_limits<T>::quiet_NaN();
+    v(9, 3) = std::numeric_limits<T>::infinity();
+    for (std::size_t i = 0; i < rows; ++i)
+      if (i != 1) p(i, 4) = 0;  // only row 1 weighs the NaN key
+    p(0, 9) = 0;                 // every row but 0 weighs the inf key
+    xt::xarray<T> o(std::vector<std::size_t>{rows, dvp}, T(1));
+    kernel::pv_tile(p.data(), keys, rows, v.data(), dvp, keys, o.data(), dvp, dvp);
+    for (std::size_t i = 0; i < rows; ++i)
+      for (std::size_t d = 0; d < dv; ++d) {
+        double want = 1;
+        for (std::size_t j = 0; j < keys; ++j)
+          if (p(i, j) != 0) want += double(p(i, j)) * double(v(j, d));
+        INFO("rows " << rows << ", row " << i << " column " << d);
+        if (std::isnan(want)) REQUIRE(std::isnan(o(i, d)));
+        else if (std::isinf(want)) REQUIRE(o(i, d) == T(want));
+        else REQUIRE(o(i, d) == Approx(want).margin(1e-5));
+      }
+  }
 }
 
 TEMPLATE_TEST_CASE("row_max, exp_row (base 2), scale_row", "[kernel]", float, double) {

@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <stdexcept>
+#include <string>
 
 namespace xattn {
 
@@ -16,7 +17,8 @@ class task_ranges {
  public:
   task_ranges(std::size_t tasks, std::size_t threads)
       : threads_(threads == 0 ? 1 : threads), ranges_(std::make_unique<range[]>(threads_)) {
-    if (tasks > UINT32_MAX) throw std::invalid_argument("task_ranges: more than 2^32 tasks");
+    if (tasks > UINT32_MAX)  // (batch x heads x query blocks x key chunks): far beyond any memory
+      throw std::invalid_argument("fused pass: " + std::to_string(tasks) + " tasks, more than 2^32 - 1");
     for (std::size_t t = 0; t < threads_; ++t)
       ranges_[t].bits.store(pack(tasks * t / threads_, tasks * (t + 1) / threads_), std::memory_order_relaxed);
   }

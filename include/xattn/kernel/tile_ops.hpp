@@ -17,7 +17,8 @@ using simd::batch;
 
 /// Register blocking: rows broadcast from the left operand x batches of the right one.
 /// rows x vecs accumulators + vecs operands + 1 broadcast must fit the register file:
-/// 6 x 4 + 5 = 29 of AVX-512's 32, 6 x 2 + 3 = 15 of AVX2's 16.
+/// 6 x 4 + 5 = 29 of AVX-512's 32, 6 x 2 + 3 = 15 of AVX2's 16 (P·V with at most two rows takes
+/// twice the columns: 2 x 8 + 9 = 25, 2 x 4 + 5 = 13).
 template <class T>
 struct blocking {
   static constexpr std::size_t rows = 6;
@@ -133,6 +134,11 @@ inline void pv_micro_rows(const T* p, std::size_t ldp, const T* v, std::size_t l
       if (flagged & (1u << r)) pv_exact_row(p + r * ldp, v + c0, ldv, keys, o + r * ldo + c0, CC * w);
   };
   std::size_t c = 0;
+  // One or two rows (decoding) leave registers for twice the columns: D = 128 (fp32, AVX-512) then
+  // takes one pass over the value rows instead of two half-row passes, whose stride defeats the
+  // prefetcher when V streams from memory. Same sums in the same order: results do not change.
+  if constexpr (R <= 2)
+    for (; c + 2 * C * w <= dv_padded; c += 2 * C * w) run(std::integral_constant<std::size_t, 2 * C>{}, c);
   for (; c + C * w <= dv_padded; c += C * w) run(std::integral_constant<std::size_t, C>{}, c);
   for (; c < dv_padded; c += w) run(std::integral_constant<std::size_t, 1>{}, c);
 }
