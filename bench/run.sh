@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # usage: bench/run.sh BUILD_DIR [extra Google Benchmark flags]
 #   BENCH_FILTER       regex on benchmark names (default: all), e.g. 'peak_fma|/512/512/'
-#   BENCH_MIN_TIME     seconds per repetition (default 1; the baselines then take ~4 minutes, ~5-6 with xattn)
+#   BENCH_MIN_TIME     seconds per repetition (default 1; the whole suite then takes about 11 minutes)
 #   BENCH_REPETITIONS  repetitions per benchmark, reported as their median (default 5)
 # Writes BUILD_DIR/bench/results.{json,md}, gflops_vs_seqlen.{dat,gp,png}.
 set -euo pipefail
@@ -27,12 +27,16 @@ args=(
 
 "$exe" "${args[@]}" "$@"
 
-# Build cost: one TU with five pipelines at -O2, the flags of the project's own builds.
+# Build cost: one TU with five pipelines at -O2, the flags of the project's own builds. Best of
+# three: on this shared VM a single compile varied from 7.3 to 12 s within an hour.
 root=$(cd "$here/.." && pwd)
-start=$(date +%s%N)
-g++ -std=c++20 -O2 -march=native -fopenmp -I"$root/include" -c "$here/compile_probe.cpp" -o "$out/compile_probe.o"
-secs=$(awk -v a="$start" -v b="$(date +%s%N)" 'BEGIN { printf "%.2f", (b - a) / 1e9 }')
-echo "{\"benchmarks\": [{\"name\": \"compile/five_pipelines_O2\", \"run_type\": \"iteration\", \"seconds\": $secs}]}" > "$out/compile.json"
+best=
+for _ in 1 2 3; do
+  start=$(date +%s%N)
+  g++ -std=c++20 -O2 -march=native -fopenmp -I"$root/include" -c "$here/compile_probe.cpp" -o "$out/compile_probe.o"
+  best=$(awk -v a="$start" -v b="$(date +%s%N)" -v m="$best" 'BEGIN { s = (b - a) / 1e9; printf "%.2f", (m == "" || s < m) ? s : m }')
+done
+echo "{\"benchmarks\": [{\"name\": \"compile/five_pipelines_O2\", \"run_type\": \"iteration\", \"seconds\": $best}]}" > "$out/compile.json"
 
 # ONNX Runtime side by side, same machine, same run (skipped when its harness is not installed).
 bash "$here/ort.sh" "$out/ort.json" || echo "run.sh: ONNX Runtime comparison failed; continuing" >&2
