@@ -42,12 +42,6 @@ void peak_fma(benchmark::State& state, int threads) {
 
 }  // namespace
 
-void register_peak_fma() {
-  for (int threads : thread_counts)
-    benchmark::RegisterBenchmark(("peak_fma/" + std::to_string(threads)).c_str(),
-                                 [threads](benchmark::State& state) { peak_fma(state, threads); })
-        ->UseRealTime()
-        ->Unit(benchmark::kMillisecond);
-}
+void register_peak_fma() { register_per_thread_count("peak_fma", peak_fma); }
 
 }  // namespace xattn_bench

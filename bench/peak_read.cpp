@@ -7,7 +7,6 @@
 
 #include <xsimd/xsimd.hpp>
 
-#include <string>
 #include <vector>
 
 namespace xattn_bench {
@@ -42,12 +41,6 @@ void peak_read(benchmark::State& state, int threads) {
 
 }  // namespace
 
-void register_peak_read() {
-  for (int threads : thread_counts)
-    benchmark::RegisterBenchmark(("bandwidth/read/" + std::to_string(threads)).c_str(),
-                                 [threads](benchmark::State& state) { peak_read(state, threads); })
-        ->UseRealTime()
-        ->Unit(benchmark::kMillisecond);
-}
+void register_peak_read() { register_per_thread_count("bandwidth/read", peak_read); }
 
 }  // namespace xattn_bench

@@ -5,6 +5,8 @@
 #include "common.hpp"
 
 #include <functional>
+#include <string>
+#include <string_view>
 
 namespace xattn_bench {
 
@@ -24,6 +26,15 @@ inline void register_attention_variant(std::string_view variant, attention_body 
           ->Unit(benchmark::kMillisecond);
     }
   }
+}
+
+// Registers "<name>/<threads>" for every thread count: the machine ceilings (peak_fma, bandwidth/read).
+inline void register_per_thread_count(std::string_view name, void (*body)(benchmark::State&, int threads)) {
+  for (int threads : thread_counts)
+    benchmark::RegisterBenchmark((std::string(name) + "/" + std::to_string(threads)).c_str(),
+                                 [body, threads](benchmark::State& state) { body(state, threads); })
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond);
 }
 
 void register_peak_fma();
