@@ -156,6 +156,24 @@ TEMPLATE_TEST_CASE("online_softmax_row over blocks equals one base-2 softmax ove
   REQUIRE(double(kernel::row_lse(st)) == Approx(std::log(z) + m * std::log(2.0)).epsilon(1e-6));  // natural units
 }
 
+TEMPLATE_TEST_CASE("scaled_copy multiplies a row into place, contiguous or strided", "[kernel]", float, double) {
+  using T = TestType;
+  testing::rng r(9);
+  const std::size_t n = 3 * simd::width<T> + 5;  // vector body and a scalar tail
+  const auto x = r.tensor<T>({2 * n});
+  const T c = T(0.37);
+  for (auto [ss, ds] : {std::pair<std::ptrdiff_t, std::ptrdiff_t>{1, 1}, {2, 1}, {1, 2}, {2, 2}}) {
+    std::vector<T> out(2 * n + 1, T(-3));
+    kernel::scaled_copy(x.data(), ss, n, c, out.data(), ds);
+    for (std::size_t d = 0; d < n; ++d) REQUIRE(out[d * std::size_t(ds)] == x(d * std::size_t(ss)) * c);  // exact: one product
+    if (ds == 2) REQUIRE(out[1] == T(-3));  // strided writes leave the gaps alone
+    REQUIRE(out[n * std::size_t(ds)] == T(-3));  // nothing written past the row
+  }
+  std::vector<T> y(x.begin(), x.begin() + std::ptrdiff_t(n));
+  kernel::scaled_copy(y.data(), 1, n, c, y.data(), 1);  // in place, as the query projection uses it
+  for (std::size_t d = 0; d < n; ++d) REQUIRE(y[d] == x(d) * c);
+}
+
 TEST_CASE("finalize_row: a row that saw nothing is zero, not NaN") {
   std::vector<float> o(4, 0.f), out(8, 5.f);
   kernel::finalize_row(o.data(), 4, 0.f, out.data(), 2);

@@ -5,6 +5,7 @@
 #include "../policy/problem.hpp"
 #include "score_paths.hpp"
 
+#include <algorithm>
 #include <span>
 #include <vector>
 
@@ -25,7 +26,10 @@ struct key_features {
 /// Copy a (possibly strided) row into contiguous storage.
 template <class T>
 void gather_row(const T* src, std::ptrdiff_t stride, std::size_t n, T* dst) {
-  for (std::size_t d = 0; d < n; ++d) dst[d] = src[std::ptrdiff_t(d) * stride];
+  if (stride == 1)
+    std::copy_n(src, n, dst);
+  else
+    for (std::size_t d = 0; d < n; ++d) dst[d] = src[std::ptrdiff_t(d) * stride];
 }
 
 /// Feature width of a policy base.

@@ -99,16 +99,20 @@ class fused_worker {
       for (std::size_t r = 0; r < rows; ++r) {
         const T* src = qv.row(b, h, i0 + r);
         T* dst = qf_.data() + r * qwidth();
-        if constexpr (Path == score_path::dot_identity || Path == score_path::pair_raw) {
+        // The dot paths fold the scale into the queries.
+        if constexpr (Path == score_path::dot_identity) {
+          kernel::scaled_copy(src, qv.strides[3], pr_.q_dim, sc, dst, 1);
+          alpha_[r] = 0;
+        } else if constexpr (Path == score_path::pair_raw) {
           gather_row(src, qv.strides[3], pr_.q_dim, dst);
           alpha_[r] = 0;
         } else {
           gather_row(src, qv.strides[3], pr_.q_dim, qraw_.data());
           alpha_[r] = q.policy.project_query(std::span<const T>(qraw_), std::span<T>(dst, n_));
-        }
-        if constexpr (Path == score_path::dot_identity || Path == score_path::dot_features) {
-          for (std::size_t d = 0; d < n_; ++d) dst[d] *= sc;  // fold the scale into the queries
-          alpha_[r] *= sc;
+          if constexpr (Path == score_path::dot_features) {
+            kernel::scaled_copy(dst, 1, n_, sc, dst, 1);
+            alpha_[r] *= sc;
+          }
         }
       }
     }
@@ -120,7 +124,7 @@ class fused_worker {
               std::size_t cols, std::size_t colsp) {
     const T sc = sc_;
     if constexpr (Path == score_path::dot_identity || Path == score_path::dot_features) {
-      if (!panels_.data.empty()) {
+      if (!panels_.empty()) {
         kernel::qk_tile(qf_.data(), n_, rows, panels_.panel(b, hk, j0 / bk_), n_, colsp, s_.data(), lds_);
       } else if constexpr (Path == score_path::dot_identity) {
         const auto& kv = p_.base.k.view;

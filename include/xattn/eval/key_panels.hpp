@@ -5,17 +5,18 @@
 #include "../kernel/tile_ops.hpp"
 #include "../policy/problem.hpp"
 
-#include <vector>
+#include <memory>
 
 namespace xattn {
 
 template <class T>
 struct key_panels {
   std::size_t n = 0, bk = 0, blocks = 0, kv_heads = 0, size = 0;  // size: elements per panel
-  std::vector<T> data;
+  std::unique_ptr<T[]> data;  // left uninitialised: pack_kt writes every element, padding included
 
+  bool empty() const noexcept { return !data; }
   const T* panel(std::size_t b, std::size_t h, std::size_t kb) const noexcept {
-    return data.data() + ((b * kv_heads + h) * blocks + kb) * size;
+    return data.get() + ((b * kv_heads + h) * blocks + kb) * size;
   }
 };
 
@@ -30,7 +31,7 @@ constexpr std::size_t tile_stride(std::size_t bk) noexcept {
 template <class T>
 key_panels<T> make_key_panels(const problem& pr, std::size_t n, std::size_t bk) {
   key_panels<T> kp{n, bk, (pr.kv_len + bk - 1) / bk, pr.kv_heads, kernel::packed_kt_size<T>(bk, n), {}};
-  kp.data.resize(pr.batch * pr.kv_heads * kp.blocks * kp.size);
+  kp.data = std::make_unique_for_overwrite<T[]>(pr.batch * pr.kv_heads * kp.blocks * kp.size);
   return kp;
 }
 
@@ -45,7 +46,7 @@ void pack_key_panels(key_panels<T>& kp, const problem& pr, std::ptrdiff_t dstrid
     const std::size_t kb = std::size_t(t) % kp.blocks, bh = std::size_t(t) / kp.blocks;
     const std::size_t b = bh / pr.kv_heads, h = bh % pr.kv_heads, j0 = kb * kp.bk;
     kernel::pack_kt([&](std::size_t c) { return row(b, h, j0 + c); }, std::min(kp.bk, pr.kv_len - j0), kp.n, dstride,
-                    kp.data.data() + std::size_t(t) * kp.size);
+                    kp.data.get() + std::size_t(t) * kp.size);
   }
 }
 
