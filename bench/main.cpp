@@ -38,6 +38,7 @@ int main(int argc, char** argv) {
   xattn_bench::register_xtensor_eager();
   xattn_bench::register_xattn_variant();
   xattn_bench::register_additive();
+  xattn_bench::register_documents();
   xattn_bench::register_tile_ops();
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();

@@ -16,7 +16,7 @@ from pathlib import Path
 
 FUSED = "xattn"
 BASELINES = ["blas_unfused", "xtensor_eager", "ort"]
-OTHER = ("additive", "memory", "compile", "tile", "bandwidth")  # measurements outside the shape table
+OTHER = ("additive", "documents", "memory", "compile", "tile", "bandwidth")  # measurements outside the shape table
 PEAK = "peak_fma"
 SHAPE_FIELDS = ["B", "H", "Sq", "Skv", "D", "causal", "threads"]
 # Google Benchmark appends these to the registered name.
@@ -230,10 +230,15 @@ def other_measurements(benchmarks):
         parts = name.split("/")
         if parts[0] == "additive" and "ms" in counters:
             pairs.setdefault(tuple(parts[2:]), {})[parts[1]] = statistics.median(counters["ms"])
+        if parts[0] == "documents" and "ms" in counters:  # packed documents vs dense, same shape and threads
+            pairs.setdefault(("documents",) + tuple(parts[2:]), {})[parts[1]] = statistics.median(counters["ms"])
     for key, forms in pairs.items():
         if "fused" in forms and "d2l_materialised" in forms:
             lines.append(f"| additive/{'/'.join(key)}: d2l_materialised / fused | "
                          f"{forms['d2l_materialised'] / forms['fused']:.1f}× |")
+        if "packed" in forms and "dense" in forms:
+            lines.append(f"| {'/'.join(key)}: packed time / dense time (target ≤ 1/6 = 0.167) | "
+                         f"{forms['packed'] / forms['dense']:.3f} |")
     return "\n".join(lines) + "\n"
 
 

@@ -2,9 +2,8 @@
 // "How", separate from "what": tile sizes and threads. For a given block_k the result is bitwise
 // the same for every thread count and every block_q: each (batch, head, query block) task runs
 // alone over the keys in a fixed order. Another block_k regroups the online-softmax sums, so it
-// may change the last bits. Zero means "choose": eval/choose_schedule.hpp derives the blocks from
-// the head sizes, the element size and the L2 cache, never from the thread count, except block_q
-// (which changes no bit).
+// may change the last bits. Zero means "choose": eval/resolved_schedule.hpp makes every decision
+// of a run in one function, and xattn::explain(e, schedule) prints them.
 #include <cstddef>
 
 namespace xattn {
@@ -12,7 +11,8 @@ namespace xattn {
 struct schedule {
   std::size_t block_q = 0;  // query rows per task; 0: 60 (ten 6-row register blocks), fewer if tasks are scarce
   std::size_t block_k = 0;  // keys per inner block (rounded up to whole SIMD batches); 0: from D, Dv and L2
-  int threads = 0;          // 0: OpenMP's default; 1: serial
+  int threads = 0;          // > 0: exactly this many; 0 (or negative): OpenMP's default, 1 for small work
+  double serial_below_flop = 0;  // with threads = 0: one thread below this much work; 0: 2^22 flop
 };
 
 }  // namespace xattn

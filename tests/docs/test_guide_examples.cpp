@@ -126,7 +126,7 @@ TEST_CASE("guide: eval forms agree with reference()") {
                               v = r.tensor<float>({2, 3, 12, 5});
   const auto [out, w, s, ref_r] = dsl::guide::eval_forms(q, k, v);
   REQUIRE(max_abs_diff(out, ref_r.output) < 1e-6);
-  REQUIRE(max_abs_diff(w, ref_r.weights) < 1e-7);
+  REQUIRE(max_abs_diff(w, ref_r.weights) < 1e-6);  // the float kernel's weights: exp2, 1 / l and the score sums
   REQUIRE(w.shape() == std::array<std::size_t, 4>{2, 3, 10, 12});
   REQUIRE(s(1, 2, 3, 4) == -std::numeric_limits<float>::infinity());  // key 4 > query 3: excluded
   REQUIRE(s(1, 2, 3, 3) == Approx(ref_r.scores(1, 2, 3, 3)));

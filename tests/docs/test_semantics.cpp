@@ -148,7 +148,8 @@ TEST_CASE("semantics: query head h reads kv head h / (Hq / Hkv)") {
     const xt::xtensor<float, 3> qh = xt::view(q, xt::all(), h), kh = xt::view(k, xt::all(), h / 4),
                                 vh = xt::view(v, xt::all(), h / 4);
     auto Q = ref(qh), K = ref(kh), V = ref(vh);
-    REQUIRE(max_abs_diff(eval(softmax(Q * trans(K)) * V), xt::view(out, xt::all(), h)) == 0);
+    // one head alone decodes (keys read in place), the group packs its keys: rounding differs
+    REQUIRE(max_abs_diff(eval(softmax(Q * trans(K)) * V), xt::view(out, xt::all(), h)) < 1e-6);
   }
 }
 

@@ -36,16 +36,20 @@ struct cosine_scores {
   static constexpr bool same_dim = true;
   auto operator()(auto Q, auto K, const case_sizes&, rng& r) const { return score(cosine{r.uniform(0.1, 2)}, Q, K); }
 };
-struct user_scores {  // a plain lambda of (q, k): the pair-by-pair path
-  static constexpr bool same_dim = false;
-  auto operator()(auto Q, auto K, const case_sizes&, rng&) const {
-    auto f = [](auto q, auto k) {
-      auto s = q[0] * k[0];
-      for (std::size_t d = 1; d < std::min(q.size(), k.size()); ++d) s += std::abs(q[d] - k[d]);
-      return s;
-    };
-    return score(f, Q, K);
+/// A user policy of (q, k) only: the pair-by-pair path. It reads min(dq, dk) features, so it says
+/// in validate() that it accepts queries and keys of different sizes.
+struct mixed_l1 {
+  template <class T>
+  T operator()(std::span<const T> q, std::span<const T> k) const {
+    T s = q[0] * k[0];
+    for (std::size_t d = 1; d < std::min(q.size(), k.size()); ++d) s += std::abs(q[d] - k[d]);
+    return s;
   }
+  void validate(std::size_t, std::size_t) const {}
+};
+struct user_scores {
+  static constexpr bool same_dim = false;
+  auto operator()(auto Q, auto K, const case_sizes&, rng&) const { return score(mixed_l1{}, Q, K); }
 };
 
 /// Mask families: (scores, sizes, rng) -> masked expression.
@@ -105,6 +109,24 @@ struct predicate_offsets {
     for (auto& o : off) o = int(r.size(0, 10)) - 5;
     auto p = predicate([](std::size_t b, std::size_t h, std::size_t i, std::size_t j) { return (b + 3 * h + i * j) % 5 != 1; });
     return mask(mask(softcap(s, 4.0) * 0.7, causal_offsets(off)), p);
+  }
+};
+struct documents_causal {  // packed documents in runs (ids per batch, or from offsets), or ids in no order
+  auto operator()(auto s, const case_sizes& z, rng& r) const {
+    const auto ids_for = [&](std::size_t n, bool runs) {
+      std::vector<int> ids(n);
+      int id = 0;
+      for (auto& x : ids) x = runs ? (id += r.coin(0.15)) : int(r.size(0, 3));
+      return ids;
+    };
+    const bool runs = r.coin(0.8);
+    xt::xtensor<int, 2> q = xt::xtensor<int, 2>::from_shape({z.B, z.Sq}), k = xt::xtensor<int, 2>::from_shape({z.B, z.Skv});
+    for (std::size_t b = 0; b < z.B; ++b) {
+      const auto qi = ids_for(z.Sq, runs), ki = z.Sq == z.Skv && r.coin() ? qi : ids_for(z.Skv, runs);
+      std::copy(qi.begin(), qi.end(), &q(b, 0));
+      std::copy(ki.begin(), ki.end(), &k(b, 0));
+    }
+    return mask(mask(s, documents(q, k)), causal(r.coin() ? align::top_left : align::bottom_right));
   }
 };
 

@@ -17,6 +17,10 @@ TEST_CASE("decode with split keys equals the reference under masks, GQA and drop
   auto Q = ref(q), K = ref(k), V = ref(v);
   const xt::xtensor<int, 1> lens = {4097, 1500};
   auto check = [&](const auto& e) {
+    const auto plan2 = explain(e, {60, 256, 2}).schedule;
+    REQUIRE(plan2.threads == 2);  // the comparison below really runs two threads
+    REQUIRE(plan2.key_chunks > 1);
+    REQUIRE(plan2.keys_in_place);
     const auto want = reference(e).output;
     const xt::xtensor<float, 4> one = eval(e, {60, 256, 1}), two = eval(e, {60, 256, 2});
     REQUIRE((one == two));  // the split does not depend on the thread count

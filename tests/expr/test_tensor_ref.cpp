@@ -11,9 +11,9 @@ using namespace xattn;
 TEST_CASE("ref of a rank-3 tensor is one head, viewed in place") {
   xt::xtensor<float, 3> x = xt::zeros<float>({2, 5, 3});
   auto r = ref(x);
-  REQUIRE(r.how == layout::bsd);
+  REQUIRE(r.how == form::bsd);
   REQUIRE(r.view.data == x.data());
-  REQUIRE(r.view.shape == std::array<std::size_t, 4>{2, 1, 5, 3});
+  REQUIRE(r.view.at.shape == std::array<std::size_t, 4>{2, 1, 5, 3});
   x(1, 4, 2) = 7;
   REQUIRE(r.view(1, 0, 4, 2) == 7);
 }
@@ -22,7 +22,7 @@ TEST_CASE("ref of a strided view and of a temporary") {
   xt::xtensor<double, 4> x = xt::arange<double>(2 * 3 * 4 * 5).reshape({2, 3, 4, 5});
   auto sub = xt::view(x, xt::all(), xt::range(1, 3), xt::all(), xt::range(0, 5, 2));
   auto r = ref(sub);
-  REQUIRE(r.view.shape == std::array<std::size_t, 4>{2, 2, 4, 3});
+  REQUIRE(r.view.at.shape == std::array<std::size_t, 4>{2, 2, 4, 3});
   REQUIRE(r.view(1, 1, 3, 2) == x(1, 2, 3, 4));
   auto t = ref(xt::xtensor<double, 4>(x * 2.0));
   REQUIRE(t.owned != nullptr);
@@ -32,9 +32,9 @@ TEST_CASE("ref of a strided view and of a temporary") {
 TEST_CASE("heads() reads packed (B, S, H*D) as H heads without copying") {
   xt::xtensor<float, 3> x = xt::arange<float>(2 * 3 * 8).reshape({2, 3, 8});
   auto r = heads(x, 4);
-  REQUIRE(r.how == layout::packed);
+  REQUIRE(r.how == form::packed);
   REQUIRE(r.view.data == x.data());
-  REQUIRE(r.view.shape == std::array<std::size_t, 4>{2, 4, 3, 2});
+  REQUIRE(r.view.at.shape == std::array<std::size_t, 4>{2, 4, 3, 2});
   REQUIRE(r.view(1, 3, 2, 1) == x(1, 2, 3 * 2 + 1));
   REQUIRE_THROWS_WITH(heads(x, 3), Catch::Contains("not divisible by 3 heads") && Catch::Contains("(2,3,8)"));
 }

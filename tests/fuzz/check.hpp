@@ -45,7 +45,7 @@ template <class T, class Out>
 verdict compare(const Out& got, out_layout l, const reference_result& want, const testing::case_sizes& z, double max_v) {
   const auto shape = expected_shape(l, z);
   if (!std::equal(shape.begin(), shape.end(), got.shape().begin(), got.shape().end()))
-    return {false, "result shape " + detail::shape_str(got.shape()) + ", expected " + detail::shape_str(shape)};
+    return {false, "result shape " + shape_str(got.shape()) + ", expected " + shape_str(shape)};
   const double eps = std::is_same_v<T, float> ? 0x1p-24 : 0x1p-53;
   const double n = double(std::max<std::size_t>({z.Dq, z.Dk, 40}));
   const double fill = lengths_mask{}.fill_value;

@@ -100,13 +100,12 @@ tensor_ref<T, 4> raw_operand(std::array<std::size_t, 4> shape, double amp, testi
       origin += std::ptrdiff_t(shape[a] - 1) * strides[a];
       strides[a] = -strides[a];
     }
-  const T* data = buf->data() + origin;
-  auto t = ref(data, shape, strides);
+  const strided_view<T> fill{buf->data() + origin, {shape, strides}};
   for (std::size_t b = 0; b < shape[0]; ++b)
     for (std::size_t h = 0; h < shape[1]; ++h)
       for (std::size_t s = 0; s < shape[2]; ++s)
-        for (std::size_t d = 0; d < shape[3]; ++d) t.view.mutable_row(b, h, s)[std::ptrdiff_t(d) * strides[3]] = T(r.uniform(-1, 1) * amp);
-  return t;
+        for (std::size_t d = 0; d < shape[3]; ++d) fill(b, h, s, d) = T(r.uniform(-1, 1) * amp);
+  return ref(static_cast<const T*>(fill.data), shape, strides);
 }
 
 /// heads(view, H) over (B, S, H*D) rows padded on the right, sometimes every other row.

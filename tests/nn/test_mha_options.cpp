@@ -172,7 +172,7 @@ TEMPLATE_TEST_CASE("multihead_attention: mask shapes broadcast; True = attend; a
   for (const auto& shape :
        std::vector<std::vector<std::size_t>>{{2, 5, 7}, {5, 7}, {1, 5, 7}, {2, 1, 7}, {7}, {2, 5, 1}}) {
     const auto mask = random_mask(shape);
-    INFO("mask shape " << xattn::detail::shape_str(shape));
+    INFO("mask shape " << xattn::shape_str(shape));
     check_against_reference<TestType>(o, 5, 7, 13, &mask);
   }
   // every key hidden for query 1 of head 0: equinox fills finfo.min, so that row's weights are uniform

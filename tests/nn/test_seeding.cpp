@@ -63,8 +63,9 @@ TEST_CASE("call_seed: distinct per call, replayed by rewind, different per modul
   REQUIRE(call_seed(9, 1) != call_seed(10, 0));  // not just seed + n
 }
 
-TEST_CASE("module_schedule: serial below 2^28 flop unless the user chose a schedule") {
-  REQUIRE(module_schedule(std::nullopt, 1e6).threads == 1);
-  REQUIRE(module_schedule(std::nullopt, 1e9).threads == 0);  // OpenMP's default
-  REQUIRE(module_schedule(xattn::schedule{32, 64, 2}, 1e6).threads == 2);
+TEST_CASE("module_schedule: the modules' serial cut-off of 2^28 flop unless the user chose a schedule") {
+  REQUIRE(module_schedule(std::nullopt).serial_below_flop == double(1u << 28));
+  REQUIRE(module_schedule(std::nullopt).threads == 0);  // decided by resolve_schedule with that cut-off
+  REQUIRE(module_schedule(xattn::schedule{32, 64, 2}).threads == 2);
+  REQUIRE(module_schedule(xattn::schedule{32, 64, 2}).serial_below_flop == 0);
 }

@@ -12,21 +12,21 @@ using namespace xattn;
 
 namespace {
 
+/// The score by the policy's projections and dot product (separable) or combine: the kernel's
+/// decomposition, computed independently of operator(). Every built-in scorer has one, so the
+/// comparison below never compares operator() with itself.
 template <class P>
 double decomposed(const P& p, std::span<const double> q, std::span<const double> k) {
-  if constexpr (decltype(caps::has_features(p))::value) {
-    const std::size_t n = p.feature_size(q.size(), k.size());
-    std::vector<double> fq(n), fk(n);
-    const double a = p.project_query(q, std::span<double>(fq)), b = p.project_key(k, std::span<double>(fk));
-    double s = 0;
-    if constexpr (caps::separable<P>())
-      for (std::size_t d = 0; d < n; ++d) s += fq[d] * fk[d];
-    else
-      s = p.combine(std::span<const double>(fq), std::span<const double>(fk));
-    return s + a + b;
-  } else {
-    return p(q, k);
-  }
+  static_assert(projects_in<P, double>, "every built-in scorer declares projections");
+  const std::size_t n = p.feature_size(q.size(), k.size());
+  std::vector<double> fq(n), fk(n);
+  const double a = p.project_query(q, std::span<double>(fq)), b = p.project_key(k, std::span<double>(fk));
+  double s = 0;
+  if constexpr (separable<P>())
+    for (std::size_t d = 0; d < n; ++d) s += fq[d] * fk[d];
+  else
+    s = p.combine(std::span<const double>(fq), std::span<const double>(fk));
+  return s + a + b;
 }
 
 template <class P>

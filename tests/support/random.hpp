@@ -3,7 +3,9 @@
 #include <xtensor/xarray.hpp>
 #include <xtensor/xtensor.hpp>
 
+#include <cmath>
 #include <cstdint>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -25,12 +27,18 @@ struct rng {
   }
 };
 
-/// max |a - b| over all elements (shapes must agree).
+/// max |a - b| over all elements; +inf when the shapes differ, when there is nothing to compare,
+/// or when any difference is NaN -- so that `max_abs_diff(a, b) < tol` can only pass on real agreement.
 template <class A, class B>
 double max_abs_diff(const A& a, const B& b) {
+  const std::vector<std::size_t> sa(a.shape().begin(), a.shape().end()), sb(b.shape().begin(), b.shape().end());
+  if (sa != sb || a.size() == 0) return std::numeric_limits<double>::infinity();
   double m = 0;
   auto ia = a.begin();
-  for (auto ib = b.begin(); ib != b.end(); ++ia, ++ib) m = std::max(m, std::abs(double(*ia) - double(*ib)));
+  for (auto ib = b.begin(); ib != b.end(); ++ia, ++ib) {
+    const double d = std::abs(double(*ia) - double(*ib));
+    m = std::isnan(d) ? std::numeric_limits<double>::infinity() : std::max(m, d);
+  }
   return m;
 }
 

@@ -2,51 +2,57 @@
 // Keys of the dot-product paths, packed into per-block panels (strips, see kernel::pack_kt) once
 // per evaluation: every query block and every query head of a GQA group reads the same panels,
 // instead of re-packing a key block per task.
-#include "../kernel/tile_ops.hpp"
+#include "../kernel/pack.hpp"
+#include "../layout.hpp"
 #include "../policy/problem.hpp"
 
+#include <algorithm>
 #include <memory>
 
 namespace xattn {
 
-template <class T>
+/// Panels of element type P for a kernel accumulating in Acc: panel (b, kv head, key block) at
+/// data + at(b, h, kb), each n x bk (whole strips).
+template <class P, class Acc = P>
 struct key_panels {
-  std::size_t n = 0, bk = 0, blocks = 0, kv_heads = 0, size = 0;  // size: elements per panel
-  std::unique_ptr<T[]> data;  // left uninitialised: pack_kt writes every element, padding included
+  std::size_t n = 0, bk = 0;
+  layout<3> at;
+  std::unique_ptr<P[]> data;  // left uninitialised: pack_kt writes every element, padding included
 
   bool empty() const noexcept { return !data; }
-  const T* panel(std::size_t b, std::size_t h, std::size_t kb) const noexcept {
-    return data.get() + ((b * kv_heads + h) * blocks + kb) * size;
-  }
+  const P* panel(std::size_t b, std::size_t h, std::size_t kb) const noexcept { return data.get() + at(b, h, kb); }
 };
 
 /// Row stride of bk-wide score tiles: one batch more, so that with bk a power of two consecutive
 /// rows do not share L1 sets (the 4 KiB aliasing trap).
-template <class T>
+template <class Acc>
 constexpr std::size_t tile_stride(std::size_t bk) noexcept {
-  return bk + simd::width<T>;
+  return bk + simd::width<Acc>;
 }
 
 /// Storage for the panels of every (batch, kv head, key block); filled by pack_key_panels.
-template <class T>
-key_panels<T> make_key_panels(const problem& pr, std::size_t n, std::size_t bk) {
-  key_panels<T> kp{n, bk, (pr.kv_len + bk - 1) / bk, pr.kv_heads, kernel::packed_kt_size<T>(bk, n), {}};
-  kp.data = std::make_unique_for_overwrite<T[]>(pr.batch * pr.kv_heads * kp.blocks * kp.size);
+template <class P, class Acc = P>
+key_panels<P, Acc> make_key_panels(const problem& pr, std::size_t n, std::size_t bk) {
+  const std::size_t blocks = (pr.kv_len + bk - 1) / bk, size = kernel::packed_kt_size<Acc>(bk, n);
+  key_panels<P, Acc> kp{n, bk, layout<3>::row_major({pr.batch, pr.kv_heads, blocks}), {}};
+  for (auto& s : kp.at.stride) s *= std::ptrdiff_t(size);
+  kp.data = std::make_unique_for_overwrite<P[]>(kp.at.size() * size);
   return kp;
 }
 
-/// Packs every panel; row(b, h, j) -> pointer to key j's n features, dstride apart. An orphaned
-/// `omp for`: called inside the fused pass's parallel region, the threads share the panels (and
-/// meet at its barrier) without waking a second team; outside one it runs serially.
-template <class T, class RowFn>
-void pack_key_panels(key_panels<T>& kp, const problem& pr, std::ptrdiff_t dstride, RowFn row) {
-  const auto count = std::ptrdiff_t(pr.batch * pr.kv_heads * kp.blocks);
+/// Packs every panel; row(b, h, j) -> pointer to key j's n features (any element type), dstride
+/// apart. An orphaned `omp for`: called inside the fused pass's parallel region, the threads share
+/// the panels (and meet at its barrier) without waking a second team; outside one it runs serially.
+template <class P, class Acc, class RowFn>
+void pack_key_panels(key_panels<P, Acc>& kp, const problem& pr, std::ptrdiff_t dstride, RowFn row) {
+  const auto& sh = kp.at.shape;
+  const auto count = std::ptrdiff_t(kp.at.size());
 #pragma omp for schedule(static)
   for (std::ptrdiff_t t = 0; t < count; ++t) {
-    const std::size_t kb = std::size_t(t) % kp.blocks, bh = std::size_t(t) / kp.blocks;
-    const std::size_t b = bh / pr.kv_heads, h = bh % pr.kv_heads, j0 = kb * kp.bk;
-    kernel::pack_kt([&](std::size_t c) { return row(b, h, j0 + c); }, std::min(kp.bk, pr.kv_len - j0), kp.n, dstride,
-                    kp.data.get() + std::size_t(t) * kp.size);
+    const std::size_t kb = std::size_t(t) % sh[2], bh = std::size_t(t) / sh[2];
+    const std::size_t b = bh / sh[1], h = bh % sh[1], j0 = kb * kp.bk;
+    kernel::pack_kt<P, Acc>([&](std::size_t c) { return row(b, h, j0 + c); }, std::min(kp.bk, pr.kv_len - j0), kp.n,
+                            dstride, kp.data.get() + kp.at(b, h, kb));
   }
 }
 

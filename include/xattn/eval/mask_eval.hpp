@@ -1,23 +1,27 @@
 #pragma once
 // Masks in the fused pass: a whole block is classified first (skip it, run it without mask code,
-// or evaluate the predicates), and only partial blocks pay per-element mask work.
+// or evaluate the masks), and only partial blocks pay per-element mask work.
 //
 // Semantics when several masks apply: a key hidden by any excluding mask (fill -inf) is excluded;
 // otherwise a key hidden by a filling mask (e.g. d2l's -1e6) takes the fill of the outermost one.
 #include "../policy/concepts.hpp"
+#include "../policy/masks/fill.hpp"
 
 #include <boost/hana.hpp>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <utility>
 
 namespace xattn {
 
+namespace hana = boost::hana;
+
 template <class M>
 double fill_of(const M& m) {
-  if constexpr (decltype(caps::has_fill(m))::value)
+  if constexpr (has_fill<M>)
     return double(m.fill());
   else
     return -std::numeric_limits<double>::infinity();
@@ -26,7 +30,7 @@ double fill_of(const M& m) {
 template <class M>
 block classify_one(const M& m, std::size_t b, std::size_t h, std::size_t i0, std::size_t i1, std::size_t j0,
                    std::size_t j1) {
-  if constexpr (decltype(caps::has_classify(m))::value)
+  if constexpr (has_classify<M>)
     return m.classify(b, h, i0, i1, j0, j1);
   else
     return block::partial;
@@ -78,49 +82,57 @@ U masked_score(const Masks& masks, U s, std::size_t b, std::size_t h, std::size_
 
 /// Columns of block [j0, j0 + cols) that any of rows [i0, i1) can see, as a count from j0: keys
 /// past every row's excluding span add exactly nothing, so a partial block (the causal diagonal)
-/// need not compute them. Filling masks never trim: their keys still take part with the fill.
+/// need not compute them. Only excluding masks with row_span trim; any other mask hides more, never
+/// less, and filled keys still take part with their fill.
 template <class Masks>
 std::size_t visible_cols(const Masks& masks, std::size_t b, std::size_t h, std::size_t i0, std::size_t i1,
                          std::size_t j0, std::size_t cols) {
-  if constexpr (decltype(hana::all_of(masks, [](const auto& m) { return caps::has_row_span(m); }))::value) {
+  constexpr bool any_span = decltype(hana::any_of(masks, [](const auto& m) {
+    return hana::bool_c<has_row_span<std::decay_t<decltype(m)>>>;
+  }))::value;
+  if constexpr (any_span) {
     std::int64_t hi = std::numeric_limits<std::int64_t>::min();
+    bool trimmed = false;
     for (std::size_t i = i0; i < i1; ++i) {
       std::int64_t row_hi = std::numeric_limits<std::int64_t>::max();
       hana::for_each(masks, [&](const auto& m) {
-        if (std::isinf(fill_of(m))) row_hi = std::min(row_hi, m.row_span(b, h, i).second);
+        if constexpr (has_row_span<std::decay_t<decltype(m)>>)
+          if (std::isinf(fill_of(m))) row_hi = std::min(row_hi, m.row_span(b, h, i).second), trimmed = true;
       });
       hi = std::max(hi, row_hi);
     }
+    if (!trimmed) return cols;
     return std::size_t(std::clamp<std::int64_t>(hi - std::int64_t(j0), 0, std::int64_t(cols)));
   } else {
     return cols;
   }
 }
 
-/// Fill s[c] outside the visible span [first, last) of keys j0 + c.
-template <class T>
-void fill_outside(T* s, std::size_t cols, std::size_t j0, std::pair<std::int64_t, std::int64_t> span, T value) {
-  const auto clamp = [&](std::int64_t j) { return std::size_t(std::clamp<std::int64_t>(j - std::int64_t(j0), 0, std::int64_t(cols))); };
-  const std::size_t lo = clamp(span.first), hi = std::max(lo, clamp(span.second));
-  std::fill(s, s + lo, value);
-  std::fill(s + hi, s + cols, value);
+/// One mask on one score row: s[c] = value where the mask hides key j0 + c, by the mask's own row
+/// member (hide_row), by its span (row_span), or element by element (visible).
+template <class M, class T>
+void hide_one(const M& m, T* s, std::size_t cols, std::size_t b, std::size_t h, std::size_t i, std::size_t j0,
+              T value) {
+  if constexpr (has_hide_row<M, T>)
+    m.hide_row(s, cols, b, h, i, j0, value);
+  else if constexpr (has_row_span<M>)
+    fill_outside(s, cols, j0, m.row_span(b, h, i), value);
+  else
+    for (std::size_t c = 0; c < cols; ++c)
+      if (!m.visible(b, h, i, j0 + c)) s[c] = value;
 }
 
-/// Masks on one score row of a partial block: interval masks (causal, window, lengths) by range
-/// fills -- fills in order, then exclusions, which win -- anything else element by element.
+/// Masks on one score row of a partial block: fills in order (the outermost wins), then exclusions
+/// (which win over every fill) -- the semantics of masked_score.
 template <class Masks, class T>
 void apply_masks(const Masks& masks, T* s, std::size_t cols, std::size_t b, std::size_t h, std::size_t i,
                  std::size_t j0) {
-  if constexpr (decltype(hana::all_of(masks, [](const auto& m) { return caps::has_row_span(m); }))::value) {
-    hana::for_each(masks, [&](const auto& m) {
-      if (const double f = fill_of(m); !std::isinf(f)) fill_outside(s, cols, j0, m.row_span(b, h, i), T(f));
-    });
-    hana::for_each(masks, [&](const auto& m) {
-      if (std::isinf(fill_of(m))) fill_outside(s, cols, j0, m.row_span(b, h, i), -std::numeric_limits<T>::infinity());
-    });
-  } else {
-    for (std::size_t c = 0; c < cols; ++c) s[c] = masked_score(masks, s[c], b, h, i, j0 + c);
-  }
+  hana::for_each(masks, [&](const auto& m) {
+    if (const double f = fill_of(m); !std::isinf(f)) hide_one(m, s, cols, b, h, i, j0, T(f));
+  });
+  hana::for_each(masks, [&](const auto& m) {
+    if (std::isinf(fill_of(m))) hide_one(m, s, cols, b, h, i, j0, -std::numeric_limits<T>::infinity());
+  });
 }
 
 }  // namespace xattn

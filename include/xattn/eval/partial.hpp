@@ -3,11 +3,8 @@
 // shards: softmax over a union of disjoint key sets is the lse-weighted mix of the shards'
 // results (FlashAttention's split-K / ring attention). The log-sum-exp is over the visible keys'
 // final scores (masked_rows::uniform fills count as visible).
-#include "../detail/format.hpp"
-
-#include <algorithm>
-#include <cmath>
-#include <limits>
+#include "../error.hpp"
+#include "../kernel/merge.hpp"
 
 namespace xattn {
 
@@ -21,23 +18,17 @@ struct partial_attention {
 template <class Out, class Lse>
 partial_attention<Out, Lse> merge(const partial_attention<Out, Lse>& a, const partial_attention<Out, Lse>& b) {
   if (a.output.shape() != b.output.shape() || a.lse.shape() != b.lse.shape())
-    detail::fail("merge(a, b): partial results differ in shape: outputs ", detail::shape_str(a.output.shape()), " and ",
-                 detail::shape_str(b.output.shape()), ", lse ", detail::shape_str(a.lse.shape()), " and ",
-                 detail::shape_str(b.lse.shape()));
-  using T = typename Out::value_type;
+    fail("merge(a, b): partial results differ in shape: outputs ", shape_str(a.output.shape()), " and ",
+         shape_str(b.output.shape()), ", lse ", shape_str(a.lse.shape()), " and ", shape_str(b.lse.shape()));
+  using T = typename Lse::value_type;
   partial_attention<Out, Lse> r{a.output, a.lse};
   const std::size_t rows = a.lse.size(), dv = rows == 0 ? 0 : a.output.size() / rows;
   for (std::size_t n = 0; n < rows; ++n) {
-    const T la = a.lse.flat(n), lb = b.lse.flat(n), m = std::max(la, lb);
-    if (m == -std::numeric_limits<T>::infinity()) {  // neither shard saw a key
-      r.lse.flat(n) = m;
-      for (std::size_t d = 0; d < dv; ++d) r.output.flat(n * dv + d) = 0;
-      continue;
-    }
-    const T wa = std::exp(la - m), wb = std::exp(lb - m), z = wa + wb;
-    r.lse.flat(n) = m + std::log(z);
-    for (std::size_t d = 0; d < dv; ++d)
-      r.output.flat(n * dv + d) = (wa * a.output.flat(n * dv + d) + wb * b.output.flat(n * dv + d)) / z;
+    const T lse[2] = {a.lse.data()[n], b.lse.data()[n]};
+    const typename Out::value_type* part[2] = {a.output.data() + n * dv, b.output.data() + n * dv};
+    r.lse.data()[n] = kernel::merge_row<T>(
+        2, [&](std::size_t c) { return lse[c]; }, [&](std::size_t c) { return part[c]; }, dv,
+        r.output.data() + n * dv, 1);
   }
   return r;
 }

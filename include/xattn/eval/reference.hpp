@@ -1,8 +1,8 @@
 #pragma once
 // The reference evaluator: materialises every node in double precision, straight from the same
 // plan -- scores from the policy's plain operator()(q, k) (never its projections), each modifier
-// and mask element by element, a two-pass softmax, then P·V. It is the oracle of the tests and
-// what eval() uses when weights or scores are asked for.
+// and mask element by element, a two-pass softmax, then P·V. It is the oracle of the tests (and
+// of nothing else: eval() of weights and scores runs the fused kernel).
 #include "mask_eval.hpp"
 #include "resolve.hpp"
 
@@ -22,28 +22,31 @@ struct reference_result {
   xt::xtensor<double, 3> lse;      // log-sum-exp per row, -inf for rows with no visible key
 };
 
-namespace ref_detail {
+namespace detail {
 
-template <class T>
-std::vector<double> row_as_double(const strided4<T>& v, std::size_t b, std::size_t h, std::size_t s) {
-  std::vector<double> r(v.shape[3]);
-  for (std::size_t d = 0; d < r.size(); ++d) r[d] = double(v(b, h, s, d));
+template <class S, class V>
+std::vector<S> row_as(const V& v, std::size_t b, std::size_t h, std::size_t s) {
+  std::vector<S> r(v.at.shape[3]);
+  for (std::size_t d = 0; d < r.size(); ++d) r[d] = S(v(b, h, s, d));
   return r;
 }
 
+/// The score of one pair by the policy's definition, operator()(q, k), in double when it accepts
+/// double (else in the one type it does).
 template <class Plan>
 double base_score(const Plan& p, const problem& pr, std::size_t b, std::size_t h, std::size_t i, std::size_t j) {
-  if constexpr (requires { p.base.x; }) {
+  if constexpr (decltype(p.base)::tensor_scores) {
     return double(p.base.x.view(b, h, i, j));
   } else {
+    using S = score_scalar_t<typename decltype(p.base)::policy_type, double>;
     const std::size_t hk = h / (pr.q_heads / pr.kv_heads);
-    const auto q = row_as_double(p.base.q.view, b, h, i);
-    const auto k = row_as_double(p.base.k.view, b, hk, j);
-    return double(p.base.policy(std::span<const double>(q), std::span<const double>(k)));
+    const auto q = row_as<S>(p.base.q.view, b, h, i);
+    const auto k = row_as<S>(p.base.k.view, b, hk, j);
+    return double(p.base.policy(std::span<const S>(q), std::span<const S>(k)));
   }
 }
 
-}  // namespace ref_detail
+}  // namespace detail
 
 template <class Plan>
 reference_result reference_eval(const Plan& p) {
@@ -61,7 +64,7 @@ reference_result reference_eval(const Plan& p) {
       for (std::size_t i = 0; i < Sq; ++i) {
         double m = ninf;
         for (std::size_t j = 0; j < Skv; ++j) {
-          double s = p.scale * ref_detail::base_score(p, pr, b, h, i, j);
+          double s = p.scale * detail::base_score(p, pr, b, h, i, j);
           hana::for_each(ops, [&](const auto& op) { s = double(op(s, b, h, i, j)); });
           s = masked_score(masks, s, b, h, i, j);
           r.scores(b, h, i, j) = s;
@@ -83,7 +86,7 @@ reference_result reference_eval(const Plan& p) {
     r.output = xt::zeros<double>({B, H, Sq, pr.v_dim});
     for (std::size_t b = 0; b < B; ++b)
       for (std::size_t h = 0; h < H; ++h) {
-        const std::size_t hv = h / (H / v.shape[1]);
+        const std::size_t hv = h / (H / v.at.shape[1]);
         for (std::size_t i = 0; i < Sq; ++i)
           for (std::size_t j = 0; j < Skv; ++j) {
             const double wgt = r.weights(b, h, i, j);

@@ -2,6 +2,7 @@
 // The words of the DSL. Everything here only builds nodes; planning and evaluation are in eval/.
 #include "../policy/ops/alibi.hpp"
 #include "../policy/ops/bias.hpp"
+#include "../policy/check.hpp"
 #include "../policy/ops/softcap.hpp"
 #include "nodes.hpp"
 #include "tensor_ref.hpp"
@@ -46,12 +47,14 @@ auto operator+(E e, tensor_bias<T> b) {
 /// score(policy, Q, K): scores from any scoring policy (see policy/concepts.hpp).
 template <class P, expression Q, expression K>
 auto score(P policy, Q q, K k) {
+  static_assert(detail::check_scoring_policy<P>());
   return score_node<P, Q, K>{{}, std::move(policy), std::move(q), std::move(k)};
 }
 
 /// modify(scores, op): an element-wise score modifier op(s, b, h, i, j) (FlexAttention's score_mod).
 template <expression E, class Op>
 auto modify(E e, Op op) {
+  static_assert(detail::check_score_modifier<Op>());
   return modify_node<E, Op>{{}, std::move(e), std::move(op)};
 }
 
@@ -67,6 +70,7 @@ auto alibi(E e, std::vector<double> slopes) {
 
 template <expression E, class M>
 auto mask(E e, M m) {
+  static_assert(detail::check_mask_policy<M>());
   return mask_node<E, M>{{}, std::move(e), std::move(m)};
 }
 

@@ -2,8 +2,10 @@
 // Terminals: ref(x) wraps caller memory (an xtensor container, adaptor or strided view, or a raw
 // pointer with strides) as a 4-D (B, H, S, D) strided view without copying. Rank-3 (B, S, D) data
 // is one head; heads(x, H) reads packed (B, S, H*D) data as H heads in place. The terminal
-// remembers how it was handed in, so results come back in the same layout.
-#include "../detail/format.hpp"
+// remembers how it was handed in (its form), so results come back in the same one.
+#include "../error.hpp"
+#include "../form.hpp"
+#include "../types.hpp"
 #include "base.hpp"
 
 #include <xtensor/xarray.hpp>
@@ -17,60 +19,22 @@
 
 namespace xattn {
 
-/// How a terminal was handed in: (B,S,D), (B,H,S,D), or packed (B,S,H*D).
-enum class layout { bsd, bhsd, packed };
-
-template <class T>
-struct strided4 {
-  const T* data = nullptr;
-  std::array<std::size_t, 4> shape{};       // (B, H, S, D)
-  std::array<std::ptrdiff_t, 4> strides{};  // in elements
-
-  const T* row(std::size_t b, std::size_t h, std::size_t s) const noexcept {
-    return data + std::ptrdiff_t(b) * strides[0] + std::ptrdiff_t(h) * strides[1] +
-           std::ptrdiff_t(s) * strides[2];
-  }
-  T operator()(std::size_t b, std::size_t h, std::size_t s, std::size_t d) const noexcept {
-    return row(b, h, s)[std::ptrdiff_t(d) * strides[3]];
-  }
-  /// Result views are created by eval over storage it owns, so writing through them is sound.
-  T* mutable_row(std::size_t b, std::size_t h, std::size_t s) const noexcept { return const_cast<T*>(row(b, h, s)); }
-  bool rows_contiguous() const noexcept { return strides[3] == 1 || shape[3] == 1; }
-  /// Whether [lo, hi) intersects the elements this view can reach.
-  bool overlaps(const T* lo, const T* hi) const noexcept {
-    std::ptrdiff_t first = 0, last = 0;
-    for (std::size_t a = 0; a < 4; ++a) {
-      if (shape[a] == 0) return false;
-      const std::ptrdiff_t span = std::ptrdiff_t(shape[a] - 1) * strides[a];
-      (span < 0 ? first : last) += span;
-    }
-    return data + first < hi && lo < data + last + 1;
-  }
-};
-
-/// A terminal. Rank is the user's rank (3 or 4), or 0 when only known at run time (xt::xarray);
-/// Packed marks heads(x, H) data, whose weights come back with an explicit head axis.
+/// A terminal holding elements of storage type T. Rank is the user's rank (3 or 4), or 0 when
+/// only known at run time (xt::xarray); Packed marks heads(x, H) data, whose weights come back with
+/// an explicit head axis.
 template <class T, std::size_t Rank, bool Packed = false>
 struct tensor_ref : expr_base<tensor_ref<T, Rank, Packed>> {
-  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>,
-                "xattn: attention operands must hold float or double");
+  static_assert(is_element_v<T>, "xattn: attention operands must hold float or double");
   using value_type = T;
   static constexpr std::size_t rank = Rank;
   static constexpr bool packed = Packed;
 
-  strided4<T> view;
-  layout how = layout::bhsd;
+  strided_view<const T> view;
+  form how = form::bhsd;
   std::shared_ptr<const void> owned;  // set when ref() had to evaluate or take ownership
 
   /// The shape as the user sees it (for error messages and results).
-  std::vector<std::size_t> user_shape() const {
-    const auto& s = view.shape;
-    switch (how) {
-      case layout::bsd: return {s[0], s[2], s[3]};
-      case layout::packed: return {s[0], s[2], s[1] * s[3]};
-      default: return {s[0], s[1], s[2], s[3]};
-    }
-  }
+  std::vector<std::size_t> user_shape() const { return in_form(how, view.at.shape).user_shape; }
 };
 
 namespace detail {
@@ -85,19 +49,15 @@ constexpr std::size_t static_rank() {
 }
 
 template <class T, class E>
-strided4<T> view_of(const E& x, const char* what) {
+strided_view<const T> view_of(const E& x, const char* what) {
   const auto& sh = x.shape();
   const auto& st = x.strides();
-  strided4<T> v;
+  strided_view<const T> v;
   v.data = x.data() + x.data_offset();
   if (sh.size() == 3) {
-    v.shape = {sh[0], 1, sh[1], sh[2]};
-    v.strides = {std::ptrdiff_t(st[0]), 0, std::ptrdiff_t(st[1]), std::ptrdiff_t(st[2])};
+    v.at = {{sh[0], 1, sh[1], sh[2]}, {std::ptrdiff_t(st[0]), 0, std::ptrdiff_t(st[1]), std::ptrdiff_t(st[2])}};
   } else if (sh.size() == 4) {
-    for (std::size_t i = 0; i < 4; ++i) {
-      v.shape[i] = sh[i];
-      v.strides[i] = std::ptrdiff_t(st[i]);
-    }
+    for (std::size_t i = 0; i < 4; ++i) v.at.shape[i] = sh[i], v.at.stride[i] = std::ptrdiff_t(st[i]);
   } else {
     fail(what, ": expected a tensor of rank 3 (batch, seq, dim) or 4 (batch, heads, seq, dim), got shape ",
          shape_str(sh));
@@ -116,8 +76,7 @@ template <class E>
 auto make_ref(E&& x) {
   using D = std::decay_t<E>;
   using T = value_t<D>;
-  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>,
-                "xattn: ref() needs a tensor of float or double");
+  static_assert(is_element_v<T>, "xattn: ref() needs a tensor of float or double");
   constexpr std::size_t r = static_rank<D>();
   static_assert(r == 0 || r == 3 || r == 4,
                 "xattn: ref() takes rank 3 (batch, seq, dim) or rank 4 (batch, heads, seq, dim) tensors");
@@ -130,7 +89,7 @@ auto make_ref(E&& x) {
     t.view = view_of<T>(*own, "ref()");
     t.owned = own;
   }
-  t.how = three ? layout::bsd : layout::bhsd;
+  t.how = three ? form::bsd : form::bhsd;
   return t;
 }
 
@@ -154,26 +113,26 @@ auto ref(E&& x) {
 template <class E>
 auto heads(E&& x, std::size_t num_heads) {
   auto t = ref(std::forward<E>(x));
-  auto& v = t.view;
-  if (t.how != layout::bsd)
-    detail::fail("heads(x, ", num_heads, "): x must have rank 3 (batch, seq, heads*dim), got shape ",
-                 detail::shape_str(t.user_shape()));
-  if (num_heads == 0 || v.shape[3] % num_heads != 0)
-    detail::fail("heads(x, ", num_heads, "): the last axis of x ", detail::shape_str(t.user_shape()),
-                 " is not divisible by ", num_heads, " heads");
-  const std::size_t d = v.shape[3] / num_heads;
-  v.strides = {v.strides[0], std::ptrdiff_t(d) * v.strides[3], v.strides[2], v.strides[3]};
-  v.shape = {v.shape[0], num_heads, v.shape[2], d};
-  t.how = layout::packed;
-  return tensor_ref<typename decltype(t)::value_type, 3, true>{{}, v, layout::packed, t.owned};
+  auto& at = t.view.at;
+  if (t.how != form::bsd)
+    fail("heads(x, ", num_heads, "): x must have rank 3 (batch, seq, heads*dim), got shape ",
+         shape_str(t.user_shape()));
+  if (num_heads == 0 || at.shape[3] % num_heads != 0)
+    fail("heads(x, ", num_heads, "): the last axis of x ", shape_str(t.user_shape()), " is not divisible by ",
+         num_heads, " heads");
+  const std::size_t d = at.shape[3] / num_heads;
+  at = {{at.shape[0], num_heads, at.shape[2], d},
+        {at.stride[0], std::ptrdiff_t(d) * at.stride[3], at.stride[2], at.stride[3]}};
+  return tensor_ref<typename decltype(t)::value_type, 3, true>{{}, t.view, form::packed, t.owned};
 }
 
 /// Caller memory as a (B, H, S, D) view with element strides; no copy, no ownership.
 template <class T>
-tensor_ref<T, 4> ref(const T* data, std::array<std::size_t, 4> shape, std::array<std::ptrdiff_t, 4> strides) {
+tensor_ref<std::remove_cv_t<T>, 4> ref(const T* data, std::array<std::size_t, 4> shape,
+                                       std::array<std::ptrdiff_t, 4> strides) {
   tensor_ref<std::remove_cv_t<T>, 4> t;
-  t.view = {data, shape, strides};
-  t.how = layout::bhsd;
+  t.view = {data, {shape, strides}};
+  t.how = form::bhsd;
   return t;
 }
 

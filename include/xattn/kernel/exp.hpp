@@ -10,6 +10,10 @@
 
 #include <type_traits>
 
+#pragma GCC diagnostic push  // GCC PR 105593, see simd/compat.hpp
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
 namespace xattn::kernel {
 
 /// The softmax's change of base: e^x = 2^(x · log2 e).
@@ -61,3 +65,5 @@ inline simd::batch<T> exp2_nonpositive(const simd::batch<T>& t) noexcept {
 }
 
 }  // namespace xattn::kernel
+
+#pragma GCC diagnostic pop

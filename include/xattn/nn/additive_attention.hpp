@@ -16,7 +16,7 @@ class additive_attention : public d2l_module<T> {
                      std::uint64_t seed = 0)
       : d2l_module<T>("additive_attention", dropout, seed) {
     if (key_size == 0 || query_size == 0 || num_hiddens == 0)
-      xattn::detail::fail("additive_attention: key_size (", key_size, "), query_size (", query_size,
+      xattn::fail("additive_attention: key_size (", key_size, "), query_size (", query_size,
                           ") and num_hiddens (", num_hiddens, ") must be > 0");
     w_q_ = linear<T>(query_size, num_hiddens, false, seed, 0, "additive_attention.W_q");
     w_k_ = linear<T>(key_size, num_hiddens, false, seed, 1, "additive_attention.W_k");
@@ -54,8 +54,7 @@ class additive_attention : public d2l_module<T> {
     detail::require_d2l_operand<T>(keys, who, "keys", "(batch, kv, key_size)");
     detail::require_d2l_operand<T>(values, who, "values", "(batch, kv, dv)");
     const auto scores = score(additive{w_q_.weight(), w_k_.weight(), w_v_.weight()}, ref(queries), ref(keys));
-    return this->run(scores, valid_lens, ref(values), training,
-                     detail::attention_flop(queries, keys, values, w_q_.out_features()));
+    return this->run(scores, valid_lens, ref(values), training);
   }
 
  private:

@@ -29,13 +29,6 @@ auto masked_softmax(S scores, const Lens& valid_lens) {
     return softmax(mask(std::move(scores), lengths(valid_lens)));
 }
 
-/// 2 flop per (query, key) pair and per feature of the score and of the values.
-template <class Q, class K, class V>
-double attention_flop(const Q& q, const K& k, const V& v, std::size_t score_features) {
-  return 2.0 * double(q.shape()[0]) * double(q.shape()[1]) * double(k.shape()[1]) *
-         double(score_features + v.shape()[2]);
-}
-
 template <class T, class E>
 void require_d2l_operand(const E& x, const char* who, const char* what, const char* axes) {
   static_assert(std::is_same_v<std::remove_cv_t<typename E::value_type>, T>,
@@ -43,7 +36,7 @@ void require_d2l_operand(const E& x, const char* who, const char* what, const ch
   constexpr std::size_t rank = xt::get_rank<E>::value;
   static_assert(rank == SIZE_MAX || rank == 3, "xattn::nn: d2l modules take rank-3 (batch, seq, size) tensors");
   if (x.dimension() != 3)
-    xattn::detail::fail(who, ": ", what, " must be ", axes, ", got shape ", xattn::detail::shape_str(x.shape()));
+    xattn::fail(who, ": ", what, " must be ", axes, ", got shape ", xattn::shape_str(x.shape()));
 }
 
 }  // namespace detail
@@ -74,15 +67,14 @@ class d2l_module {
  protected:
   d2l_module(std::string name, float dropout, std::uint64_t seed)
       : name_(std::move(name)), p_(dropout), counter_(seed) {
-    if (!(dropout >= 0.0f && dropout < 1.0f)) xattn::detail::fail(name_, ": dropout must be in [0, 1), got ", dropout);
+    if (!(dropout >= 0.0f && dropout < 1.0f)) xattn::fail(name_, ": dropout must be in [0, 1), got ", dropout);
   }
 
-  /// masked_softmax(scores, valid_lens) [-> dropout] -> · values, in one fused pass; `flop` sizes
-  /// the default schedule.
+  /// masked_softmax(scores, valid_lens) [-> dropout] -> · values, in one fused pass.
   template <class S, class Lens, class V>
-  xt::xtensor<T, 3> run(const S& scores, const Lens& valid_lens, const V& values, bool training, double flop) {
+  xt::xtensor<T, 3> run(const S& scores, const Lens& valid_lens, const V& values, bool training) {
     const std::string who = name_ + ".forward";
-    const schedule sch = module_schedule(sched_, flop);
+    const schedule sch = module_schedule(sched_);
     return detail::labelled(who, [&]() -> xt::xtensor<T, 3> {
       if (keep_) {
         weights_ = eval(detail::masked_softmax(scores, valid_lens));

@@ -26,8 +26,7 @@ class dot_product_attention : public d2l_module<T> {
     detail::require_d2l_operand<T>(values, who, "values", "(batch, kv, dv)");
     const double d = double(queries.shape()[2]);
     const auto scores = ref(queries) * trans(ref(keys)) / std::sqrt(d);
-    return this->run(scores, valid_lens, ref(values), training,
-                     detail::attention_flop(queries, keys, values, queries.shape()[2]));
+    return this->run(scores, valid_lens, ref(values), training);
   }
 };
 

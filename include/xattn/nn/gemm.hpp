@@ -2,7 +2,7 @@
 // The one dense product the modules need: Y (m, n) = X (m, k) · Wᵀ, with W stored (n, k) as
 // PyTorch and equinox store Linear weights. OpenBLAS does it through CBLAS; linking: BLAS::BLAS
 // (target xattn::nn). Rows may be padded (leading dimensions); nothing is copied.
-#include "../detail/format.hpp"
+#include "../error.hpp"
 
 #include <cblas.h>
 
@@ -14,7 +14,7 @@ namespace xattn::nn {
 namespace detail {
 
 inline int blas_int(std::size_t n, const char* what) {
-  if (n > std::size_t(INT_MAX)) xattn::detail::fail("nn: ", what, " = ", n, " exceeds the BLAS index range");
+  if (n > std::size_t(INT_MAX)) xattn::fail("nn: ", what, " = ", n, " exceeds the BLAS index range");
   return int(n);
 }
 

@@ -3,7 +3,7 @@
 // lowest float (jnp.where(mask, logits, finfo.min)) rather than being excluded, so a query that
 // sees no key at all gets uniform weights exactly as in equinox. The shape is checked up front
 // so the error speaks of num_heads and the sequences, not of the kernel's score tensor.
-#include "../detail/format.hpp"
+#include "../error.hpp"
 #include "../policy/masks/bool_mask.hpp"
 
 #include <cstddef>
@@ -46,8 +46,8 @@ inline void check_mask_shape(const std::vector<std::size_t>& shape, const std::v
     ok = n == t || n == 1;
   }
   if (!ok)
-    xattn::detail::fail(who, ": mask has shape ", xattn::detail::shape_str(shape), " but must be ", target_axes, " = ",
-                        xattn::detail::shape_str(target),
+    xattn::fail(who, ": mask has shape ", xattn::shape_str(shape), " but must be ", target_axes, " = ",
+                        xattn::shape_str(target),
                         " or broadcast to it (right-aligned, each axis equal or 1); True = attend");
 }
 

@@ -3,7 +3,7 @@
 // written as C++20 designated initialisers in equinox's order:
 //   multihead_attention mha({.num_heads = 4, .query_size = 64, .use_output_bias = true, .seed = 7});
 // Unset optionals take equinox's defaults; mha_config is the resolved, checked set.
-#include "../detail/format.hpp"
+#include "../error.hpp"
 
 #include <cstddef>
 #include <cstdint>
@@ -39,7 +39,7 @@ struct mha_config {
 
 /// Equinox's defaults filled in; every impossible combination throws std::invalid_argument.
 inline mha_config resolve(const mha_options& o) {
-  using xattn::detail::fail;
+  using xattn::fail;
   const char* who = "multihead_attention";
   if (o.num_heads == 0) fail(who, ": num_heads must be > 0");
   if (o.query_size == 0) fail(who, ": query_size must be > 0");

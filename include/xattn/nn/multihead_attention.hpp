@@ -47,17 +47,6 @@ struct result_of_rank<T, SIZE_MAX, Extra> {
   using type = xt::xarray<T>;
 };
 
-template <class R>
-R allocate(const std::vector<std::size_t>& shape) {
-  if constexpr (std::is_same_v<R, xt::xarray<typename R::value_type>>) {
-    return R::from_shape(shape);
-  } else {
-    typename R::shape_type s{};
-    std::copy(shape.begin(), shape.end(), s.begin());
-    return R::from_shape(s);
-  }
-}
-
 }  // namespace detail
 
 /// Per-call arguments, as equinox's keyword arguments of __call__.
@@ -125,7 +114,7 @@ class multihead_attention {
 
     const auto qp = project(query_proj_, q), kp = project(key_proj_, k), vp = project(value_proj_, v);
     const auto heads_out = detail::labelled(who, [&] { return attend(qp, kp, vp, mask, drop_key); });
-    auto out = detail::allocate<result_for<Q, 0>>(q.user_shape.size() == 3
+    auto out = xattn::allocate<result_for<Q, 0>>(q.user_shape.size() == 3
                                                       ? std::vector<std::size_t>{q.batch, q.seq, cfg_.output_size}
                                                       : std::vector<std::size_t>{q.seq, cfg_.output_size});
     output_proj_.apply(heads_out.data(), q.rows(), heads_out.shape()[2], out.data(), cfg_.output_size);
@@ -155,7 +144,7 @@ class multihead_attention {
       if (q.user_shape.size() == 3) return w;
     std::vector<std::size_t> shape(w.shape().begin(), w.shape().end());
     if (q.user_shape.size() == 2) shape.erase(shape.begin());
-    auto out = detail::allocate<result_for<Q, 1>>(shape);
+    auto out = xattn::allocate<result_for<Q, 1>>(shape);
     std::copy(w.begin(), w.end(), out.begin());
     return out;
   }
@@ -184,8 +173,7 @@ class multihead_attention {
   xt::xtensor<T, 3> attend(const xt::xtensor<T, 3>& qp, const xt::xtensor<T, 3>& kp, const xt::xtensor<T, 3>& vp,
                            const M& m, std::optional<std::uint64_t> drop_key) const {
     const auto v = heads(vp, cfg_.kv_heads);
-    const double pairs = double(qp.shape()[0]) * double(cfg_.num_heads) * double(qp.shape()[1]) * double(kp.shape()[1]);
-    const schedule sch = module_schedule(sched_, 2 * pairs * double(cfg_.qk_size + cfg_.vo_size));
+    const schedule sch = module_schedule(sched_);
     return with_mask(scores(qp, kp), m, [&](const auto& s) -> xt::xtensor<T, 3> {
       if (drop_key) return eval(xattn::dropout(softmax(s), cfg_.dropout_p, *drop_key) * v, sch);
       return eval(softmax(s) * v, sch);
@@ -193,8 +181,8 @@ class multihead_attention {
   }
 
   void check_qk(const row_block<T>& q, const row_block<T>& k, const char* who) const {
-    using xattn::detail::fail;
-    using xattn::detail::shape_str;
+    using xattn::fail;
+    using xattn::shape_str;
     if (q.user_shape.size() != k.user_shape.size())
       fail(who, ": query ", shape_str(q.user_shape), " and key_ ", shape_str(k.user_shape),
            " must both be unbatched (seq, size) or both batched (batch, seq, size)");
@@ -210,8 +198,8 @@ class multihead_attention {
   }
 
   void check_value(const row_block<T>& k, const row_block<T>& v, const char* who) const {
-    using xattn::detail::fail;
-    using xattn::detail::shape_str;
+    using xattn::fail;
+    using xattn::shape_str;
     if (v.user_shape.size() != k.user_shape.size() || v.batch != k.batch || v.seq != k.seq)
       fail(who, ": key_ ", shape_str(k.user_shape), " and value ", shape_str(v.user_shape),
            " must have the same rank, batch and sequence length");

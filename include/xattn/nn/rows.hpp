@@ -2,7 +2,7 @@
 // A module input seen as `batch * seq` rows of `width` numbers, the form GEMM reads. Row-major
 // containers (and views with unit inner stride and evenly spaced rows) are read in place; any
 // other expression is evaluated once into owned storage.
-#include "../detail/format.hpp"
+#include "../error.hpp"
 
 #include <xtensor/xtensor.hpp>
 #include <xtensor/xutils.hpp>
@@ -50,8 +50,8 @@ row_block<T> rows_of(const E& x, const char* what) {
   b.user_shape.assign(x.shape().begin(), x.shape().end());
   const std::size_t r = b.user_shape.size();
   if (r != 2 && r != 3)
-    xattn::detail::fail(what, ": expected rank 2 (seq, size) or 3 (batch, seq, size), got shape ",
-                        xattn::detail::shape_str(b.user_shape));
+    xattn::fail(what, ": expected rank 2 (seq, size) or 3 (batch, seq, size), got shape ",
+                        xattn::shape_str(b.user_shape));
   b.batch = r == 3 ? b.user_shape[0] : 1;
   b.seq = b.user_shape[r - 2];
   b.width = b.user_shape[r - 1];

@@ -40,10 +40,10 @@ struct attention_outputs {
   xt::xarray<float> y, present_key, present_value, qk_matmul_output;
 };
 
-namespace detail_onnx {
+namespace detail {
 
-using xattn::detail::fail;
-using xattn::detail::shape_str;
+using xattn::fail;
+using xattn::shape_str;
 
 /// (B, S, H*d) -> (B, H, S, d), copied (the cache outputs are 4-D).
 inline xt::xarray<float> to_4d(const xt::xarray<float>& x, std::size_t h, const char* what) {
@@ -101,11 +101,11 @@ attention_outputs run(QT Q, KT K, VT V, double scale, const optional_softcap& ca
   return out;
 }
 
-}  // namespace detail_onnx
+}  // namespace detail
 
 inline attention_outputs attention(const attention_inputs& in, const attention_attrs& at, bool want_present,
                                    bool want_qk) {
-  using namespace detail_onnx;
+  using namespace detail;
   const std::size_t rank = in.q.dimension();
   if ((rank != 3 && rank != 4) || in.k.dimension() != rank || in.v.dimension() != rank)
     fail("Attention: Q, K and V must all be 3-D or all 4-D, got Q ", shape_str(in.q.shape()), ", K ",

@@ -1,6 +1,7 @@
 #pragma once
 // Bilinear ("general", Luong) scores qᵀ W k with W of shape (dq, dk). Separable: queries are
 // projected once to Wᵀq, then it is a plain dot product with the keys.
+#include "identity.hpp"
 #include "matrix.hpp"
 
 #include <span>
@@ -16,7 +17,7 @@ struct bilinear {
 
   void validate(std::size_t dq, std::size_t dk) const {
     if (w.rows != dq || w.cols != dk)
-      detail::fail("bilinear{W}: W has shape (", w.rows, ",", w.cols, ") but queries have size ", dq,
+      fail("bilinear{W}: W has shape (", w.rows, ",", w.cols, ") but queries have size ", dq,
                    " and keys size ", dk, " (need W (", dq, ",", dk, "))");
   }
   template <class T>
@@ -34,8 +35,7 @@ struct bilinear {
   }
   template <class T>
   T project_key(std::span<const T> k, std::span<T> out) const {
-    for (std::size_t d = 0; d < k.size(); ++d) out[d] = k[d];
-    return 0;
+    return identity_projection(k, out);
   }
 };
 

@@ -1,7 +1,9 @@
 #pragma once
 // A tensor of rank <= 4 (mask, bias, lengths...) broadcast NumPy-style, right-aligned, against the
-// score matrix (B, Sq, Skv) or (B, H, Sq, Skv); broadcast axes get stride 0, so reads are O(1).
-#include "../detail/format.hpp"
+// score matrix (B, Sq, Skv) or (B, H, Sq, Skv): a (B, H, Sq, Skv) view whose broadcast axes have
+// stride 0, so reads are O(1). The nd_ref keeps any owned storage alive.
+#include "../error.hpp"
+#include "../layout.hpp"
 #include "problem.hpp"
 
 #include <xtensor/xarray.hpp>
@@ -45,31 +47,14 @@ nd_ref<T> make_nd_ref(E&& x) {
   return r;
 }
 
-/// nd_ref bound to the problem's 4-D (B, H, Sq, Skv) index space.
-template <class T>
-struct bcast4 {
-  const T* data = nullptr;
-  std::array<std::ptrdiff_t, 4> strides{};
-  std::shared_ptr<const void> owned;
-
-  T operator()(std::size_t b, std::size_t h, std::size_t i, std::size_t j) const noexcept {
-    return data[std::ptrdiff_t(b) * strides[0] + std::ptrdiff_t(h) * strides[1] + std::ptrdiff_t(i) * strides[2] +
-                std::ptrdiff_t(j) * strides[3]];
-  }
-  std::ptrdiff_t key_stride() const noexcept { return strides[3]; }
-  const T* row(std::size_t b, std::size_t h, std::size_t i) const noexcept {
-    return data + std::ptrdiff_t(b) * strides[0] + std::ptrdiff_t(h) * strides[1] + std::ptrdiff_t(i) * strides[2];
-  }
-};
-
 /// Broadcast `t` against the scores of `pr`; `what` names the argument in the error.
 template <class T>
-bcast4<T> broadcast_to_scores(const nd_ref<T>& t, const problem& pr, const char* what) {
+strided_view<const T> broadcast_to_scores(const nd_ref<T>& t, const problem& pr, const char* what) {
   const auto target = pr.score_shape();
   const std::size_t r = t.shape.size();
   auto bad = [&] {
-    detail::fail(what, ": shape ", detail::shape_str(t.shape), " does not broadcast to the scores ",
-                 detail::shape_str(target), " (right-aligned: each axis must match or be 1)");
+    fail(what, ": shape ", shape_str(t.shape), " does not broadcast to the scores ",
+                 shape_str(target), " (right-aligned: each axis must match or be 1)");
   };
   if (r == 0 || r > target.size()) bad();
   // target axis a (of target.size()) maps to tensor axis a - (target.size() - r)
@@ -88,7 +73,7 @@ bcast4<T> broadcast_to_scores(const nd_ref<T>& t, const problem& pr, const char*
     const std::size_t axis4 = target.size() == 3 ? (a == 0 ? 0 : a + 1) : a;
     st[axis4] = s;
   }
-  return {t.data, st, t.owned};
+  return {t.data, {{pr.batch, pr.q_heads, pr.q_len, pr.kv_len}, st}};
 }
 
 }  // namespace xattn

@@ -1,7 +1,7 @@
 #pragma once
 // Cosine similarity scaled by 1/temperature: (q·k) / (|q| |k| τ). Separable: rows are
 // normalised once. A zero vector has similarity 0 with everything (no NaN).
-#include "../detail/format.hpp"
+#include "../error.hpp"
 
 #include <cmath>
 #include <span>
@@ -13,9 +13,9 @@ struct cosine {
   double temperature = 1.0;
 
   void validate(std::size_t dq, std::size_t dk) const {
-    if (dq != dk) detail::fail("cosine{temperature}: queries have size ", dq, " but keys have size ", dk);
+    if (dq != dk) fail("cosine{temperature}: queries have size ", dq, " but keys have size ", dk);
     if (!(temperature > 0) || !std::isfinite(temperature))
-      detail::fail("cosine{temperature}: temperature must be finite and > 0, got ", temperature);
+      fail("cosine{temperature}: temperature must be finite and > 0, got ", temperature);
   }
   template <class T>
   T operator()(std::span<const T> q, std::span<const T> k) const {

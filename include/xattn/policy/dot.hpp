@@ -1,7 +1,9 @@
 #pragma once
 // Dot-product scores q·k, and scaled dot product q·k / sqrt(d) (Vaswani et al.). Q * trans(K) in
-// an expression is planned as `dot`; both run the dot-product path with no projection.
-#include "../detail/format.hpp"
+// an expression is planned as `dot`. Both are separable; `dot`'s projections are the identity, so
+// its path reads the keys themselves (no projection pass).
+#include "../error.hpp"
+#include "identity.hpp"
 
 #include <cmath>
 #include <cstddef>
@@ -19,7 +21,16 @@ struct dot {
     return s;
   }
   void validate(std::size_t dq, std::size_t dk) const {
-    if (dq != dk) detail::fail("dot product scores: queries have size ", dq, " but keys have size ", dk);
+    if (dq != dk) fail("dot product scores: queries have size ", dq, " but keys have size ", dk);
+  }
+  std::size_t feature_size(std::size_t dq, std::size_t) const { return dq; }
+  template <class T>
+  T project_query(std::span<const T> q, std::span<T> out) const {
+    return identity_projection(q, out);
+  }
+  template <class T>
+  T project_key(std::span<const T> k, std::span<T> out) const {
+    return identity_projection(k, out);
   }
 };
 
@@ -31,7 +42,7 @@ struct scaled_dot {
     return dot{}(q, k) / std::sqrt(T(q.size()));
   }
   void validate(std::size_t dq, std::size_t dk) const {
-    if (dq != dk) detail::fail("scaled_dot scores: queries have size ", dq, " but keys have size ", dk);
+    if (dq != dk) fail("scaled_dot scores: queries have size ", dq, " but keys have size ", dk);
   }
   std::size_t feature_size(std::size_t dq, std::size_t) const { return dq; }
   template <class T>
@@ -42,8 +53,7 @@ struct scaled_dot {
   }
   template <class T>
   T project_key(std::span<const T> k, std::span<T> out) const {
-    for (std::size_t d = 0; d < k.size(); ++d) out[d] = k[d];
-    return 0;
+    return identity_projection(k, out);
   }
 };
 

@@ -2,7 +2,7 @@
 // Gaussian kernel scores -|q - k|² / (2σ²) (d2l's Nadaraya-Watson). Separable:
 // -|q-k|²/(2σ²) = (q/σ²)·k - |q|²/(2σ²) - |k|²/(2σ²), so it runs on the dot-product path
 // with one per-query and one per-key term.
-#include "../detail/format.hpp"
+#include "../error.hpp"
 
 #include <cmath>
 #include <span>
@@ -14,8 +14,8 @@ struct gaussian {
   double sigma = 1.0;
 
   void validate(std::size_t dq, std::size_t dk) const {
-    if (dq != dk) detail::fail("gaussian{sigma}: queries have size ", dq, " but keys have size ", dk);
-    if (!(sigma > 0) || !std::isfinite(sigma)) detail::fail("gaussian{sigma}: sigma must be finite and > 0, got ", sigma);
+    if (dq != dk) fail("gaussian{sigma}: queries have size ", dq, " but keys have size ", dk);
+    if (!(sigma > 0) || !std::isfinite(sigma)) fail("gaussian{sigma}: sigma must be finite and > 0, got ", sigma);
   }
   template <class T>
   T operator()(std::span<const T> q, std::span<const T> k) const {

@@ -1,7 +1,7 @@
 #pragma once
 // Small dense weights owned by scoring policies (kept in double: projections run once per row, so
 // the extra precision is free and the reference evaluator sees the same numbers).
-#include "../detail/format.hpp"
+#include "../error.hpp"
 
 #include <cstddef>
 #include <vector>
@@ -22,7 +22,7 @@ struct weights {
       rows = m.shape()[0];
       cols = m.shape()[1];
     } else {
-      detail::fail("weights: expected a vector or a matrix, got shape ", detail::shape_str(m.shape()));
+      fail("weights: expected a vector or a matrix, got shape ", shape_str(m.shape()));
     }
     for (auto x : m) v.push_back(double(x));
   }

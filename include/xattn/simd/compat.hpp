@@ -1,12 +1,21 @@
 #pragma once
 // The few xsimd 8.1 facilities the kernel needs, behind stable names: 8.1 spells the horizontal sum
 // `hadd` and has no horizontal max, and later xsimd versions renamed both.
+//
+// GCC 12 reports the `__m512 __Y = __Y;` of its own _mm512_undefined_* (used by many AVX-512
+// intrinsics) as uninitialized wherever such an intrinsic is inlined into our code, even though
+// the header is a system header (GCC PR 105593, fixed in 13). Every xattn header that runs SIMD
+// code brackets it with the pragmas below, so that users' -Wall -Wextra builds stay quiet.
 #include <xsimd/xsimd.hpp>
 
 #include <algorithm>
 #include <array>
 #include <cstddef>
 #include <type_traits>
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 namespace xattn::simd {
 
@@ -49,6 +58,19 @@ inline batch<T> load(const T* p) noexcept {
   return batch<T>::load_unaligned(p);
 }
 
+/// One batch of T from storage of another element type E, converted lane by lane. The generic
+/// form goes through memory; a storage type with a fast conversion (16-bit floats) overloads it.
+template <class T, class E>
+inline batch<T> load_as(const E* p) noexcept {
+  if constexpr (std::is_same_v<T, E>) {
+    return load(p);
+  } else {
+    alignas(64) std::array<T, width<T>> lanes;
+    for (std::size_t i = 0; i < width<T>; ++i) lanes[i] = T(p[i]);
+    return batch<T>::load_aligned(lanes.data());
+  }
+}
+
 template <class T>
 inline void store(T* p, const batch<T>& x) noexcept {
   x.store_unaligned(p);
@@ -61,3 +83,5 @@ constexpr std::size_t padded(std::size_t n) noexcept {
 }
 
 }  // namespace xattn::simd
+
+#pragma GCC diagnostic pop

@@ -10,7 +10,7 @@ namespace xattn {
 template <class B>
 struct bool_mask_policy {
   nd_ref<B> tensor;
-  bcast4<B> bound{};
+  strided_view<const B> bound{};
 
   bool visible(std::size_t b, std::size_t h, std::size_t i, std::size_t j) const noexcept {
     return bool(bound(b, h, i, j));

@@ -3,7 +3,7 @@
 // without cache); bottom_right: offset Skv - Sq (FlashAttention, decoding with a cache);
 // causal_offsets(o): one offset per batch (ONNX's nonpad_kv_seqlen[b] - Sq), possibly negative.
 // Masked keys are excluded; a row that sees nothing gets a zero output.
-#include "../../detail/format.hpp"
+#include "../../error.hpp"
 #include "../problem.hpp"
 
 #include <cstdint>
@@ -35,7 +35,7 @@ struct causal_mask {
 
   causal_mask bind(const problem& pr) const {
     if (!per_batch.empty() && per_batch.size() != pr.batch)
-      detail::fail("causal_offsets(o): o has ", per_batch.size(), " entries but the batch is ", pr.batch);
+      fail("causal_offsets(o): o has ", per_batch.size(), " entries but the batch is ", pr.batch);
     causal_mask b = *this;
     b.shift = where == align::top_left ? 0 : std::int64_t(pr.kv_len) - std::int64_t(pr.q_len);
     return b;

@@ -33,7 +33,7 @@ struct window_mask {
     return block::partial;
   }
   window_mask bind(const problem& pr) const {
-    if (left < 0 || right < 0) detail::fail("window(left, right): sizes must be >= 0, got (", left, ", ", right, ")");
+    if (left < 0 || right < 0) fail("window(left, right): sizes must be >= 0, got (", left, ", ", right, ")");
     window_mask b = *this;
     b.shift = where == align::top_left ? 0 : std::int64_t(pr.kv_len) - std::int64_t(pr.q_len);
     const auto reach = std::int64_t(pr.q_len + pr.kv_len);  // wider bounds change nothing: clamp, never overflow

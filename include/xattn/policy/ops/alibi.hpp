@@ -2,7 +2,7 @@
 // ALiBi: adds -slope[h] * |pos(i) - j| to the score of query i and key j. Query positions are
 // aligned to the end of the keys (pos(i) = i + Skv - Sq), so a decode step (Sq = 1) sits at the
 // last key and square problems get the usual i - j.
-#include "../../detail/format.hpp"
+#include "../../error.hpp"
 #include "../problem.hpp"
 
 #include <cmath>
@@ -23,10 +23,10 @@ struct alibi_op {
 
   alibi_op bind(const problem& pr) const {
     if (slopes.size() != pr.q_heads)
-      detail::fail("alibi(scores, slopes): slopes has ", slopes.size(), " entries but there are ", pr.q_heads,
+      fail("alibi(scores, slopes): slopes has ", slopes.size(), " entries but there are ", pr.q_heads,
                    " query heads");
     for (double s : slopes)
-      if (!std::isfinite(s)) detail::fail("alibi(scores, slopes): slopes must be finite, got ", s);
+      if (!std::isfinite(s)) fail("alibi(scores, slopes): slopes must be finite, got ", s);
     alibi_op b = *this;
     b.shift = std::ptrdiff_t(pr.kv_len) - std::ptrdiff_t(pr.q_len);
     return b;

@@ -10,7 +10,7 @@ namespace xattn {
 template <class T>
 struct tensor_bias {
   nd_ref<T> tensor;
-  bcast4<T> bound{};
+  strided_view<const T> bound{};
 
   template <class U>
   U operator()(U s, std::size_t b, std::size_t h, std::size_t i, std::size_t j) const {
@@ -19,8 +19,8 @@ struct tensor_bias {
 
   template <class V>
   void apply_row(V* s, std::size_t n, std::size_t b, std::size_t h, std::size_t i, std::size_t j0) const {
-    const T* p = bound.row(b, h, i) + std::ptrdiff_t(j0) * bound.key_stride();
-    const std::ptrdiff_t st = bound.key_stride();
+    const std::ptrdiff_t st = bound.inner_stride();
+    const T* p = bound.row(b, h, i) + std::ptrdiff_t(j0) * st;
     for (std::size_t j = 0; j < n; ++j) s[j] += V(p[std::ptrdiff_t(j) * st]);
   }
 

@@ -1,11 +1,15 @@
 #pragma once
 // softcap: s -> c * tanh(s / c) (Gemma, ONNX Attention). Applied to scores before any mask, so
 // masked (-inf) entries stay masked.
-#include "../../detail/format.hpp"
+#include "../../error.hpp"
 #include "../../simd/compat.hpp"
 
 #include <cmath>
 #include <cstddef>
+
+#pragma GCC diagnostic push  // GCC PR 105593, see simd/compat.hpp
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 namespace xattn {
 
@@ -27,9 +31,11 @@ struct softcap_op {
   }
 
   softcap_op bind(const problem&) const {
-    if (!(cap > 0) || !std::isfinite(cap)) detail::fail("softcap(scores, c): c must be finite and > 0, got ", cap);
+    if (!(cap > 0) || !std::isfinite(cap)) fail("softcap(scores, c): c must be finite and > 0, got ", cap);
     return *this;
   }
 };
 
 }  // namespace xattn
+
+#pragma GCC diagnostic pop

@@ -1,0 +1,71 @@
+#pragma once
+// Score path dot_identity: S = Q · Kᵀ on the operands themselves (`dot`, `Q * trans(K)`). Keys are
+// packed into panels once per evaluation and multiplied by the score microkernel; when decoding,
+// they are read where they lie. The expression's scale is folded into the queries.
+#include "../../kernel/qk.hpp"
+#include "../../kernel/rows.hpp"
+#include "../key_panels.hpp"
+#include "../resolved_schedule.hpp"
+
+#include <string_view>
+#include <vector>
+
+namespace xattn {
+
+template <class Acc, class Base>
+struct dot_identity_path {
+  static constexpr std::string_view name = "dot_identity";
+  static constexpr std::string_view what = "Q·Kᵀ of the operands by the score microkernel";
+
+  static path_facts facts(const Base& b, const problem& pr) {
+    return {true, b.k.view.rows_contiguous(), pr.q_dim, sizeof(Acc), simd::width<Acc>};
+  }
+
+  /// Built once per evaluation, read by every task.
+  struct keys {
+    key_panels<Acc> panels;
+    keys(const Base&, const problem& pr, const resolved_schedule& rs) {
+      if (rs.pack_panels) panels = make_key_panels<Acc>(pr, pr.q_dim, rs.block_k);
+    }
+    /// Called by every thread of the pass's parallel region.
+    void build(const Base& b, const problem& pr) {
+      const auto& kv = b.k.view;
+      if (!panels.empty())
+        pack_key_panels(panels, pr, kv.inner_stride(), [&](std::size_t bb, std::size_t h, std::size_t j) {
+          return kv.row(bb, h, j);
+        });
+    }
+  };
+
+  /// One per thread: the task's queries, scaled.
+  class tiles {
+   public:
+    tiles(const Base& b, const problem& pr, const keys& k, const resolved_schedule& rs)
+        : b_(b), k_(k), n_(pr.q_dim), bk_(rs.block_k), q_(rs.block_q * std::max<std::size_t>(n_, 1)) {}
+
+    void load_queries(std::size_t b, std::size_t h, std::size_t i0, std::size_t rows, Acc scale) {
+      const auto& qv = b_.q.view;
+      for (std::size_t r = 0; r < rows; ++r)
+        kernel::scaled_copy(qv.row(b, h, i0 + r), qv.inner_stride(), n_, scale, q_.data() + r * n_, 1);
+    }
+
+    void scores(std::size_t b, std::size_t, std::size_t hk, std::size_t, std::size_t rows, std::size_t j0,
+                std::size_t cols, std::size_t colsp, Acc* s, std::size_t lds) const {
+      if (!k_.panels.empty()) {
+        kernel::qk_tile(q_.data(), n_, rows, k_.panels.panel(b, hk, j0 / bk_), n_, colsp, s, lds);
+      } else {
+        const auto& kv = b_.k.view;
+        kernel::qk_direct(
+            q_.data(), n_, rows, [&](std::size_t c) { return kv.row(b, hk, j0 + c); }, cols, n_, s, lds);
+      }
+    }
+
+   private:
+    const Base& b_;
+    const keys& k_;
+    std::size_t n_, bk_;
+    std::vector<Acc> q_;
+  };
+};
+
+}  // namespace xattn

@@ -1,0 +1,141 @@
+#pragma once
+// Every "how" decision of a run, made in one function from the user's schedule, the sizes, the
+// score path and the machine: block sizes, threads, whether keys are packed or read in place, and
+// the split of long key ranges. xattn::explain prints the result.
+//
+// Block sizes, measured on the development machine (Zen 4, 1 MiB L2, fp32, Sq = Skv = 2048,
+// 1 thread), GFLOP/s at block_k 256 -> 512: D = 32: 88 -> 92; 64: 97 -> 99; 128: 103 -> 104;
+// 256: 100 -> 103; causal D = 64: 92 -> 94. Larger blocks pay the per-block costs (running-max
+// rescale of O, block sums, classification) half as often; beyond 512 nothing more was measurable.
+#include "../policy/problem.hpp"
+#include "../schedule.hpp"
+
+#include <algorithm>
+#include <cstddef>
+#include <string>
+#include <unistd.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+namespace xattn {
+
+/// The facts about this machine that the schedule depends on.
+struct machine {
+  std::size_t l2_bytes = std::size_t(1) << 20;  // per core
+  int max_threads = 1;                          // OpenMP's default team size
+  bool openmp = false;                          // built with OpenMP
+
+  static machine here() {
+    machine m;
+    static const std::size_t l2 = [] {
+      const long b = sysconf(_SC_LEVEL2_CACHE_SIZE);
+      return b > 0 ? std::size_t(b) : std::size_t(1) << 20;
+    }();
+    m.l2_bytes = l2;
+#ifdef _OPENMP
+    m.max_threads = omp_get_max_threads();
+    m.openmp = true;
+#endif
+    return m;
+  }
+};
+
+/// What a score path tells the schedule.
+struct path_facts {
+  bool dot_product = false;       // tiles by the qk microkernel: keys packed into panels, or read in place
+  bool keys_in_place_ok = false;  // the key rows (or features) are contiguous and may be read where they lie
+  std::size_t width = 0;          // features per query and key in the score product (n)
+  std::size_t acc_bytes = 4;      // size of the accumulator type
+  std::size_t lanes = 16;         // SIMD lanes of the accumulator type
+};
+
+/// What the run computes: the attention output, the weights, or the scores.
+enum class pass_kind { attention, weights, scores };
+
+struct resolved_schedule {
+  std::size_t block_q = 0, block_k = 0;  // block_k in whole SIMD batches
+  int threads = 1;
+  std::size_t q_blocks = 0;              // per (batch, head)
+  std::size_t key_chunks = 1;            // > 1: keys split into chunks merged by log-sum-exp
+  std::size_t chunk_keys = 0;            // keys per chunk (whole blocks)
+  bool keys_in_place = false;            // keys scored where they lie, not packed
+  bool pack_panels = false;              // keys packed into per-block panels once per evaluation
+  std::size_t tasks = 0;                 // B · Hq · q_blocks · key_chunks
+  double flop = 0;                       // 2 · B · Hq · Sq · Skv · (n + Dv)
+  std::string threads_reason;            // why this many threads
+};
+
+namespace detail {
+
+inline constexpr double default_serial_below_flop = double(1u << 22);  // waking a team ~ 40 us here
+inline constexpr std::size_t max_decode_rows = 16;   // rows per key head read keys in place at most
+inline constexpr std::size_t min_chunk_keys = 1024;  // keys per decoding chunk at least
+inline constexpr std::size_t max_key_chunks = 8;
+
+inline std::size_t padded_to(std::size_t n, std::size_t lanes) { return (n + lanes - 1) / lanes * lanes; }
+
+}  // namespace detail
+
+/// The schedule a run uses.
+///  - threads: a count the user sets is used as given; 0 means OpenMP's default, or one thread when
+///    the work is below serial_below_flop (default 2^22 flop: waking a team costs more).
+///  - block_k: 512 keys, halved (down to 64) until one key block's packed keys and values,
+///    block_k · (n + Dv) elements, fit in L2 -- the next block's keys then stream in beside them.
+///  - block_q: 60 query rows; with fewer than 4 tasks per thread, smaller multiples of 6 so the
+///    hand-out can balance (block_q never changes a result bit).
+///  - decoding (at most 16 query rows per key head): keys scored in place, not packed; with no more
+///    than 16 query rows and at least 2048 keys, the keys split into up to 8 chunks of whole blocks
+///    (at least 1024 keys each) merged by log-sum-exp. The split depends only on the shape, never on
+///    the thread count, so results stay bitwise identical across thread counts.
+inline resolved_schedule resolve_schedule(const schedule& requested, const problem& pr, const path_facts& path,
+                                          pass_kind kind, const machine& m = machine::here()) {
+  using namespace detail;
+  resolved_schedule r;
+  const std::size_t dv = kind == pass_kind::attention ? pr.v_dim : 0;
+  r.flop = 2.0 * double(pr.batch * pr.q_heads * pr.q_len) * double(pr.kv_len) * double(path.width + dv);
+
+  const double serial_below = requested.serial_below_flop > 0 ? requested.serial_below_flop : default_serial_below_flop;
+  if (!m.openmp) {
+    r.threads = 1;
+    r.threads_reason = "built without OpenMP";
+  } else if (requested.threads > 0) {
+    r.threads = requested.threads;
+    r.threads_reason = "as requested";
+  } else if (r.flop < serial_below) {
+    r.threads = 1;
+    r.threads_reason = "auto: the work is below serial_below_flop";
+  } else {
+    r.threads = std::max(m.max_threads, 1);
+    r.threads_reason = "auto: OpenMP's default";
+  }
+
+  std::size_t bk = requested.block_k;
+  if (bk == 0) {
+    bk = 512;
+    while (bk > 64 && bk * (path.width + dv) * path.acc_bytes > m.l2_bytes) bk /= 2;
+  }
+  r.block_k = padded_to(std::min(bk, std::max<std::size_t>(pr.kv_len, 1)), path.lanes);
+
+  std::size_t bq = requested.block_q;
+  if (bq == 0) {
+    bq = 60;
+    const std::size_t heads = pr.batch * pr.q_heads, want = 4 * std::size_t(r.threads);
+    while (bq > 6 && heads * ((pr.q_len + bq - 1) / bq) < want) bq -= 6;
+  }
+  r.block_q = std::min(bq, std::max<std::size_t>(pr.q_len, 1));  // blocks beyond the problem change nothing
+  r.q_blocks = (pr.q_len + r.block_q - 1) / r.block_q;
+
+  const bool decoding = pr.q_len * (pr.q_heads / std::max<std::size_t>(pr.kv_heads, 1)) <= max_decode_rows;
+  r.keys_in_place = path.dot_product && path.keys_in_place_ok && decoding;
+  r.pack_panels = path.dot_product && !r.keys_in_place;
+  if (kind == pass_kind::attention && pr.q_len <= max_decode_rows && pr.kv_len >= 2 * min_chunk_keys)
+    r.key_chunks = std::min(max_key_chunks, pr.kv_len / std::max(min_chunk_keys, r.block_k));
+  r.key_chunks = std::max<std::size_t>(r.key_chunks, 1);
+  r.chunk_keys = ((pr.kv_len + r.key_chunks - 1) / r.key_chunks + r.block_k - 1) / r.block_k * r.block_k;
+  r.tasks = pr.batch * pr.q_heads * r.q_blocks * r.key_chunks;
+  return r;
+}
+
+}  // namespace xattn

@@ -1,0 +1,64 @@
+#pragma once
+// Register blocking of the two microkernels, the strip layout of packed keys, and the compile-time
+// loops that unroll them.
+#include "../simd/compat.hpp"
+
+#include <cstddef>
+#include <utility>
+
+namespace xattn::kernel {
+
+using simd::batch;
+
+/// Register blocking: rows broadcast from the left operand x batches of the right one.
+/// rows x vecs accumulators + vecs operands + 1 broadcast must fit the register file:
+/// 6 x 4 + 5 = 29 of AVX-512's 32, 6 x 2 + 3 = 15 of AVX2's 16 (P·V with at most two rows takes
+/// twice the columns: 2 x 8 + 9 = 25, 2 x 4 + 5 = 13).
+template <class Acc>
+struct blocking {
+  static constexpr std::size_t rows = 6;
+  static constexpr std::size_t vecs = sizeof(batch<Acc>) >= 64 ? 4 : 2;
+};
+
+/// Keys packed for the score product come in strips of strip_width columns (one microkernel's
+/// width): strip s holds columns [s·sw, s·sw + sw) as n rows of sw contiguous elements, so the
+/// microkernel reads its keys in memory order (prefetch-friendly, no L1 set aliasing).
+template <class Acc>
+inline constexpr std::size_t strip_width = blocking<Acc>::vecs * simd::width<Acc>;
+
+/// Elements of a packed key panel of `cols` columns (whole strips).
+template <class Acc>
+constexpr std::size_t packed_kt_size(std::size_t cols, std::size_t n) noexcept {
+  return (cols + strip_width<Acc> - 1) / strip_width<Acc> * strip_width<Acc> * n;
+}
+
+namespace detail {
+
+/// f(0), ..., f(N - 1) with compile-time indices: the register blocks are unrolled by the language,
+/// not left to the optimiser (at -O2 GCC keeps loop-indexed accumulator arrays in memory).
+template <std::size_t N, class F>
+inline void each(F&& f) {
+  [&]<std::size_t... I>(std::index_sequence<I...>) { (f(std::integral_constant<std::size_t, I>{}), ...); }(
+      std::make_index_sequence<N>{});
+}
+
+/// f(R, r) over rows in register blocks of blocking::rows, then one smaller block for the rest.
+template <class Acc, class F>
+inline void by_row_blocks(std::size_t rows, F&& f) {
+  constexpr std::size_t R = blocking<Acc>::rows;
+  static_assert(R <= 6, "by_row_blocks: add remainder cases for larger blocks");
+  std::size_t r = 0;
+  for (; r + R <= rows; r += R) f(std::integral_constant<std::size_t, R>{}, r);
+  switch (rows - r) {
+    case 5: f(std::integral_constant<std::size_t, 5>{}, r); break;
+    case 4: f(std::integral_constant<std::size_t, 4>{}, r); break;
+    case 3: f(std::integral_constant<std::size_t, 3>{}, r); break;
+    case 2: f(std::integral_constant<std::size_t, 2>{}, r); break;
+    case 1: f(std::integral_constant<std::size_t, 1>{}, r); break;
+    default: break;
+  }
+}
+
+}  // namespace detail
+
+}  // namespace xattn::kernel

@@ -1,0 +1,92 @@
+#pragma once
+// O += P · V for one tile (pv_tile, its microkernel pv_micro): probabilities in the accumulator
+// type, values in any storage type, converted as they are loaded.
+#include "blocking.hpp"
+
+#pragma GCC diagnostic push  // GCC PR 105593, see simd/compat.hpp
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+namespace xattn::kernel {
+
+namespace detail {
+
+/// o[r, c0 + d] += sum_j p[r, j] * v[j, c0 + d] for one register block. The sum over this key block
+/// starts from zero and is added to o once: rounding error then grows with block_k, not with Skv.
+/// A row whose block sum is not finite is left untouched and flagged (bit r of the result): it may
+/// come from 0 * inf/NaN at a key the row gives weight 0, which pv_exact_row recomputes.
+template <std::size_t R, std::size_t CC, class Acc, class V>
+inline unsigned pv_micro(const Acc* p, std::size_t ldp, const V* v, std::size_t ldv, std::size_t keys, Acc* o,
+                         std::size_t ldo) {
+  constexpr std::size_t w = simd::width<Acc>;
+  batch<Acc> acc[R][CC];
+  each<R * CC>([&](auto i) { acc[i / CC][i % CC] = batch<Acc>(Acc(0)); });
+  for (std::size_t j = 0; j < keys; ++j) {
+    batch<Acc> vv[CC];
+    each<CC>([&](auto c) { vv[c] = simd::load_as<Acc>(v + j * ldv + c * w); });
+    each<R>([&](auto r) {
+      const batch<Acc> pr(p[r * ldp + j]);
+      each<CC>([&](auto c) { acc[r][c] = xsimd::fma(pr, vv[c], acc[r][c]); });
+    });
+  }
+  unsigned flagged = 0;
+  each<R>([&](auto r) {
+    batch<Acc> probe(Acc(0));  // x - x is 0 for finite x and NaN otherwise
+    each<CC>([&](auto c) { probe += acc[r][c] - acc[r][c]; });
+    if (xsimd::any(xsimd::isnan(probe))) {
+      flagged |= 1u << r;
+      return;
+    }
+    each<CC>([&](auto c) { simd::store(o + r * ldo + c * w, simd::load(o + r * ldo + c * w) + acc[r][c]); });
+  });
+  return flagged;
+}
+
+/// o[:width] += sum over j with p[j] != 0 of p[j] * v[j, :width]: keys of weight exactly 0 are skipped,
+/// so an inf or NaN in V reaches only the rows that give its key weight (as in the reference).
+template <class Acc, class V>
+inline void pv_exact_row(const Acc* p, const V* v, std::size_t ldv, std::size_t keys, Acc* o, std::size_t width) {
+  constexpr std::size_t w = simd::width<Acc>;
+  for (std::size_t c = 0; c < width; c += w) {
+    batch<Acc> acc(Acc(0));
+    for (std::size_t j = 0; j < keys; ++j)
+      if (p[j] != Acc(0)) acc = xsimd::fma(batch<Acc>(p[j]), simd::load_as<Acc>(v + j * ldv + c), acc);
+    simd::store(o + c, simd::load(o + c) + acc);
+  }
+}
+
+template <std::size_t R, class Acc, class V>
+inline void pv_micro_rows(const Acc* p, std::size_t ldp, const V* v, std::size_t ldv, std::size_t keys, Acc* o,
+                          std::size_t ldo, std::size_t dv_padded) {
+  constexpr std::size_t w = simd::width<Acc>, C = blocking<Acc>::vecs;
+  auto run = [&](auto cvecs, std::size_t c0) {
+    constexpr std::size_t CC = decltype(cvecs)::value;
+    const unsigned flagged = pv_micro<R, CC>(p, ldp, v + c0, ldv, keys, o + c0, ldo);
+    for (std::size_t r = 0; flagged != 0 && r < R; ++r)
+      if (flagged & (1u << r)) pv_exact_row(p + r * ldp, v + c0, ldv, keys, o + r * ldo + c0, CC * w);
+  };
+  std::size_t c = 0;
+  // One or two rows (decoding) leave registers for twice the columns: D = 128 (fp32, AVX-512) then
+  // takes one pass over the value rows instead of two half-row passes, whose stride defeats the
+  // prefetcher when V streams from memory. Same sums in the same order: results do not change.
+  if constexpr (R <= 2)
+    for (; c + 2 * C * w <= dv_padded; c += 2 * C * w) run(std::integral_constant<std::size_t, 2 * C>{}, c);
+  for (; c + C * w <= dv_padded; c += C * w) run(std::integral_constant<std::size_t, C>{}, c);
+  for (; c < dv_padded; c += w) run(std::integral_constant<std::size_t, 1>{}, c);
+}
+
+}  // namespace detail
+
+/// o[r, :] += sum_j p[r, j] * v[j, :] for r < rows, j < keys; v rows readable up to dv_padded. Keys
+/// with p[r, j] == 0 (masked, dropped, underflowed) never contribute, even when v[j] is inf or NaN.
+template <class Acc, class V>
+void pv_tile(const Acc* p, std::size_t ldp, std::size_t rows, const V* v, std::size_t ldv, std::size_t keys, Acc* o,
+             std::size_t ldo, std::size_t dv_padded) {
+  detail::by_row_blocks<Acc>(rows, [&](auto R, std::size_t r) {
+    detail::pv_micro_rows<decltype(R)::value>(p + r * ldp, ldp, v, ldv, keys, o + r * ldo, ldo, dv_padded);
+  });
+}
+
+}  // namespace xattn::kernel
+
+#pragma GCC diagnostic pop

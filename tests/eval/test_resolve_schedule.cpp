@@ -1,0 +1,117 @@
+// Every "how" decision of a run comes from resolve_schedule: block sizes from the head sizes and
+// the L2 cache (block_k) and from the tasks per thread (block_q), threads as the user set them or
+// by the small-work rule, keys packed or read in place, the decoding split. The machine is an
+// argument, so the exact values are checked for any L2 size; the output of a chosen schedule equals
+// that of the same schedule written out, bitwise.
+#include "support/random.hpp"
+
+#include <xattn/xattn.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <cstring>
+
+using namespace xattn;
+
+namespace {
+problem shape(std::size_t b, std::size_t h, std::size_t sq, std::size_t skv, std::size_t d, std::size_t dv,
+              std::size_t hkv = 0) {
+  problem pr;
+  pr.batch = b, pr.q_heads = h, pr.kv_heads = hkv ? hkv : h, pr.q_len = sq, pr.kv_len = skv, pr.q_dim = d,
+  pr.k_dim = d, pr.v_dim = dv;
+  return pr;
+}
+path_facts dot_path(std::size_t n, std::size_t bytes = 4) { return {true, true, n, bytes, 64 / bytes}; }
+machine cores(int threads, std::size_t l2 = std::size_t(1) << 20) { return {l2, threads, true}; }
+resolved_schedule resolved(const schedule& s, const problem& pr, const path_facts& f, const machine& m,
+                           pass_kind k = pass_kind::attention) {
+  return resolve_schedule(s, pr, f, k, m);
+}
+}  // namespace
+
+TEST_CASE("resolve_schedule: block_k is the largest of 512, 256, 128, 64 whose key and value block fits L2") {
+  for (std::size_t l2 : {std::size_t(256) << 10, std::size_t(1) << 20, std::size_t(2) << 20})
+    for (std::size_t d : {16, 64, 128, 256, 512, 1024})
+      for (std::size_t bytes : {4, 8}) {
+        const auto s = resolved({}, shape(1, 8, 4096, 4096, d, d), dot_path(d, bytes), cores(1, l2));
+        INFO("D " << d << ", " << bytes << "-byte elements, L2 " << l2);
+        std::size_t want = 512;
+        while (want > 64 && want * 2 * d * bytes > l2) want /= 2;
+        REQUIRE(s.block_k == want);
+      }
+  // the development machine's numbers (docs/performance.md): 1 MiB L2, fp32
+  REQUIRE(resolved({}, shape(1, 8, 2048, 2048, 128, 128), dot_path(128), cores(1)).block_k == 512);
+  REQUIRE(resolved({}, shape(1, 8, 2048, 2048, 512, 512), dot_path(512), cores(1)).block_k == 256);
+  REQUIRE(resolved({}, shape(1, 8, 2048, 2048, 1024, 1024), dot_path(1024), cores(1)).block_k == 128);
+  // the weights pass holds no values: only the keys count
+  REQUIRE(resolved({}, shape(1, 8, 2048, 2048, 1024, 1024), dot_path(1024), cores(1), pass_kind::weights).block_k == 256);
+}
+
+TEST_CASE("resolve_schedule: block_q shrinks in 6-row steps until every thread has 4 tasks") {
+  REQUIRE(resolved({}, shape(1, 8, 2048, 2048, 64, 64), dot_path(64), cores(2)).block_q == 60);
+  // one head of 256 queries on 2 threads: 60 rows give 5 tasks, 36 rows the 8 wanted
+  REQUIRE(resolved({}, shape(1, 1, 256, 256, 64, 64), dot_path(64), cores(2)).block_q == 36);
+  REQUIRE(resolved({}, shape(1, 1, 256, 256, 64, 64), dot_path(64), cores(1)).block_q == 60);
+  REQUIRE(resolved({}, shape(1, 1, 10, 256, 64, 64), dot_path(64), cores(2)).block_q == 6);  // cannot reach 8: stops at 6
+}
+
+TEST_CASE("resolve_schedule: the user's values are kept, clamped to the problem") {
+  const auto s = resolved({24, 100, 2}, shape(1, 2, 50, 80, 64, 64), dot_path(64), cores(2));
+  REQUIRE(s.block_q == 24);
+  REQUIRE(s.block_k == 80);
+  REQUIRE(s.threads == 2);
+  REQUIRE(s.q_blocks == 3);
+  REQUIRE(s.tasks == 6);
+  REQUIRE(resolved({1000, 0, 0}, shape(1, 2, 50, 80, 64, 64), dot_path(64), cores(2)).block_q == 50);
+}
+
+TEST_CASE("resolve_schedule: a thread count the user sets is honoured, even for tiny work") {
+  const problem tiny = shape(1, 1, 8, 8, 4, 4);
+  const auto asked = resolved({.threads = 2}, tiny, dot_path(4), cores(2));
+  REQUIRE(asked.threads == 2);
+  REQUIRE(asked.threads_reason == "as requested");
+  const auto automatic = resolved({}, tiny, dot_path(4), cores(2));
+  REQUIRE(automatic.threads == 1);  // 2 · 8 · 8 · 8 flop: below the default cut-off
+  REQUIRE(automatic.threads_reason.find("below serial_below_flop") != std::string::npos);
+  const problem big = shape(1, 8, 1024, 1024, 64, 64);  // 2^30 flop
+  REQUIRE(resolved({}, big, dot_path(64), cores(2)).threads == 2);
+  REQUIRE(resolved({.serial_below_flop = 1e12}, big, dot_path(64), cores(2)).threads == 1);  // a module's cut-off
+  REQUIRE(resolved({.threads = -3}, big, dot_path(64), cores(2)).threads == 2);  // negative: the default
+  REQUIRE(resolved({.threads = 4}, big, dot_path(64), machine{std::size_t(1) << 20, 2, false}).threads == 1);
+}
+
+TEST_CASE("resolve_schedule: decoding reads keys in place and splits long key ranges") {
+  // 1 query row per key head: keys in place; 4096 keys: 4 chunks of 1024 (block_k 512)
+  const auto d = resolved({}, shape(1, 32, 1, 4096, 128, 128), dot_path(128), cores(2));
+  REQUIRE(d.keys_in_place);
+  REQUIRE(!d.pack_panels);
+  REQUIRE(d.key_chunks == 4);
+  REQUIRE(d.chunk_keys == 1024);
+  REQUIRE(d.tasks == 32 * 4);
+  // GQA with 4 query heads per key head and 5 rows each: 20 rows > 16, packed; Sq <= 16 still splits
+  const auto g = resolved({}, shape(1, 8, 5, 4096, 64, 64, 2), dot_path(64), cores(2));
+  REQUIRE(!g.keys_in_place);
+  REQUIRE(g.pack_panels);
+  REQUIRE(g.key_chunks == 4);
+  // keys not contiguous: packed even when decoding; weights are never split
+  REQUIRE(resolved({}, shape(1, 32, 1, 4096, 128, 128), {true, false, 128, 4, 16}, cores(2)).pack_panels);
+  REQUIRE(resolved({}, shape(1, 32, 1, 4096, 128, 128), dot_path(128), cores(2), pass_kind::weights).key_chunks == 1);
+  // pair paths never pack
+  const auto p = resolved({}, shape(1, 8, 256, 256, 64, 64), {false, false, 64, 4, 16}, cores(2));
+  REQUIRE(!p.pack_panels);
+  REQUIRE(!p.keys_in_place);
+  // few keys: no split
+  REQUIRE(resolved({}, shape(1, 32, 1, 2047, 128, 128), dot_path(128), cores(2)).key_chunks == 1);
+}
+
+TEST_CASE("a chosen schedule gives the bits of the same schedule written out") {
+  testing::rng r(5);
+  const xt::xtensor<float, 4> q = r.tensor<float>({1, 2, 300, 64}), k = r.tensor<float>({1, 2, 1500, 64}),
+                              v = r.tensor<float>({1, 2, 1500, 64});
+  auto Q = ref(q), K = ref(k), V = ref(v);
+  const auto e = softmax(mask(Q * trans(K) / 8.0, causal(align::bottom_right))) * V;
+  const std::size_t bk = explain(e).schedule.block_k;
+  const xt::xtensor<float, 4> chosen = eval(e), written = eval(e, {60, bk, 1});
+  REQUIRE(std::memcmp(chosen.data(), written.data(), chosen.size() * sizeof(float)) == 0);
+  REQUIRE(testing::max_abs_diff(chosen, reference(e).output) < 2e-6);
+}
