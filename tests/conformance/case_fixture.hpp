@@ -1,8 +1,8 @@
 #pragma once
-// Test helpers: the shared case directory, scratch copies of real cases that tests
-// then break on purpose, and the message a broken case is rejected with.
+// Test helpers: the vendored case directory (tests/data/onnx), scratch copies of real
+// cases that tests then break on purpose, and the message a broken case is rejected with.
 
-#include <xattn/onnx/case_io.hpp>
+#include <conformance/case_io.hpp>
 
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
@@ -65,8 +65,8 @@ inline fs::path copy_case(const std::string& name, const fs::path& dest,
 inline std::string load_error(const fs::path& dir)
 {
     try {
-        xattn::onnx::load_case(dir);
-    } catch (const xattn::onnx::case_error& e) {
+        xattn::conformance::load_case(dir);
+    } catch (const xattn::conformance::case_error& e) {
         return e.what();
     }
     FAIL("load_case(" << dir << ") did not throw case_error");

@@ -1,6 +1,6 @@
 #include "case_fixture.hpp"
 
-#include <xattn/onnx/case_io.hpp>
+#include <conformance/case_io.hpp>
 
 #include <catch2/catch.hpp>
 
@@ -11,6 +11,7 @@
 #include <vector>
 
 using namespace xattn::onnx;
+using namespace xattn::conformance;
 using namespace conformance_test;
 using Catch::Matchers::Contains;
 

@@ -1,4 +1,4 @@
-#include <xattn/onnx/compare.hpp>
+#include <conformance/compare.hpp>
 
 #include <catch2/catch.hpp>
 
@@ -7,6 +7,7 @@
 #include <vector>
 
 using namespace xattn::onnx;
+using namespace xattn::conformance;
 using Catch::Matchers::Contains;
 
 namespace {

@@ -1,7 +1,7 @@
 #include "case_fixture.hpp"
 
-#include <xattn/onnx/case_io.hpp>
-#include <xattn/onnx/compare.hpp>
+#include <conformance/case_io.hpp>
+#include <conformance/compare.hpp>
 #include <xattn/onnx/softmax.hpp>
 
 #include <catch2/catch.hpp>
@@ -13,6 +13,7 @@
 #include <stdexcept>
 
 using namespace xattn::onnx;
+using namespace xattn::conformance;
 using namespace conformance_test;
 using Catch::Matchers::Contains;
 

@@ -1,4 +1,4 @@
-// Catalogue E51-E56: malformed ONNX case files (include/xattn/onnx/case_io.hpp) that
+// Catalogue E51-E56: malformed ONNX case files (tools/conformance/case_io.hpp) that
 // tests/conformance/test_case_io.cpp does not already break. Same fixture: a real case is
 // copied, damaged, and must be rejected with case_error naming the directory and the problem.
 #include "conformance/case_fixture.hpp"

@@ -4,8 +4,8 @@
 
 #include "run_case.hpp"
 
-#include <xattn/onnx/case_io.hpp>
-#include <xattn/onnx/compare.hpp>
+#include "case_io.hpp"
+#include "compare.hpp"
 
 #include <algorithm>
 #include <cstdio>
@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-namespace xattn::onnx {
+namespace xattn::conformance {
 
 struct case_outcome {
     bool passed = false;
@@ -65,4 +65,4 @@ inline case_outcome check_case(const onnx_case& c)
     return {true, "PASS " + name + "  max_err=" + format_error(max_err)};
 }
 
-} // namespace xattn::onnx
+} // namespace xattn::conformance

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-namespace xattn::onnx {
+namespace xattn::conformance {
 
 inline std::vector<std::filesystem::path> find_cases(const std::vector<std::string>& dirs)
 {
@@ -34,4 +34,4 @@ inline std::vector<std::filesystem::path> find_cases(const std::vector<std::stri
     return cases;
 }
 
-} // namespace xattn::onnx
+} // namespace xattn::conformance

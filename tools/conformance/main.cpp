@@ -6,7 +6,7 @@
 #include "check_case.hpp"
 #include "find_cases.hpp"
 
-#include <xattn/onnx/case_io.hpp>
+#include "case_io.hpp"
 
 #include <CLI/CLI.hpp>
 
@@ -29,7 +29,7 @@ int main(int argc, char** argv)
 
     std::vector<std::filesystem::path> cases;
     try {
-        cases = xattn::onnx::find_cases(dirs);
+        cases = xattn::conformance::find_cases(dirs);
     } catch (const std::exception& e) {
         std::cerr << "xattn-conformance: " << e.what() << '\n';
         return 2;
@@ -38,10 +38,10 @@ int main(int argc, char** argv)
     int passed = 0, failed = 0;
     for (const auto& dir : cases) {
         try {
-            const auto outcome = xattn::onnx::check_case(xattn::onnx::load_case(dir));
+            const auto outcome = xattn::conformance::check_case(xattn::conformance::load_case(dir));
             std::cout << outcome.line << std::endl; // flushed: long runs show progress
             ++(outcome.passed ? passed : failed);
-        } catch (const xattn::onnx::case_error& e) {
+        } catch (const xattn::conformance::case_error& e) {
             std::cerr << "xattn-conformance: " << e.what() << '\n';
             return 2;
         } catch (const std::exception& e) { // e.g. an unreadable directory

@@ -3,8 +3,8 @@
 // entry point and returns the requested outputs, already stored in their expected
 // dtype. Behaviour comes only from case.json and the data, never from the case name.
 
-#include <xattn/onnx/case_io.hpp>
-#include <xattn/onnx/compare.hpp>
+#include "case_io.hpp"
+#include "compare.hpp"
 #include <xattn/onnx/softmax.hpp>
 
 #include <xattn/onnx/attention.hpp>
@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-namespace xattn::onnx {
+namespace xattn::conformance {
 
 // One produced output, in the same flat row-major form as tensor_blob.
 struct actual_tensor {
@@ -26,7 +26,7 @@ struct actual_tensor {
     std::vector<double> values;
 };
 
-namespace run_case_detail {
+namespace detail {
 
 template <class T>
 xt::xarray<T> to_xarray(const tensor_blob& b)
@@ -86,7 +86,7 @@ inline std::vector<actual_tensor> run_softmax(const onnx_case& c)
     if (axis < -rank || axis >= rank)
         throw case_error("malformed case " + c.dir.string() + ": Softmax axis " + std::to_string(axis) +
                          " is out of range for input shape " + format_shape(x.shape));
-    return {stored_as(c, from_xarray(0, softmax(to_xarray<double>(x), axis)))};
+    return {stored_as(c, from_xarray(0, onnx::softmax(to_xarray<double>(x), axis)))};
 }
 
 // Dtype checks that do not depend on the kernel, so a malformed case is reported as
@@ -112,7 +112,7 @@ inline void check_attention_dtypes(const onnx_case& c)
 inline std::vector<actual_tensor> run_attention(const onnx_case& c)
 {
     check_attention_dtypes(c);
-    attention_inputs in; // float16 tensors (the mask too) are widened to float here
+    onnx::attention_inputs in; // float16 tensors (the mask too) are widened to float here
     in.q = to_xarray<float>(*c.input(0));
     in.k = to_xarray<float>(*c.input(1));
     in.v = to_xarray<float>(*c.input(2));
@@ -137,7 +137,7 @@ inline std::vector<actual_tensor> run_attention(const onnx_case& c)
             return static_cast<float>(a->value); // ONNX float attributes are float32
         return std::nullopt;
     };
-    attention_attrs attrs;
+    onnx::attention_attrs attrs;
     attrs.is_causal = int_attr("is_causal").value_or(0);
     attrs.q_num_heads = int_attr("q_num_heads");
     attrs.kv_num_heads = int_attr("kv_num_heads");
@@ -148,7 +148,7 @@ inline std::vector<actual_tensor> run_attention(const onnx_case& c)
 
     const bool want_present = c.output_requested(1) || c.output_requested(2);
     const bool want_qk = c.output_requested(3);
-    const attention_outputs out = attention(in, attrs, want_present, want_qk);
+    const onnx::attention_outputs out = onnx::attention(in, attrs, want_present, want_qk);
 
     // Slots: 0 Y, 1 present_key, 2 present_value, 3 qk_matmul_output.
     const xt::xarray<float>* by_slot[] = {&out.y, &out.present_key, &out.present_value, &out.qk_matmul_output};
@@ -159,17 +159,17 @@ inline std::vector<actual_tensor> run_attention(const onnx_case& c)
     return results;
 }
 
-} // namespace run_case_detail
+} // namespace detail
 
 // Throws case_error when the case cannot be bound (wrong dtypes, bad axis); any other
 // exception means the implementation itself failed on a valid case.
 inline std::vector<actual_tensor> run_case(const onnx_case& c)
 {
     if (c.op_type == "Softmax")
-        return run_case_detail::run_softmax(c);
+        return detail::run_softmax(c);
     if (c.op_type == "Attention")
-        return run_case_detail::run_attention(c);
+        return detail::run_attention(c);
     throw case_error("malformed case " + c.dir.string() + ": no runner for op_type " + c.op_type);
 }
 
-} // namespace xattn::onnx
+} // namespace xattn::conformance

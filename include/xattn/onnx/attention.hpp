@@ -1,7 +1,7 @@
 #pragma once
 // ONNX Attention (opset 23/24) as an expression of the DSL: one fused pass for Y; the
 // qk_matmul_output tap comes from the reference evaluator of the same expression, and only when
-// asked for. Semantics follow ../shared/conformance/ONNX_ATTENTION_SPEC_NOTES.md: 3-D inputs are
+// asked for. Semantics follow tests/data/onnx/ONNX_ATTENTION_SPEC_NOTES.md: 3-D inputs are
 // read as heads in place, masks broadcast to (B, Hq, Sq, T) with short masks padded as excluded,
 // causal offsets 0 / past length / nonpad_kv_seqlen[b] - Sq, softcap before the mask, GQA by
 // repeat-interleave, fully masked rows give zeros. Softmax always runs in float32 or wider.
