@@ -3,6 +3,7 @@
 // score tile -> modifiers -> masks -> online softmax -> P·V, keeping only tiles of size
 // block_q x block_k. Nothing of size Sq x Skv is ever allocated. The score path (Path::tiles)
 // fills the score tile; the worker does not know which path it runs.
+#include "../kernel/aligned.hpp"
 #include "../kernel/pv.hpp"
 #include "../kernel/rows.hpp"
 #include "../layout.hpp"
@@ -196,7 +197,7 @@ class fused_worker {
   std::size_t bq_, bk_, lds_, dvp_;
   bool fold_log2e_;
   Acc sc_;  // the expression's scale, times log2 e when folded
-  std::vector<Acc> s_, o_, vb_;
+  kernel::aligned_vector<Acc> s_, o_, vb_;
   std::vector<kernel::row_state<Acc>> st_;
 };
 

@@ -1,6 +1,7 @@
 #pragma once
 // Keys projected once per evaluation, never per (query, key) pair: the n features of every
 // (batch, kv head, key) and each key's additive term, in the policy's scalar type S.
+#include "../kernel/aligned.hpp"
 #include "../kernel/rows.hpp"
 #include "../layout.hpp"
 #include "../policy/problem.hpp"
@@ -14,7 +15,8 @@ template <class S>
 struct key_features {
   layout<4> at;       // (B, Hkv, Skv, n) over f
   layout<3> term_at;  // (B, Hkv, Skv) over beta
-  std::vector<S> f, beta;
+  kernel::aligned_vector<S> f;
+  std::vector<S> beta;
 
   key_features() = default;
   key_features(const problem& pr, std::size_t n)

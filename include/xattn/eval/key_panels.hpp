@@ -2,6 +2,7 @@
 // Keys of the dot-product paths, packed into per-block panels (strips, see kernel::pack_kt) once
 // per evaluation: every query block and every query head of a GQA group reads the same panels,
 // instead of re-packing a key block per task.
+#include "../kernel/aligned.hpp"
 #include "../kernel/pack.hpp"
 #include "../layout.hpp"
 #include "../policy/problem.hpp"
@@ -17,7 +18,7 @@ template <class P, class Acc = P>
 struct key_panels {
   std::size_t n = 0, bk = 0;
   layout<3> at;
-  std::unique_ptr<P[]> data;  // left uninitialised: pack_kt writes every element, padding included
+  std::unique_ptr<P[], kernel::aligned_delete<P>> data;  // uninitialised: pack_kt writes every element
 
   bool empty() const noexcept { return !data; }
   const P* panel(std::size_t b, std::size_t h, std::size_t kb) const noexcept { return data.get() + at(b, h, kb); }
@@ -36,7 +37,7 @@ key_panels<P, Acc> make_key_panels(const problem& pr, std::size_t n, std::size_t
   const std::size_t blocks = (pr.kv_len + bk - 1) / bk, size = kernel::packed_kt_size<Acc>(bk, n);
   key_panels<P, Acc> kp{n, bk, layout<3>::row_major({pr.batch, pr.kv_heads, blocks}), {}};
   for (auto& s : kp.at.stride) s *= std::ptrdiff_t(size);
-  kp.data = std::make_unique_for_overwrite<P[]>(kp.at.size() * size);
+  kp.data = kernel::make_aligned_array<P>(kp.at.size() * size);
   return kp;
 }
 

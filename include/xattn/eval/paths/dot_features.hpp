@@ -3,6 +3,7 @@
 // projected once per evaluation, the features then take the dot_identity route (panels, or read
 // in place when decoding); queries are projected per task. Projections run in the policy's scalar
 // type and are converted to the accumulator type; the scale multiplies features, α and β.
+#include "../../kernel/aligned.hpp"
 #include "../../kernel/qk.hpp"
 #include "../../kernel/rows.hpp"
 #include "../key_features.hpp"
@@ -91,7 +92,8 @@ struct dot_features_path {
     const problem& pr_;
     std::size_t n_, bk_;
     Acc scale_;
-    std::vector<Acc> q_, alpha_;
+    kernel::aligned_vector<Acc> q_;
+    std::vector<Acc> alpha_;
     std::vector<S> proj_, raw_;
   };
 };

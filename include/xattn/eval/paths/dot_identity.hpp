@@ -2,6 +2,7 @@
 // Score path dot_identity: S = Q · Kᵀ on the operands themselves (`dot`, `Q * trans(K)`). Keys are
 // packed into panels once per evaluation and multiplied by the score microkernel; when decoding,
 // they are read where they lie. The expression's scale is folded into the queries.
+#include "../../kernel/aligned.hpp"
 #include "../../kernel/qk.hpp"
 #include "../../kernel/rows.hpp"
 #include "../key_panels.hpp"
@@ -64,7 +65,7 @@ struct dot_identity_path {
     const Base& b_;
     const keys& k_;
     std::size_t n_, bk_;
-    std::vector<Acc> q_;
+    kernel::aligned_vector<Acc> q_;
   };
 };
 
