@@ -2,6 +2,8 @@
 // ONNX Softmax-13: y = exp(x - max) / sum(exp(x - max)) along one axis of an N-D
 // tensor. (Opsets 1 and 11 flattened to 2-D at the axis instead; not handled here.)
 
+#include "../error.hpp"
+
 #include <xtensor/xarray.hpp>
 
 #include <cmath>
@@ -21,17 +23,10 @@ xt::xarray<T> softmax(const xt::xarray<T>& x, std::int64_t axis = -1)
 {
     static_assert(std::is_floating_point_v<T>, "softmax needs a floating-point tensor");
     const auto rank = static_cast<std::int64_t>(x.dimension());
-    if (axis < -rank || axis >= rank) {
-        std::string shape = "[";
-        for (std::size_t d = 0; d < x.dimension(); ++d) {
-            if (d)
-                shape += ',';
-            shape += std::to_string(x.shape()[d]);
-        }
+    if (axis < -rank || axis >= rank)
         throw std::invalid_argument("softmax: axis " + std::to_string(axis) + " is out of range for shape " +
-                                    shape + "] (valid: " + std::to_string(-rank) + ".." +
+                                    xattn::shape_str(x.shape()) + " (valid: " + std::to_string(-rank) + ".." +
                                     std::to_string(rank - 1) + ")");
-    }
     const auto a = static_cast<std::size_t>(axis < 0 ? axis + rank : axis);
 
     // View the tensor as (outer, n, inner): the softmax runs over n with stride inner.

@@ -24,16 +24,11 @@
 #include <string>
 #include <vector>
 
+#include "../error.hpp"
+
 namespace xattn::viz {
 
 namespace detail {
-
-template <class S>
-std::string shape_string(const S& shape) {
-    std::string s = "(";
-    for (std::size_t k = 0; k < shape.size(); ++k) s += (k ? ", " : "") + std::to_string(shape[k]);
-    return s + ")";
-}
 
 inline std::string number_string(double v) {
     char buf[32];
@@ -59,10 +54,10 @@ panel_grid to_panel_grid(const xt::xexpression<E>& weights) {
     if (rank < 2 || rank > 4) {
         throw std::invalid_argument("xattn: heatmap: weights must have rank 2 (queries, keys), 3 (panels, queries, "
                                     "keys) or 4 (rows, cols, queries, keys), got shape " +
-                                    shape_string(shape));
+                                    xattn::shape_str(shape));
     }
     if (std::find(shape.begin(), shape.end(), std::size_t{0}) != shape.end()) {
-        throw std::invalid_argument("xattn: heatmap: weights must not be empty, got shape " + shape_string(shape));
+        throw std::invalid_argument("xattn: heatmap: weights must not be empty, got shape " + xattn::shape_str(shape));
     }
     panel_grid g;
     g.values = e;  // evaluates a lazy expression exactly once
@@ -77,7 +72,7 @@ panel_grid to_panel_grid(const xt::xexpression<E>& weights) {
         std::vector<std::size_t> index(rank);
         for (std::size_t k = rank, rest = n; k-- > 0; rest /= shape[k]) index[k] = rest % shape[k];
         throw std::invalid_argument("xattn: heatmap: weights must be finite, got " + number_string(v[n]) +
-                                    " at index " + shape_string(index) + " of shape " + shape_string(shape));
+                                    " at index " + xattn::shape_str(index) + " of shape " + xattn::shape_str(shape));
     }
     return g;
 }

@@ -1,7 +1,19 @@
-// A downstream project using the installed package: the seeds' worked example.
+// A downstream project using the installed package: the seeds' worked example, then the other
+// kernel paths (weights, additive scores, softcap, a double-only user policy), built by the test
+// with -Wall -Wextra -Werror -march=native: xattn must add no warning to a user's build.
 #include <xattn/xattn.hpp>
 
+#include <cmath>
 #include <iostream>
+#include <span>
+
+struct l1_double {  // a user policy written for double only
+  double operator()(std::span<const double> q, std::span<const double> k) const {
+    double s = 0;
+    for (std::size_t d = 0; d < q.size(); ++d) s -= std::abs(q[d] - k[d]);
+    return s;
+  }
+};
 
 int main() {
   using namespace xattn;
@@ -13,4 +25,10 @@ int main() {
   const xt::xtensor<float, 3> out = eval(softmax(mask(Q * trans(K) / std::sqrt(2.0f), lengths(lens))) * V);
   for (float x : out) std::cout << x << ' ';
   std::cout << '\n';
+
+  const xt::xtensor<float, 2> wq = xt::ones<float>({3, 2}), wk = xt::ones<float>({3, 2});
+  const xt::xtensor<float, 1> wv = xt::ones<float>({3});
+  const auto weights = eval(softmax(mask(softcap(score(additive{wq, wk, wv}, Q, K), 5.0), lengths(lens))));
+  const auto user = eval(softmax(score(l1_double{}, Q, K)) * V);
+  std::cout << "weights " << weights(1, 0, 0) << ", user " << user(0, 0, 0) << '\n';  // 1/6, mean of 0, 4, ..., 36
 }
