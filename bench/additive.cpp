@@ -66,18 +66,26 @@ void register_additive() {
   static const additive_case c;
   constexpr double mib = 1.0 / (1 << 20);
   for (int threads : thread_counts) {
-    benchmark::RegisterBenchmark(c.name("fused", threads).c_str(), [threads](benchmark::State& state) {
-      set_threads(threads);
-      auto Q = xattn::ref(c.q), K = xattn::ref(c.k), V = xattn::ref(c.v);
-      const auto e = softmax(mask(score(xattn::additive{c.w_q, c.w_k, c.w_v}, Q, K), xattn::lengths(c.lens))) * V;
-      const double s = run_timed(state, 0, [&] { benchmark::DoNotOptimize(xattn::eval(e, {.threads = threads})); });
-      set_ms(state, s, double(c.B * (c.Sq + c.Skv) * c.h * sizeof(float)) * mib);
-    })->UseRealTime()->Unit(benchmark::kMillisecond);
-    benchmark::RegisterBenchmark(c.name("d2l_materialised", threads).c_str(), [threads](benchmark::State& state) {
-      set_threads(threads);
-      const double s = run_timed(state, 0, [&] { benchmark::DoNotOptimize(d2l_materialised(c)); });
-      set_ms(state, s, double(c.Sq * c.Skv * c.h * sizeof(float)) * mib);  // features, per batch
-    })->UseRealTime()->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark(
+        c.name("fused", threads).c_str(),
+        [threads](benchmark::State& state) {
+          set_threads(threads);
+          auto Q = xattn::ref(c.q), K = xattn::ref(c.k), V = xattn::ref(c.v);
+          const auto e = softmax(mask(score(xattn::additive{c.w_q, c.w_k, c.w_v}, Q, K), xattn::lengths(c.lens))) * V;
+          const double s = run_timed(state, 0, [&] { benchmark::DoNotOptimize(xattn::eval(e, {.threads = threads})); });
+          set_ms(state, s, double(c.B * (c.Sq + c.Skv) * c.h * sizeof(float)) * mib);
+        })
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark(
+        c.name("d2l_materialised", threads).c_str(),
+        [threads](benchmark::State& state) {
+          set_threads(threads);
+          const double s = run_timed(state, 0, [&] { benchmark::DoNotOptimize(d2l_materialised(c)); });
+          set_ms(state, s, double(c.Sq * c.Skv * c.h * sizeof(float)) * mib);  // features, per batch
+        })
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond);
   }
 }
 

@@ -24,8 +24,7 @@ namespace xattn_bench {
 // A zero-filled float array on a 64-byte boundary. Zero-filling also takes the page faults before timing.
 class aligned_buffer {
  public:
-  explicit aligned_buffer(std::size_t count)
-      : count_(count), data_(allocate(count)) {
+  explicit aligned_buffer(std::size_t count) : count_(count), data_(allocate(count)) {
     std::fill_n(data_.get(), count_, 0.0f);
   }
   float* data() { return data_.get(); }

@@ -31,10 +31,11 @@ void run(benchmark::State& state, bool packed, int threads) {
   const xattn::schedule sch{.threads = threads};
   const double pairs = packed ? double(docs) * len * len : double(seq) * seq;
   const double flop = 4.0 * heads * pairs * dim;
-  const double seconds = packed ? run_timed(state, flop, [&] {
-    xattn::eval_into(softmax(mask(Q * trans(K) * scale, xattn::documents(ids))) * V, o, sch);
-  })
-                                : run_timed(state, flop, [&] { xattn::eval_into(softmax(Q * trans(K) * scale) * V, o, sch); });
+  const double seconds =
+      packed
+          ? run_timed(state, flop,
+                      [&] { xattn::eval_into(softmax(mask(Q * trans(K) * scale, xattn::documents(ids))) * V, o, sch); })
+          : run_timed(state, flop, [&] { xattn::eval_into(softmax(Q * trans(K) * scale) * V, o, sch); });
   state.counters["ms"] = seconds * 1e3;
 }
 
@@ -43,9 +44,9 @@ void run(benchmark::State& state, bool packed, int threads) {
 void register_documents() {
   for (int threads : thread_counts)
     for (bool packed : {true, false}) {
-      const std::string name = std::string("documents/") + (packed ? "packed/" : "dense/") + std::to_string(docs) + "x" +
-                               std::to_string(len) + "/1/" + std::to_string(heads) + "/" + std::to_string(seq) + "/" +
-                               std::to_string(dim) + "/" + std::to_string(threads);
+      const std::string name = std::string("documents/") + (packed ? "packed/" : "dense/") + std::to_string(docs) +
+                               "x" + std::to_string(len) + "/1/" + std::to_string(heads) + "/" + std::to_string(seq) +
+                               "/" + std::to_string(dim) + "/" + std::to_string(threads);
       benchmark::RegisterBenchmark(name.c_str(), [packed, threads](benchmark::State& st) { run(st, packed, threads); })
           ->UseRealTime()
           ->Unit(benchmark::kMillisecond);

@@ -21,8 +21,9 @@ void add_context() {
   benchmark::AddCustomContext("assertions", "ON (not a release build: numbers are not meaningful)");
 #endif
   if (policy == nullptr || std::string(policy) != "passive")
-    std::fprintf(stderr, "note: OMP_WAIT_POLICY is not 'passive'; spinning OpenMP workers slow OpenBLAS "
-                         "(bench/run.sh sets it)\n");
+    std::fprintf(stderr,
+                 "note: OMP_WAIT_POLICY is not 'passive'; spinning OpenMP workers slow OpenBLAS "
+                 "(bench/run.sh sets it)\n");
 }
 
 }  // namespace

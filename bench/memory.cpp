@@ -22,22 +22,29 @@ double max_rss_mib() {
 }  // namespace
 
 void register_memory() {
-  benchmark::RegisterBenchmark("memory/xattn/1/1/32768/32768/64/0/1", [](benchmark::State& state) {
-    set_threads(1);
-    const attention_shape s{1, 1, 32768, 32768, 64, false};
-    attention_data data(s);  // inputs filled, output touched below
-    std::fill(data.o.span().begin(), data.o.span().end(), 0.0f);
-    const std::array<std::size_t, 4> shape{1, 1, 32768, 64};
-    auto q = xt::adapt(data.q.span().data(), data.q.span().size(), xt::no_ownership(), shape);
-    auto k = xt::adapt(data.k.span().data(), data.k.span().size(), xt::no_ownership(), shape);
-    auto v = xt::adapt(data.v.span().data(), data.v.span().size(), xt::no_ownership(), shape);
-    auto o = xt::adapt(data.o.span().data(), data.o.span().size(), xt::no_ownership(), shape);
-    auto Q = xattn::ref(q), K = xattn::ref(k), V = xattn::ref(v);
-    const double before = max_rss_mib();
-    run_timed(state, attention_flop(s), [&] { xattn::eval_into(softmax(Q * trans(K) * 0.125f) * V, o, {.threads = 1}); });
-    state.counters["extra_mib"] = max_rss_mib() - before;
-    state.counters["inputs_mib"] = 4.0 * 32768 * 64 * 4 / (1 << 20);
-  })->Iterations(1)->Repetitions(1)->UseRealTime()->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark(
+      "memory/xattn/1/1/32768/32768/64/0/1",
+      [](benchmark::State& state) {
+        set_threads(1);
+        const attention_shape s{1, 1, 32768, 32768, 64, false};
+        attention_data data(s);  // inputs filled, output touched below
+        std::fill(data.o.span().begin(), data.o.span().end(), 0.0f);
+        const std::array<std::size_t, 4> shape{1, 1, 32768, 64};
+        auto q = xt::adapt(data.q.span().data(), data.q.span().size(), xt::no_ownership(), shape);
+        auto k = xt::adapt(data.k.span().data(), data.k.span().size(), xt::no_ownership(), shape);
+        auto v = xt::adapt(data.v.span().data(), data.v.span().size(), xt::no_ownership(), shape);
+        auto o = xt::adapt(data.o.span().data(), data.o.span().size(), xt::no_ownership(), shape);
+        auto Q = xattn::ref(q), K = xattn::ref(k), V = xattn::ref(v);
+        const double before = max_rss_mib();
+        run_timed(state, attention_flop(s),
+                  [&] { xattn::eval_into(softmax(Q * trans(K) * 0.125f) * V, o, {.threads = 1}); });
+        state.counters["extra_mib"] = max_rss_mib() - before;
+        state.counters["inputs_mib"] = 4.0 * 32768 * 64 * 4 / (1 << 20);
+      })
+      ->Iterations(1)
+      ->Repetitions(1)
+      ->UseRealTime()
+      ->Unit(benchmark::kMillisecond);
 }
 
 }  // namespace xattn_bench

@@ -18,7 +18,8 @@ constexpr std::size_t ld = xattn::tile_stride<float>(keys);  // the fused pass's
 
 template <std::size_t dim>
 struct tile_data {
-  std::vector<float> q = std::vector<float>(rows * dim), kt = std::vector<float>(xattn::kernel::packed_kt_size<float>(keys, dim)),
+  std::vector<float> q = std::vector<float>(rows * dim),
+                     kt = std::vector<float>(xattn::kernel::packed_kt_size<float>(keys, dim)),
                      s = std::vector<float>(rows * ld), v = std::vector<float>(keys * dim),
                      o = std::vector<float>(rows * dim, 0.0f);
   tile_data() {
@@ -40,16 +41,14 @@ void register_tile_ops_for() {
   const std::string shape = "/60/256/" + std::to_string(dim);
   benchmark::RegisterBenchmark(("tile/qk" + shape).c_str(), [](benchmark::State& state) {
     set_threads(1);
-    const double s = run_timed(state, 0, [] {
-      xattn::kernel::qk_tile(t.q.data(), dim, rows, t.kt.data(), dim, keys, t.s.data(), ld);
-    });
+    const double s = run_timed(
+        state, 0, [] { xattn::kernel::qk_tile(t.q.data(), dim, rows, t.kt.data(), dim, keys, t.s.data(), ld); });
     report(state, s, 2.0 * rows * keys * dim);
   })->UseRealTime();
   benchmark::RegisterBenchmark(("tile/pv" + shape).c_str(), [](benchmark::State& state) {
     set_threads(1);
-    const double s = run_timed(state, 0, [] {
-      xattn::kernel::pv_tile(t.s.data(), ld, rows, t.v.data(), dim, keys, t.o.data(), dim, dim);
-    });
+    const double s = run_timed(
+        state, 0, [] { xattn::kernel::pv_tile(t.s.data(), ld, rows, t.v.data(), dim, keys, t.o.data(), dim, dim); });
     report(state, s, 2.0 * rows * keys * dim);
   })->UseRealTime();
   benchmark::RegisterBenchmark(("tile/online_softmax" + shape).c_str(), [](benchmark::State& state) {

@@ -15,8 +15,7 @@ using attention_body = std::function<void(benchmark::State&, const attention_sha
 using shape_filter = std::function<bool(const attention_shape&)>;
 
 // Registers `variant` for every shape in attention_shapes (that `include` accepts) × thread_counts.
-inline void register_attention_variant(std::string_view variant, attention_body body,
-                                       shape_filter include = {}) {
+inline void register_attention_variant(std::string_view variant, attention_body body, shape_filter include = {}) {
   for (const attention_shape& s : attention_shapes) {
     if (include && !include(s)) continue;
     for (int threads : thread_counts) {

@@ -114,8 +114,8 @@ int main(int argc, char** argv) {
   section("xattn::nn: equinox-style MultiheadAttention, 4 heads, 12 tokens of size 32, causal mask");
   const auto eqx = dsl::equinox_mha_example();
   std::cout << "output (12, 32), token 11, first 6 features:\n  training (dropout 0.1, key 0): "
-            << xt::view(eqx.train_output, 11, xt::range(0, 6)) << "\n  inference:                     "
-            << xt::view(eqx.inference_output, 11, xt::range(0, 6)) << "\n";
+            << xt::view(eqx.train_output, 11, xt::range(0, 6))
+            << "\n  inference:                     " << xt::view(eqx.inference_output, 11, xt::range(0, 6)) << "\n";
   viz::heatmap_options mha_opt;
   mha_opt.titles = {"head 0", "head 1", "head 2", "head 3"};
   mha_opt.range = {{0.0, 1.0}};

@@ -49,13 +49,13 @@ auto more_words(const Tensor& q, const Tensor& k, const Tensor& v, const Keep& k
   // [snippet words_more]
   auto s = score(scaled_dot{}, Q, K);               // any scoring policy: dot, scaled_dot, cosine, ... or yours
   auto a = alibi(s, alibi_op::standard_slopes(4));  // ALiBi: one slope per query head
-  auto m = modify(a, [](auto x, std::size_t, std::size_t, std::size_t i, std::size_t j) {
-    return i == j ? x - 1 : x;                      // any element-wise op(s, b, h, i, j), like Flex's score_mod
-  });
+  // any element-wise op(s, b, h, i, j), like Flex's score_mod
+  auto diagonal = [](auto x, std::size_t, std::size_t, std::size_t i, std::size_t j) { return i == j ? x - 1 : x; };
+  auto m = modify(a, diagonal);
   auto w = mask(mask(m, window(8, 0)), bool_mask(keep));  // sliding window; bool mask, true = attend
-  auto p = mask(w, predicate([](std::size_t, std::size_t, std::size_t i, std::size_t j) {
-    return j == 0 || i / 4 == j / 4;                // any (b, h, i, j) -> bool, like Flex's mask_mod
-  }));
+  // any (b, h, i, j) -> bool, like Flex's mask_mod
+  auto blocks = [](std::size_t, std::size_t, std::size_t i, std::size_t j) { return j == 0 || i / 4 == j / 4; };
+  auto p = mask(w, predicate(blocks));
   return eval(softmax(p) * V);
   // [end words_more]
 }
@@ -67,10 +67,10 @@ auto eval_forms(const Tensor& q, const Tensor& k, const Tensor& v) {
   auto Q = ref(q), K = ref(k), V = ref(v);
   // [snippet eval_forms]
   auto e = softmax(mask(Q * trans(K), causal())) * V;
-  xt::xtensor<float, 4> out = eval(e);                              // fused pass: (B, H, Sq, Dv)
+  xt::xtensor<float, 4> out = eval(e);                                    // fused pass: (B, H, Sq, Dv)
   xt::xtensor<float, 4> w = eval(softmax(mask(Q * trans(K), causal())));  // weights: (B, H, Sq, Skv)
-  xt::xtensor<float, 4> s = eval(mask(Q * trans(K), causal()));     // scores after masks, -inf where excluded
-  reference_result r = reference(e);                                // double: r.scores, r.weights, r.output, r.lse
+  xt::xtensor<float, 4> s = eval(mask(Q * trans(K), causal()));           // scores after masks, -inf where excluded
+  reference_result r = reference(e);                                      // double: scores, weights, output, lse
   // [end eval_forms]
   return std::make_tuple(out, w, s, r);
 }

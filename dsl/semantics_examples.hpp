@@ -17,8 +17,9 @@ auto masked_rows_both(const Tensor& q, const Tensor& k, const Tensor& v, const L
   using namespace xattn;
   auto Q = ref(q), K = ref(k), V = ref(v);
   // [snippet masked_rows]
-  auto d2l_like = softmax(mask(Q * trans(K), lengths(lens))) * V;                      // length 0: uniform weights, mean of V
-  auto onnx_like = softmax(mask(Q * trans(K), lengths(lens, masked_rows::zero))) * V;  // length 0: zero weights, zero output
+  // a row of length 0 gets uniform weights (the mean of V) under d2l's fill, zero weights and output under ONNX's
+  auto d2l_like = softmax(mask(Q * trans(K), lengths(lens))) * V;
+  auto onnx_like = softmax(mask(Q * trans(K), lengths(lens, masked_rows::zero))) * V;
   // [end masked_rows]
   return std::make_pair(eval(d2l_like), eval(onnx_like));
 }
@@ -47,7 +48,7 @@ auto d2l_causal(const Tensor& q, const Tensor& k) {
   xt::xtensor<int, 2> dec_valid_lens = xt::xtensor<int, 2>::from_shape({batch, steps});
   for (std::size_t b = 0; b < batch; ++b)
     for (std::size_t i = 0; i < steps; ++i) dec_valid_lens(b, i) = int(i + 1);  // d2l: arange(1, steps + 1)
-  auto weights = eval(softmax(mask(Q * trans(K), lengths(dec_valid_lens))));     // = mask(..., causal())
+  auto weights = eval(softmax(mask(Q * trans(K), lengths(dec_valid_lens))));    // = mask(..., causal())
   // [end d2l_causal]
   return weights;
 }

@@ -16,7 +16,8 @@ struct band_mask {
     const auto d = std::int64_t(i) - std::int64_t(j);
     return d <= radius && -d <= radius;
   }
-  xattn::block classify(std::size_t, std::size_t, std::size_t i0, std::size_t i1, std::size_t j0, std::size_t j1) const {
+  xattn::block classify(std::size_t, std::size_t, std::size_t i0, std::size_t i1, std::size_t j0,
+                        std::size_t j1) const {
     const auto lo = std::int64_t(i0) - radius, hi = std::int64_t(i1) - 1 + radius;  // union of the rows' bands
     if (std::int64_t(j1) - 1 < lo || std::int64_t(j0) > hi) return xattn::block::hidden;
     const auto in_lo = std::int64_t(i1) - 1 - radius, in_hi = std::int64_t(i0) + radius;  // intersection

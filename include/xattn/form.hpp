@@ -21,9 +21,12 @@ struct formed {
 inline formed in_form(form f, const std::array<std::size_t, 4>& s) {
   const auto h = std::ptrdiff_t(s[1]), sq = std::ptrdiff_t(s[2]), n = std::ptrdiff_t(s[3]);
   switch (f) {
-    case form::bsd: return {{s[0], s[2], s[3]}, {s, {sq * n, 0, n, 1}}};
-    case form::packed: return {{s[0], s[2], s[1] * s[3]}, {s, {sq * h * n, n, h * n, 1}}};
-    case form::bhsd: break;
+    case form::bsd:
+      return {{s[0], s[2], s[3]}, {s, {sq * n, 0, n, 1}}};
+    case form::packed:
+      return {{s[0], s[2], s[1] * s[3]}, {s, {sq * h * n, n, h * n, 1}}};
+    case form::bhsd:
+      break;
   }
   return {{s[0], s[1], s[2], s[3]}, layout<4>::row_major(s)};
 }

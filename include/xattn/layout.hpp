@@ -16,8 +16,7 @@ struct layout {
 
   /// Offset of element (i...), in elements.
   template <class... I>
-    requires(sizeof...(I) == N)
-  constexpr std::ptrdiff_t operator()(I... i) const noexcept {
+  requires(sizeof...(I) == N) constexpr std::ptrdiff_t operator()(I... i) const noexcept {
     std::ptrdiff_t o = 0;
     std::size_t a = 0;
     ((o += std::ptrdiff_t(i) * stride[a++]), ...);
@@ -82,10 +81,7 @@ struct strided_view {
   }
   /// First element of the innermost row at (i..., 0).
   template <class... I>
-    requires(sizeof...(I) == N - 1)
-  T* row(I... i) const noexcept {
-    return data + at(i..., 0);
-  }
+  requires(sizeof...(I) == N - 1) T* row(I... i) const noexcept { return data + at(i..., 0); }
   std::ptrdiff_t inner_stride() const noexcept { return at.stride[N - 1]; }
   bool rows_contiguous() const noexcept { return at.stride[N - 1] == 1 || at.shape[N - 1] <= 1; }
 

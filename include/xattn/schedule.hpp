@@ -9,9 +9,9 @@
 namespace xattn {
 
 struct schedule {
-  std::size_t block_q = 0;  // query rows per task; 0: 60 (ten 6-row register blocks), fewer if tasks are scarce
-  std::size_t block_k = 0;  // keys per inner block (rounded up to whole SIMD batches); 0: from D, Dv and L2
-  int threads = 0;          // > 0: exactly this many; 0 (or negative): OpenMP's default, 1 for small work
+  std::size_t block_q = 0;       // query rows per task; 0: 60 (ten 6-row register blocks), fewer if tasks are scarce
+  std::size_t block_k = 0;       // keys per inner block (rounded up to whole SIMD batches); 0: from D, Dv and L2
+  int threads = 0;               // > 0: exactly this many; 0 (or negative): OpenMP's default, 1 for small work
   double serial_below_flop = 0;  // with threads = 0: one thread below this much work; 0: 2^22 flop
 };
 

@@ -2,10 +2,10 @@
 // xattn: attention as a lazy expression, evaluated in one fused, tiled, SIMD, multithreaded pass.
 //   auto e = softmax(mask(Q * trans(K) / std::sqrt(float(d)), lengths(lens))) * V;
 //   auto out = eval(e);
-#include "expr/operators.hpp"
-#include "expr/tensor_ref.hpp"
 #include "eval/eval.hpp"
 #include "eval/explain.hpp"
+#include "expr/operators.hpp"
+#include "expr/tensor_ref.hpp"
 #include "policy/additive.hpp"
 #include "policy/bilinear.hpp"
 #include "policy/cosine.hpp"

@@ -90,7 +90,7 @@ struct checker {
 
   struct region {
     std::vector<std::string> text;
-    std::size_t first_line = 0;  // 1-based line of the region's first content line
+    std::size_t first_line = 0;        // 1-based line of the region's first content line
     std::vector<std::size_t> line_of;  // source line of each text line
   };
 
@@ -114,7 +114,8 @@ struct checker {
         if (start) return rel(file) + ":" + std::to_string(n + 1) + ": region '" + name + "' opened twice";
         start = n;
       } else if (is_marker(t, "end", &got) && got == name) {
-        if (!start) return rel(file) + ":" + std::to_string(n + 1) + ": '[end " + name + "]' before '[snippet " + name + "]'";
+        if (!start)
+          return rel(file) + ":" + std::to_string(n + 1) + ": '[end " + name + "]' before '[snippet " + name + "]'";
         for (std::size_t m = *start + 1; m < n; ++m) {
           const std::string tm = trim((*lines)[m]);
           if (is_marker(tm, "snippet", nullptr) || is_marker(tm, "end", nullptr)) continue;
@@ -124,7 +125,9 @@ struct checker {
         return r;
       }
     }
-    if (start) return rel(file) + ":" + std::to_string(*start + 1) + ": region '" + name + "' is never closed by '[end " + name + "]'";
+    if (start)
+      return rel(file) + ":" + std::to_string(*start + 1) + ": region '" + name + "' is never closed by '[end " + name +
+             "]'";
     return "no region '" + name + "' (a line '// [snippet " + name + "]') in " + rel(file);
   }
 
@@ -209,8 +212,9 @@ struct checker {
                        "': use ```cpp or ```cmake (quoted from a tested file), ```sh or ```text");
     if (!std::regex_match(marker, m, snippet_re))
       return error(where, fence_line,
-                   "```" + lang + " block without a '<!-- snippet: FILE#REGION -->' line before it: every code block "
-                   "must be quoted from a file the tests compile");
+                   "```" + lang +
+                       " block without a '<!-- snippet: FILE#REGION -->' line before it: every code block "
+                       "must be quoted from a file the tests compile");
     const std::string file = m[1].str(), name = m[2].matched ? m[2].str() : "";
     auto found = find_region(root / file, name);
     if (auto* msg = std::get_if<std::string>(&found)) return error(where, fence_line, *msg);
@@ -237,7 +241,8 @@ struct checker {
         while (lead_src < line_of.size() && lead_src < src_text.size() && trim(src_text[lead_src]).empty()) ++lead_src;
         if (lead_src + n < line_of.size()) os << " (its line " << line_of[lead_src + n] << ")";
       }
-      os << "\n  doc:  " << (g ? *g : std::string("<end of block>")) << "\n  code: " << (w ? *w : std::string("<end of region>"));
+      os << "\n  doc:  " << (g ? *g : std::string("<end of block>"))
+         << "\n  code: " << (w ? *w : std::string("<end of region>"));
       return error(where, fence_line + 1 + lead + n, os.str());
     }
   }
@@ -247,8 +252,10 @@ struct checker {
     std::string s;
     bool code = false;
     for (char c : line) {
-      if (c == '`') code = !code;
-      else if (!code) s += c;
+      if (c == '`')
+        code = !code;
+      else if (!code)
+        s += c;
     }
     static const std::regex link_re(R"(\]\(([^)\s]+)\))");
     for (auto it = std::sregex_iterator(s.begin(), s.end(), link_re); it != std::sregex_iterator(); ++it) {
@@ -325,7 +332,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   for (const auto& f : files) c.check_file(f);
-  std::cout << "check_snippets: " << files.size() << " files, " << c.blocks << " code blocks, " << c.links
-            << " links, " << c.errors << " errors\n";
+  std::cout << "check_snippets: " << files.size() << " files, " << c.blocks << " code blocks, " << c.links << " links, "
+            << c.errors << " errors\n";
   return c.errors == 0 ? 0 : 1;
 }

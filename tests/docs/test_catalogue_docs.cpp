@@ -37,7 +37,8 @@ TEST_CASE("policies: the capabilities of each documented policy select its path"
 
 TEST_CASE("policies: laplace_kernel (combine) -- fused equals reference and the closed form") {
   testing::rng r(1);
-  const xt::xtensor<float, 3> q = r.tensor<float>({2, 9, 5}), k = r.tensor<float>({2, 40, 5}), v = r.tensor<float>({2, 40, 3});
+  const xt::xtensor<float, 3> q = r.tensor<float>({2, 9, 5}), k = r.tensor<float>({2, 40, 5}),
+                              v = r.tensor<float>({2, 40, 3});
   auto Q = ref(q), K = ref(k), V = ref(v);
   const auto e = softmax(score(dsl::laplace_kernel{0.5}, Q, K)) * V;
   REQUIRE(max_abs_diff(eval(e, {4, 16, 2}), xt::view(reference(e).output, xt::all(), 0)) < 1e-6);
@@ -45,7 +46,8 @@ TEST_CASE("policies: laplace_kernel (combine) -- fused equals reference and the 
   double want = 0;
   for (std::size_t d = 0; d < 5; ++d) want -= std::abs(double(q(1, 2, d)) - k(1, 7, d)) / 0.5;
   REQUIRE(s(1, 2, 7) == Approx(want).epsilon(1e-6));
-  REQUIRE_THROWS_WITH(eval(softmax(score(dsl::laplace_kernel{0.0}, Q, K)) * V), Catch::Contains("bandwidth must be > 0"));
+  REQUIRE_THROWS_WITH(eval(softmax(score(dsl::laplace_kernel{0.0}, Q, K)) * V),
+                      Catch::Contains("bandwidth must be > 0"));
 }
 
 TEST_CASE("policies: prefix_lm_mask -- classify and row_span agree with visible") {
@@ -72,30 +74,36 @@ TEST_CASE("policies: prefix_lm_mask -- classify and row_span agree with visible"
   for (std::size_t b = 0; b < 3; ++b)  // row_span is exactly the visible set
     for (std::size_t i = 0; i < 9; ++i) {
       const auto [first, last] = m.row_span(b, 0, i);
-      for (std::size_t j = 0; j < 11; ++j) REQUIRE(m.visible(b, 0, i, j) == (std::int64_t(j) >= first && std::int64_t(j) < last));
+      for (std::size_t j = 0; j < 11; ++j)
+        REQUIRE(m.visible(b, 0, i, j) == (std::int64_t(j) >= first && std::int64_t(j) < last));
     }
 }
 
 TEST_CASE("policies: prefix_lm_mask in the fused pass, excluding and with d2l's fill") {
   testing::rng r(2);
-  const xt::xtensor<float, 3> q = r.tensor<float>({2, 70, 8}), k = r.tensor<float>({2, 70, 8}), v = r.tensor<float>({2, 70, 4});
+  const xt::xtensor<float, 3> q = r.tensor<float>({2, 70, 8}), k = r.tensor<float>({2, 70, 8}),
+                              v = r.tensor<float>({2, 70, 4});
   auto Q = ref(q), K = ref(k), V = ref(v);
   const dsl::prefix_lm_mask m{{20, 0}};
-  const auto same = predicate([](std::size_t b, std::size_t, std::size_t i, std::size_t j) { return j < (b == 0 ? 20u : 0u) || j <= i; });
+  const auto same = predicate(
+      [](std::size_t b, std::size_t, std::size_t i, std::size_t j) { return j < (b == 0 ? 20u : 0u) || j <= i; });
   const auto want = eval(softmax(mask(Q * trans(K), same)) * V);
-  for (std::size_t bk : {8u, 16u, 128u}) REQUIRE(max_abs_diff(eval(softmax(mask(Q * trans(K), m)) * V, {8, bk, 2}), want) < 1e-6);
+  for (std::size_t bk : {8u, 16u, 128u})
+    REQUIRE(max_abs_diff(eval(softmax(mask(Q * trans(K), m)) * V, {8, bk, 2}), want) < 1e-6);
   // with a mask without row_span next to it, partial blocks take the element-by-element route
   const auto no_span = predicate([](std::size_t, std::size_t, std::size_t, std::size_t) { return true; });
   REQUIRE(max_abs_diff(eval(softmax(mask(mask(Q * trans(K), m), no_span)) * V, {8, 16, 2}), want) < 1e-6);
   const auto e = softmax(mask(Q * trans(K), dsl::prefix_lm_mask{{20, 0}, -1e6})) * V;
   REQUIRE(max_abs_diff(eval(e, {8, 16, 1}), xt::view(reference(e).output, xt::all(), 0)) < 1e-6);
-  REQUIRE_THROWS_WITH(eval(softmax(mask(Q * trans(K), dsl::prefix_lm_mask{{1}})) * V), Catch::Contains("1 prefixes for a batch of 2"));
+  REQUIRE_THROWS_WITH(eval(softmax(mask(Q * trans(K), dsl::prefix_lm_mask{{1}})) * V),
+                      Catch::Contains("1 prefixes for a batch of 2"));
 }
 
 TEST_CASE("policies: relative_bias (operator, apply_row, bind) equals the same bias as a tensor") {
   testing::rng r(3);
   const std::size_t H = 3, S = 21;
-  const xt::xtensor<float, 4> q = r.tensor<float>({2, H, S, 8}), k = r.tensor<float>({2, H, S, 8}), v = r.tensor<float>({2, H, S, 4});
+  const xt::xtensor<float, 4> q = r.tensor<float>({2, H, S, 8}), k = r.tensor<float>({2, H, S, 8}),
+                              v = r.tensor<float>({2, H, S, 4});
   auto Q = ref(q), K = ref(k), V = ref(v);
   dsl::relative_bias rb{{}, 4};
   for (std::size_t n = 0; n < H * 9; ++n) rb.table.push_back(r.uniform(-2, 2));
@@ -115,7 +123,8 @@ TEST_CASE("policies: relative_bias (operator, apply_row, bind) equals the same b
 
 TEST_CASE("policies: the catalogue's quoted policies run fused against the reference") {
   testing::rng r(4);
-  const xt::xtensor<double, 3> q = r.tensor<double>({1, 30, 6}), k = r.tensor<double>({1, 30, 6}), v = r.tensor<double>({1, 30, 2});
+  const xt::xtensor<double, 3> q = r.tensor<double>({1, 30, 6}), k = r.tensor<double>({1, 30, 6}),
+                               v = r.tensor<double>({1, 30, 2});
   auto Q = ref(q), K = ref(k), V = ref(v);
   const auto a = softmax(mask(score(dsl::cosine_with_temperature{0.5}, Q, K), dsl::band_mask{2})) * V;
   REQUIRE(max_abs_diff(eval(a, {4, 8, 1}), xt::view(reference(a).output, xt::all(), 0)) < 1e-12);

@@ -135,9 +135,12 @@ TEST_CASE("guide: eval forms agree with reference()") {
 
 TEST_CASE("guide: merging two key shards equals attention over all keys") {
   testing::rng r(5);
-  const xt::xtensor<float, 3> q = r.tensor<float>({2, 7, 16}), k = r.tensor<float>({2, 50, 16}), v = r.tensor<float>({2, 50, 3});
-  const xt::xtensor<float, 3> k1 = xt::view(k, xt::all(), xt::range(0, 20)), k2 = xt::view(k, xt::all(), xt::range(20, 50));
-  const xt::xtensor<float, 3> v1 = xt::view(v, xt::all(), xt::range(0, 20)), v2 = xt::view(v, xt::all(), xt::range(20, 50));
+  const xt::xtensor<float, 3> q = r.tensor<float>({2, 7, 16}), k = r.tensor<float>({2, 50, 16}),
+                              v = r.tensor<float>({2, 50, 3});
+  const xt::xtensor<float, 3> k1 = xt::view(k, xt::all(), xt::range(0, 20)),
+                              k2 = xt::view(k, xt::all(), xt::range(20, 50));
+  const xt::xtensor<float, 3> v1 = xt::view(v, xt::all(), xt::range(0, 20)),
+                              v2 = xt::view(v, xt::all(), xt::range(20, 50));
   const auto both = dsl::guide::sharded(q, k1, v1, k2, v2);
   auto Q = ref(q), K = ref(k), V = ref(v);
   const auto all = eval_with_lse(softmax(Q * trans(K) / 8.0f) * V);
@@ -148,18 +151,21 @@ TEST_CASE("guide: merging two key shards equals attention over all keys") {
 
 TEST_CASE("guide: eval_into writes the same result into caller storage, and checks its shape") {
   testing::rng r(8);
-  const xt::xtensor<float, 3> q = r.tensor<float>({2, 5, 16}), k = r.tensor<float>({2, 20, 16}), v = r.tensor<float>({2, 20, 3});
+  const xt::xtensor<float, 3> q = r.tensor<float>({2, 5, 16}), k = r.tensor<float>({2, 20, 16}),
+                              v = r.tensor<float>({2, 20, 3});
   xt::xtensor<float, 3> out = xt::zeros<float>({2, 5, 3});
   dsl::guide::into_buffer(q, k, v, out);
   auto Q = ref(q), K = ref(k), V = ref(v);
   REQUIRE((out == eval(softmax(Q * trans(K) / 8.0f) * V)));
   xt::xtensor<float, 3> wrong = xt::zeros<float>({2, 3, 5});
-  REQUIRE_THROWS_WITH(dsl::guide::into_buffer(q, k, v, wrong), Catch::Contains("eval_into(e, out): out has shape (2,3,5)"));
+  REQUIRE_THROWS_WITH(dsl::guide::into_buffer(q, k, v, wrong),
+                      Catch::Contains("eval_into(e, out): out has shape (2,3,5)"));
 }
 
 TEST_CASE("guide: an explicit schedule changes rounding only") {
   testing::rng r(6);
-  const xt::xtensor<float, 3> q = r.tensor<float>({2, 100, 16}), k = r.tensor<float>({2, 300, 16}), v = r.tensor<float>({2, 300, 8});
+  const xt::xtensor<float, 3> q = r.tensor<float>({2, 100, 16}), k = r.tensor<float>({2, 300, 16}),
+                              v = r.tensor<float>({2, 300, 8});
   const auto out = dsl::guide::scheduled(q, k, v);
   auto Q = ref(q), K = ref(k), V = ref(v);
   const auto e = softmax(mask(Q * trans(K) / 8.0f, causal())) * V;
@@ -169,7 +175,8 @@ TEST_CASE("guide: an explicit schedule changes rounding only") {
 
 TEST_CASE("guide: a moved-in mask is owned by the expression; the dangling version compiles") {
   testing::rng r(7);
-  const xt::xtensor<float, 3> q = r.tensor<float>({2, 5, 4}), k = r.tensor<float>({2, 9, 4}), v = r.tensor<float>({2, 9, 3});
+  const xt::xtensor<float, 3> q = r.tensor<float>({2, 5, 4}), k = r.tensor<float>({2, 9, 4}),
+                              v = r.tensor<float>({2, 9, 3});
   auto Q = ref(q), K = ref(k), V = ref(v);
   const auto e = dsl::guide::padded_attention(Q, K, V, 2, 9, 6);  // the function's local tensor is gone here
   const xt::xtensor<int, 1> lens = {6, 6};

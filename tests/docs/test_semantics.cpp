@@ -19,15 +19,16 @@ constexpr float finf = std::numeric_limits<float>::infinity();
 
 TEST_CASE("semantics: a row with no visible key -- d2l's uniform weights vs zero output") {
   testing::rng r(1);
-  const xt::xtensor<float, 3> q = r.tensor<float>({2, 3, 4}), k = r.tensor<float>({2, 6, 4}), v = r.tensor<float>({2, 6, 2});
+  const xt::xtensor<float, 3> q = r.tensor<float>({2, 3, 4}), k = r.tensor<float>({2, 6, 4}),
+                              v = r.tensor<float>({2, 6, 2});
   const xt::xtensor<int, 1> lens = {0, 3};
   const auto [d2l_like, onnx_like] = dsl::semantics::masked_rows_both(q, k, v, lens);
   for (std::size_t i = 0; i < 3; ++i)
     for (std::size_t d = 0; d < 2; ++d) {
       double mean = 0;
       for (std::size_t j = 0; j < 6; ++j) mean += v(0, j, d) / 6.0;
-      REQUIRE(d2l_like(0, i, d) == Approx(mean).margin(1e-6));  // uniform over all keys
-      REQUIRE(onnx_like(0, i, d) == 0.0f);                      // exactly zero
+      REQUIRE(d2l_like(0, i, d) == Approx(mean).margin(1e-6));                // uniform over all keys
+      REQUIRE(onnx_like(0, i, d) == 0.0f);                                    // exactly zero
       REQUIRE(d2l_like(1, i, d) == Approx(onnx_like(1, i, d)).margin(1e-6));  // rows with keys agree
     }
 }
@@ -40,8 +41,8 @@ TEST_CASE("semantics: causal alignment top-left, bottom-right, per-batch offsets
       for (std::size_t j = 0; j < 5; ++j) {
         REQUIRE(tl(b, i, j) == Approx(j <= i ? 1.0 / double(i + 1) : 0.0));
         REQUIRE(br(b, i, j) == Approx(j <= i + 2 ? 1.0 / double(i + 3) : 0.0));  // Skv - Sq = 2
-        const int o = b == 0 ? -1 : 1, n = std::max(0, int(i) + o + 1);       // keys 0 .. i + o
-        REQUIRE(pb(b, i, j) == Approx(int(j) < n ? 1.0 / n : 0.0));           // no key: a zero row
+        const int o = b == 0 ? -1 : 1, n = std::max(0, int(i) + o + 1);          // keys 0 .. i + o
+        REQUIRE(pb(b, i, j) == Approx(int(j) < n ? 1.0 / n : 0.0));              // no key: a zero row
       }
 }
 
@@ -124,7 +125,7 @@ TEST_CASE("semantics: of two filling masks the outermost fill wins") {
   const xt::xtensor<double, 3> q = r.tensor<double>({1, 6, 2}), k = r.tensor<double>({1, 6, 2});
   auto Q = ref(q), K = ref(k);
   const dsl::prefix_lm_mask plm{{2}, -5.0};  // hides j >= 2 with j > i, fill -5
-  const xt::xtensor<int, 1> lens = {4};       // hides j >= 4, fill -1e6
+  const xt::xtensor<int, 1> lens = {4};      // hides j >= 4, fill -1e6
   const auto inner_plm = eval(mask(mask(Q * trans(K), plm), lengths(lens)));
   const auto inner_len = eval(mask(mask(Q * trans(K), lengths(lens)), plm));
   REQUIRE(inner_plm(0, 0, 5) == -1e6);  // hidden by both: the outer (lengths) fill
@@ -142,7 +143,8 @@ TEST_CASE("semantics: of two filling masks the outermost fill wins") {
 
 TEST_CASE("semantics: query head h reads kv head h / (Hq / Hkv)") {
   testing::rng r(8);
-  const xt::xtensor<float, 4> q = r.tensor<float>({1, 8, 5, 4}), k = r.tensor<float>({1, 2, 7, 4}), v = r.tensor<float>({1, 2, 7, 3});
+  const xt::xtensor<float, 4> q = r.tensor<float>({1, 8, 5, 4}), k = r.tensor<float>({1, 2, 7, 4}),
+                              v = r.tensor<float>({1, 2, 7, 3});
   const auto out = dsl::semantics::grouped(q, k, v);
   for (std::size_t h = 0; h < 8; ++h) {
     const xt::xtensor<float, 3> qh = xt::view(q, xt::all(), h), kh = xt::view(k, xt::all(), h / 4),
@@ -155,7 +157,8 @@ TEST_CASE("semantics: query head h reads kv head h / (Hq / Hkv)") {
 
 TEST_CASE("semantics: dropout on the normalised weights, keyed by (seed, b, h, i, j)") {
   testing::rng r(9);
-  const xt::xtensor<double, 3> q = r.tensor<double>({2, 6, 4}), k = r.tensor<double>({2, 6, 4}), v = r.tensor<double>({2, 6, 2});
+  const xt::xtensor<double, 3> q = r.tensor<double>({2, 6, 4}), k = r.tensor<double>({2, 6, 4}),
+                               v = r.tensor<double>({2, 6, 2});
   const auto out = dsl::semantics::with_dropout(q, k, v, 5);
   auto Q = ref(q), K = ref(k);
   const auto w = eval(softmax(mask(Q * trans(K), causal())));  // undropped weights
@@ -185,7 +188,8 @@ TEST_CASE("semantics: results are bitwise the same for any thread count and bloc
 
 TEST_CASE("semantics: the log-sum-exp of a row with no visible key is -inf, its output 0") {
   testing::rng r(11);
-  const xt::xtensor<float, 3> q = r.tensor<float>({1, 4, 3}), k = r.tensor<float>({1, 2, 3}), v = r.tensor<float>({1, 2, 2});
+  const xt::xtensor<float, 3> q = r.tensor<float>({1, 4, 3}), k = r.tensor<float>({1, 2, 3}),
+                              v = r.tensor<float>({1, 2, 2});
   auto Q = ref(q), K = ref(k), V = ref(v);
   const auto p = eval_with_lse(softmax(mask(Q * trans(K), causal_offsets(std::vector<int>{-2}))) * V);
   REQUIRE(p.lse(0, 0) == -finf);
@@ -200,7 +204,7 @@ TEST_CASE("semantics: a mask's finite fill replaces the score, even a -inf from 
   const xt::xtensor<float, 1> b = {-finf, -finf, -finf, -finf};
   const xt::xtensor<int, 1> none = {0};
   auto Q = ref(q), K = ref(k), V = ref(v);
-  REQUIRE(eval(softmax(Q * trans(K) + bias(b)) * V)(0, 0, 0) == 0.0f);                           // excluded
+  REQUIRE(eval(softmax(Q * trans(K) + bias(b)) * V)(0, 0, 0) == 0.0f);                              // excluded
   REQUIRE(eval(softmax(mask(Q * trans(K) + bias(b), lengths(none))) * V)(0, 0, 0) == Approx(2.5));  // filled: uniform
   REQUIRE(eval(softmax(mask(Q * trans(K) + bias(b), lengths(none, masked_rows::zero))) * V)(0, 0, 0) == 0.0f);
 }

@@ -14,7 +14,8 @@ using xattn::testing::max_abs_diff;
 
 TEST_CASE("cosine-with-temperature user policy: fused equals reference, weights follow the closed form") {
   testing::rng r(21);
-  const xt::xtensor<float, 3> q = r.tensor<float>({2, 7, 5}), k = r.tensor<float>({2, 19, 5}), v = r.tensor<float>({2, 19, 3});
+  const xt::xtensor<float, 3> q = r.tensor<float>({2, 7, 5}), k = r.tensor<float>({2, 19, 5}),
+                              v = r.tensor<float>({2, 19, 3});
   auto Q = ref(q), K = ref(k), V = ref(v);
   const auto e = softmax(score(dsl::cosine_with_temperature{0.2}, Q, K)) * V;
   const auto ref_r = reference(e);
@@ -38,7 +39,8 @@ TEST_CASE("cosine-with-temperature user policy: fused equals reference, weights 
 
 TEST_CASE("vector-sum scores: the weights do not depend on the query") {
   testing::rng r(5);
-  const xt::xtensor<double, 3> q = r.tensor<double>({1, 4, 6}), k = r.tensor<double>({1, 9, 6}), v = r.tensor<double>({1, 9, 2});
+  const xt::xtensor<double, 3> q = r.tensor<double>({1, 4, 6}), k = r.tensor<double>({1, 9, 6}),
+                               v = r.tensor<double>({1, 9, 2});
   auto Q = ref(q), K = ref(k), V = ref(v);
   const auto w = eval(softmax(score(dsl::vector_sum{}, Q, K)));
   for (std::size_t i = 1; i < 4; ++i)
@@ -64,7 +66,8 @@ TEST_CASE("causal + ALiBi pipeline equals the reference") {
   const auto out = dsl::causal_alibi_attention(q, k, v);
   auto Q = ref(q), K = ref(k), V = ref(v);
   const auto want =
-      reference(softmax(mask(alibi(Q * trans(K) / std::sqrt(8.0f), alibi_op::standard_slopes(4)), causal())) * V).output;
+      reference(softmax(mask(alibi(Q * trans(K) / std::sqrt(8.0f), alibi_op::standard_slopes(4)), causal())) * V)
+          .output;
   REQUIRE(max_abs_diff(want, out) < 2e-6);
   // first query attends only to the first key
   for (std::size_t d = 0; d < 8; ++d) REQUIRE(out(1, 2, 0, d) == Approx(v(1, 2, 0, d)).margin(1e-6));

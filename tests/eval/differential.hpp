@@ -76,8 +76,8 @@ double fused_at(const Out& out, const case_sizes& s, bool packed, std::size_t b,
 /// Run `cases` random cases of one (scorer, mask family) pair.
 /// make_scores(Q, K, sizes, rng) -> score expression; add_masks(scores, sizes, rng) -> masked expression.
 template <class T, class MakeScores, class AddMasks>
-void differential(const char* name, std::uint64_t seed, int cases, bool same_qk_dim, bool packed, MakeScores make_scores,
-                  AddMasks add_masks) {
+void differential(const char* name, std::uint64_t seed, int cases, bool same_qk_dim, bool packed,
+                  MakeScores make_scores, AddMasks add_masks) {
   for (int c = 0; c < cases; ++c) {
     const std::uint64_t cs = seed * 1000 + std::uint64_t(c);
     rng r(cs);

@@ -107,7 +107,8 @@ struct predicate_offsets {
   auto operator()(auto s, const case_sizes& z, rng& r) const {
     std::vector<int> off(z.B);
     for (auto& o : off) o = int(r.size(0, 10)) - 5;
-    auto p = predicate([](std::size_t b, std::size_t h, std::size_t i, std::size_t j) { return (b + 3 * h + i * j) % 5 != 1; });
+    auto p = predicate(
+        [](std::size_t b, std::size_t h, std::size_t i, std::size_t j) { return (b + 3 * h + i * j) % 5 != 1; });
     return mask(mask(softcap(s, 4.0) * 0.7, causal_offsets(off)), p);
   }
 };
@@ -120,7 +121,8 @@ struct documents_causal {  // packed documents in runs (ids per batch, or from o
       return ids;
     };
     const bool runs = r.coin(0.8);
-    xt::xtensor<int, 2> q = xt::xtensor<int, 2>::from_shape({z.B, z.Sq}), k = xt::xtensor<int, 2>::from_shape({z.B, z.Skv});
+    xt::xtensor<int, 2> q = xt::xtensor<int, 2>::from_shape({z.B, z.Sq}),
+                        k = xt::xtensor<int, 2>::from_shape({z.B, z.Skv});
     for (std::size_t b = 0; b < z.B; ++b) {
       const auto qi = ids_for(z.Sq, runs), ki = z.Sq == z.Skv && r.coin() ? qi : ids_for(z.Skv, runs);
       std::copy(qi.begin(), qi.end(), &q(b, 0));

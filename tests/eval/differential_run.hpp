@@ -11,9 +11,9 @@ int run_all_pairs(std::uint64_t seed, int cases_per_pair) {
   namespace hana = boost::hana;
   constexpr auto scorers = hana::make_tuple(dot_scores{}, scaled_dot_scores{}, additive_scores{}, bilinear_scores{},
                                             gaussian_scores{}, cosine_scores{}, user_scores{});
-  constexpr auto masks = hana::make_tuple(no_mask{}, lengths_1d{}, lengths_2d_zero{}, causal_any{}, window_any{},
-                                          bool_mask_broadcast{}, softcap_bias{}, alibi_lengths_causal{}, predicate_offsets{},
-                                          documents_causal{});
+  constexpr auto masks =
+      hana::make_tuple(no_mask{}, lengths_1d{}, lengths_2d_zero{}, causal_any{}, window_any{}, bool_mask_broadcast{},
+                       softcap_bias{}, alibi_lengths_causal{}, predicate_offsets{}, documents_causal{});
   int run = 0;
   std::uint64_t pair = 0;
   hana::for_each(scorers, [&](auto sc) {

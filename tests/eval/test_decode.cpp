@@ -29,7 +29,7 @@ TEST_CASE("decode with split keys equals the reference under masks, GQA and drop
     REQUIRE(max_abs_diff(with_lse.lse, reference(e).lse) < 1e-4);
   };
   check(softmax(Q * trans(K) / std::sqrt(32.0f)) * V);
-  check(softmax(mask(Q * trans(K) / std::sqrt(32.0f), lengths(lens))) * V);                      // filled keys
+  check(softmax(mask(Q * trans(K) / std::sqrt(32.0f), lengths(lens))) * V);                     // filled keys
   check(softmax(mask(Q * trans(K) / std::sqrt(32.0f), lengths(lens, masked_rows::zero))) * V);  // excluded keys
   check(dropout(softmax(mask(Q * trans(K), causal(align::bottom_right))), 0.2f, 7) * V);
   const xt::xtensor<int, 1> none = {0, 0};  // every chunk empty: zero rows

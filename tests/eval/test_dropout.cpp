@@ -29,7 +29,8 @@ TEST_CASE("dropout: any schedule and thread count gives bitwise the same output"
 
 TEST_CASE("dropout: fused equals the reference applying the same mask") {
   testing::rng r(2);
-  const xt::xtensor<double, 3> q = r.tensor<double>({2, 20, 8}), k = r.tensor<double>({2, 50, 8}), v = r.tensor<double>({2, 50, 5});
+  const xt::xtensor<double, 3> q = r.tensor<double>({2, 20, 8}), k = r.tensor<double>({2, 50, 8}),
+                               v = r.tensor<double>({2, 50, 5});
   auto Q = ref(q), K = ref(k), V = ref(v);
   const xt::xtensor<int, 1> lens = {50, 17};
   const auto e = dropout(softmax(mask(Q * trans(K), lengths(lens))), 0.5f, 99) * V;
@@ -53,9 +54,12 @@ TEST_CASE("dropout: fused equals the reference applying the same mask") {
 
 TEST_CASE("dropout: p = 0 is the identity; a different seed drops other weights; bad p throws") {
   testing::rng r(3);
-  const xt::xtensor<float, 3> q = r.tensor<float>({1, 9, 4}), k = r.tensor<float>({1, 30, 4}), v = r.tensor<float>({1, 30, 3});
+  const xt::xtensor<float, 3> q = r.tensor<float>({1, 9, 4}), k = r.tensor<float>({1, 30, 4}),
+                              v = r.tensor<float>({1, 30, 3});
   auto Q = ref(q), K = ref(k), V = ref(v);
   REQUIRE((eval(dropout(softmax(Q * trans(K)), 0.0f, 5) * V) == eval(softmax(Q * trans(K)) * V)));
-  REQUIRE(max_abs_diff(eval(dropout(softmax(Q * trans(K)), 0.5f, 5) * V), eval(dropout(softmax(Q * trans(K)), 0.5f, 6) * V)) > 1e-3);
-  REQUIRE_THROWS_WITH(eval(dropout(softmax(Q * trans(K)), 1.0f, 5) * V), Catch::Contains("dropout p must be in [0, 1)"));
+  REQUIRE(max_abs_diff(eval(dropout(softmax(Q * trans(K)), 0.5f, 5) * V),
+                       eval(dropout(softmax(Q * trans(K)), 0.5f, 6) * V)) > 1e-3);
+  REQUIRE_THROWS_WITH(eval(dropout(softmax(Q * trans(K)), 1.0f, 5) * V),
+                      Catch::Contains("dropout p must be in [0, 1)"));
 }

@@ -10,15 +10,16 @@ using Catch::Contains;
 
 namespace {
 testing::rng r(1);
-const xt::xtensor<float, 3> q = r.tensor<float>({2, 3, 4}), k = r.tensor<float>({2, 10, 4}), v = r.tensor<float>({2, 10, 5});
+const xt::xtensor<float, 3> q = r.tensor<float>({2, 3, 4}), k = r.tensor<float>({2, 10, 4}),
+                            v = r.tensor<float>({2, 10, 5});
 }  // namespace
 
 TEST_CASE("mismatched head size between Q and K") {
   const xt::xtensor<float, 3> k5 = r.tensor<float>({2, 10, 5});
   auto Q = ref(q), K = ref(k5), V = ref(v);
   REQUIRE_THROWS_AS(eval(softmax(Q * trans(K)) * V), std::invalid_argument);
-  REQUIRE_THROWS_WITH(eval(softmax(Q * trans(K)) * V),
-                      Contains("queries have size 4 but keys have size 5") && Contains("Q (2,3,4)") && Contains("K (2,10,5)"));
+  REQUIRE_THROWS_WITH(eval(softmax(Q * trans(K)) * V), Contains("queries have size 4 but keys have size 5") &&
+                                                           Contains("Q (2,3,4)") && Contains("K (2,10,5)"));
 }
 
 TEST_CASE("lens of the wrong length or rank") {
@@ -65,7 +66,8 @@ TEST_CASE("batch mismatch and grouped-query head ratio") {
 TEST_CASE("bad policy arguments") {
   auto Q = ref(q), K = ref(k), V = ref(v);
   REQUIRE_THROWS_WITH(eval(softmax(softcap(Q * trans(K), 0.0)) * V), Contains("softcap(scores, c)"));
-  REQUIRE_THROWS_WITH(eval(softmax(alibi(Q * trans(K), {1.0, 2.0})) * V), Contains("slopes has 2 entries") && Contains("1 query heads"));
+  REQUIRE_THROWS_WITH(eval(softmax(alibi(Q * trans(K), {1.0, 2.0})) * V),
+                      Contains("slopes has 2 entries") && Contains("1 query heads"));
   REQUIRE_THROWS_WITH(eval(softmax(mask(Q * trans(K), window(-1, 2))) * V), Contains("window(left, right)"));
   REQUIRE_THROWS_WITH(eval(softmax(mask(Q * trans(K), causal_offsets(std::vector<int>{1, 2, 3}))) * V),
                       Contains("causal_offsets(o): o has 3 entries but the batch is 2"));

@@ -33,7 +33,8 @@ TEST_CASE("explain: the score path, the scale and log2 e, the masks, the loop ne
   REQUIRE(dense.schedule.threads == 2);
   REQUIRE(dense.schedule.pack_panels);
   REQUIRE(dense.schedule.block_k == 512);
-  REQUIRE_THAT(dense.text, Contains("score path  dot_identity") && Contains("causal_mask (excludes; classify skips blocks") &&
+  REQUIRE_THAT(dense.text, Contains("score path  dot_identity") &&
+                               Contains("causal_mask (excludes; classify skips blocks") &&
                                Contains("folded into the queries") && Contains("pack keys into panels of 64 x 512") &&
                                Contains("= 280 tasks on 2 threads") && Contains("P·V 60 x 512 x 64"));
   const xt::xtensor<int, 1> lens = {100};

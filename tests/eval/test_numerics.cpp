@@ -21,12 +21,14 @@ bool all_finite(const auto& x) {
 
 TEST_CASE("fully masked rows: d2l's -1e6 fill gives the mean of V, masked_rows::zero gives 0") {
   testing::rng r(1);
-  const xt::xtensor<float, 3> q = r.tensor<float>({2, 3, 4}), k = r.tensor<float>({2, 70, 4}), v = r.tensor<float>({2, 70, 5});
+  const xt::xtensor<float, 3> q = r.tensor<float>({2, 3, 4}), k = r.tensor<float>({2, 70, 4}),
+                              v = r.tensor<float>({2, 70, 5});
   auto Q = ref(q), K = ref(k), V = ref(v);
   const xt::xtensor<int, 2> lens = {{0, 3, 70}, {0, 0, 1}};
   for (std::size_t bk : {16u, 128u}) {
     const xt::xtensor<float, 3> uni = eval(softmax(mask(Q * trans(K), lengths(lens))) * V, {2, bk, 1});
-    const xt::xtensor<float, 3> zero = eval(softmax(mask(Q * trans(K), lengths(lens, masked_rows::zero))) * V, {2, bk, 1});
+    const xt::xtensor<float, 3> zero =
+        eval(softmax(mask(Q * trans(K), lengths(lens, masked_rows::zero))) * V, {2, bk, 1});
     REQUIRE(all_finite(uni));
     REQUIRE(all_finite(zero));
     for (std::size_t d = 0; d < 5; ++d) {
@@ -48,9 +50,11 @@ TEST_CASE("fully masked rows: d2l's -1e6 fill gives the mean of V, masked_rows::
 
 TEST_CASE("fully masked rows from causal offsets, windows and bool masks are zero, never NaN") {
   testing::rng r(2);
-  const xt::xtensor<double, 4> q = r.tensor<double>({1, 2, 6, 3}), k = r.tensor<double>({1, 2, 4, 3}), v = r.tensor<double>({1, 2, 4, 2});
+  const xt::xtensor<double, 4> q = r.tensor<double>({1, 2, 6, 3}), k = r.tensor<double>({1, 2, 4, 3}),
+                               v = r.tensor<double>({1, 2, 4, 2});
   auto Q = ref(q), K = ref(k), V = ref(v);
-  const xt::xtensor<double, 4> a = eval(softmax(mask(Q * trans(K), causal(align::bottom_right))) * V);  // rows 0, 1 see nothing
+  const xt::xtensor<double, 4> a =
+      eval(softmax(mask(Q * trans(K), causal(align::bottom_right))) * V);  // rows 0, 1 see nothing
   const xt::xtensor<bool, 2> none = xt::zeros<bool>({6, 4});
   const xt::xtensor<double, 4> b = eval(softmax(mask(Q * trans(K), bool_mask(none))) * V);
   REQUIRE(all_finite(a));
@@ -72,7 +76,8 @@ TEST_CASE("logits of +-1e4 and -inf biases do not overflow") {
     if (std::abs(big) < 1e5) REQUIRE(max_abs_diff(xt::view(reference(e).output, xt::all(), 0), out) < 1e-3);
   }
   // a float mask holding -inf on a whole row, plus softcap before it
-  const xt::xtensor<float, 3> q = r.tensor<float>({1, 3, 4}), k = r.tensor<float>({1, 6, 4}), v = r.tensor<float>({1, 6, 2});
+  const xt::xtensor<float, 3> q = r.tensor<float>({1, 3, 4}), k = r.tensor<float>({1, 6, 4}),
+                              v = r.tensor<float>({1, 6, 2});
   xt::xtensor<float, 2> m = xt::zeros<float>({3, 6});
   xt::view(m, 1, xt::all()) = -std::numeric_limits<float>::infinity();
   m(2, 0) = -std::numeric_limits<float>::infinity();

@@ -17,8 +17,8 @@ namespace {
 problem shape(std::size_t b, std::size_t h, std::size_t sq, std::size_t skv, std::size_t d, std::size_t dv,
               std::size_t hkv = 0) {
   problem pr;
-  pr.batch = b, pr.q_heads = h, pr.kv_heads = hkv ? hkv : h, pr.q_len = sq, pr.kv_len = skv, pr.q_dim = d,
-  pr.k_dim = d, pr.v_dim = dv;
+  pr.batch = b, pr.q_heads = h, pr.kv_heads = hkv ? hkv : h, pr.q_len = sq, pr.kv_len = skv, pr.q_dim = d, pr.k_dim = d,
+  pr.v_dim = dv;
   return pr;
 }
 path_facts dot_path(std::size_t n, std::size_t bytes = 4) { return {true, true, n, bytes, 64 / bytes}; }
@@ -44,7 +44,8 @@ TEST_CASE("resolve_schedule: block_k is the largest of 512, 256, 128, 64 whose k
   REQUIRE(resolved({}, shape(1, 8, 2048, 2048, 512, 512), dot_path(512), cores(1)).block_k == 256);
   REQUIRE(resolved({}, shape(1, 8, 2048, 2048, 1024, 1024), dot_path(1024), cores(1)).block_k == 128);
   // the weights pass holds no values: only the keys count
-  REQUIRE(resolved({}, shape(1, 8, 2048, 2048, 1024, 1024), dot_path(1024), cores(1), pass_kind::weights).block_k == 256);
+  REQUIRE(resolved({}, shape(1, 8, 2048, 2048, 1024, 1024), dot_path(1024), cores(1), pass_kind::weights).block_k ==
+          256);
 }
 
 TEST_CASE("resolve_schedule: block_q shrinks in 6-row steps until every thread has 4 tasks") {
@@ -52,7 +53,8 @@ TEST_CASE("resolve_schedule: block_q shrinks in 6-row steps until every thread h
   // one head of 256 queries on 2 threads: 60 rows give 5 tasks, 36 rows the 8 wanted
   REQUIRE(resolved({}, shape(1, 1, 256, 256, 64, 64), dot_path(64), cores(2)).block_q == 36);
   REQUIRE(resolved({}, shape(1, 1, 256, 256, 64, 64), dot_path(64), cores(1)).block_q == 60);
-  REQUIRE(resolved({}, shape(1, 1, 10, 256, 64, 64), dot_path(64), cores(2)).block_q == 6);  // cannot reach 8: stops at 6
+  REQUIRE(resolved({}, shape(1, 1, 10, 256, 64, 64), dot_path(64), cores(2)).block_q ==
+          6);  // cannot reach 8: stops at 6
 }
 
 TEST_CASE("resolve_schedule: the user's values are kept, clamped to the problem") {
@@ -76,7 +78,7 @@ TEST_CASE("resolve_schedule: a thread count the user sets is honoured, even for 
   const problem big = shape(1, 8, 1024, 1024, 64, 64);  // 2^30 flop
   REQUIRE(resolved({}, big, dot_path(64), cores(2)).threads == 2);
   REQUIRE(resolved({.serial_below_flop = 1e12}, big, dot_path(64), cores(2)).threads == 1);  // a module's cut-off
-  REQUIRE(resolved({.threads = -3}, big, dot_path(64), cores(2)).threads == 2);  // negative: the default
+  REQUIRE(resolved({.threads = -3}, big, dot_path(64), cores(2)).threads == 2);              // negative: the default
   REQUIRE(resolved({.threads = 4}, big, dot_path(64), machine{std::size_t(1) << 20, 2, false}).threads == 1);
 }
 

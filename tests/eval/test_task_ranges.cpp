@@ -36,8 +36,7 @@ TEST_CASE("task_ranges: degenerate counts") {
   REQUIRE(drain(zero_threads, 0) == std::vector<std::size_t>{0, 1, 2});
   task_ranges fewer(4, 2);  // a team smaller than planned: thread ids wrap, nothing is lost
   REQUIRE(drain(fewer, 2) == std::vector<std::size_t>{0, 1, 3, 2});
-  REQUIRE_THROWS_WITH(task_ranges(std::size_t(1) << 33, 2),
-                      "fused pass: 8589934592 tasks, more than 2^32 - 1");
+  REQUIRE_THROWS_WITH(task_ranges(std::size_t(1) << 33, 2), "fused pass: 8589934592 tasks, more than 2^32 - 1");
 }
 
 TEST_CASE("task_ranges: racing threads get every task exactly once") {

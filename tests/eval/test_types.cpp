@@ -30,10 +30,10 @@ TEST_CASE("mixed operand types accumulate in the wider type and match the refere
   STATIC_REQUIRE(std::is_same_v<decltype(out32), const xt::xtensor<float, 4>>);
   REQUIRE(max_abs_diff(out32, out) < 1e-7);
   // V double with float Q and K: also double; and every path converts its operands
-  const auto e2 = softmax(mask(score(additive{r.tensor<double>({6, 8}), r.tensor<double>({6, 8}), r.tensor<double>({6})},
-                                     Q, Kf),
-                               causal())) *
-                  Vd;
+  const auto e2 =
+      softmax(mask(score(additive{r.tensor<double>({6, 8}), r.tensor<double>({6, 8}), r.tensor<double>({6})}, Q, Kf),
+                   causal())) *
+      Vd;
   REQUIRE(max_abs_diff(eval(e2, {4, 16, 1}), reference(e2).output) < 1e-12);
   const auto e3 = softmax(score(cosine{0.3}, Q, Kd)) * Vf;  // dot_features, decoding-sized? no: 13 rows
   REQUIRE(max_abs_diff(eval(e3), reference(e3).output) < 1e-12);

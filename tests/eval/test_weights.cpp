@@ -71,16 +71,17 @@ TEST_CASE("weights: every score path and mask kind equals the reference") {
   xt::xtensor<bool, 4> keep = xt::ones<bool>({2, 1, 19, 37});
   for (std::size_t n = 0; n < keep.size(); n += 3) keep.flat(n) = false;
   const double tol = 2e-6;
-  check_weights(softmax(Q * trans(K) / 3.0f), tol);                                        // dot_identity
-  check_weights(softmax(mask(Q * trans(K), lengths(lens))), tol);                          // filled rows, uniform
-  check_weights(softmax(mask(Q * trans(K), lengths(lens, masked_rows::zero))), tol);       // excluded: zero rows
-  check_weights(softmax(mask(mask(Q * trans(K), causal()), window(4, 2))), tol);           // skipped blocks
-  check_weights(softmax(mask(score(scaled_dot{}, Q, K), bool_mask(keep))), tol);           // dot_features
+  check_weights(softmax(Q * trans(K) / 3.0f), tol);                                   // dot_identity
+  check_weights(softmax(mask(Q * trans(K), lengths(lens))), tol);                     // filled rows, uniform
+  check_weights(softmax(mask(Q * trans(K), lengths(lens, masked_rows::zero))), tol);  // excluded: zero rows
+  check_weights(softmax(mask(mask(Q * trans(K), causal()), window(4, 2))), tol);      // skipped blocks
+  check_weights(softmax(mask(score(scaled_dot{}, Q, K), bool_mask(keep))), tol);      // dot_features
   check_weights(softmax(mask(score(cosine{0.5}, Q, K), causal(align::bottom_right))), tol);
-  check_weights(softmax(softcap(score(gaussian{1.5}, Q, K), 2.0)), tol);                   // modifier: natural units
-  auto user = [](auto a, auto b) { return a[0] * b[1] - a[1] * b[0]; };                  // pair_raw
-  check_weights(softmax(mask(score(user, Q, K), predicate([](auto, auto, auto i, auto j) { return (i + j) % 3 != 0; }))), tol);
-  check_weights(dropout(softmax(mask(Q * trans(K), lengths(lens))), 0.4f, 17), 4e-6);    // weights after dropout
+  check_weights(softmax(softcap(score(gaussian{1.5}, Q, K), 2.0)), tol);  // modifier: natural units
+  auto user = [](auto a, auto b) { return a[0] * b[1] - a[1] * b[0]; };   // pair_raw
+  check_weights(
+      softmax(mask(score(user, Q, K), predicate([](auto, auto, auto i, auto j) { return (i + j) % 3 != 0; }))), tol);
+  check_weights(dropout(softmax(mask(Q * trans(K), lengths(lens))), 0.4f, 17), 4e-6);  // weights after dropout
 }
 
 TEST_CASE("weights: additive, rank-3 operands, packed heads, double") {

@@ -49,7 +49,8 @@ TEST_CASE("ref over a raw pointer with strides") {
 
 TEST_CASE("results come back in the layout of the queries") {
   testing::rng g(1);
-  const xt::xtensor<float, 3> q = g.tensor<float>({2, 3, 8}), k = g.tensor<float>({2, 5, 8}), v = g.tensor<float>({2, 5, 12});
+  const xt::xtensor<float, 3> q = g.tensor<float>({2, 3, 8}), k = g.tensor<float>({2, 5, 8}),
+                              v = g.tensor<float>({2, 5, 12});
   auto Q = heads(q, 2), K = heads(k, 2), V = heads(v, 2);
   const xt::xtensor<float, 3> out = eval(softmax(Q * trans(K)) * V);
   REQUIRE(out.shape() == std::array<std::size_t, 3>{2, 3, 12});

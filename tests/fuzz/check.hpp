@@ -27,22 +27,29 @@ template <class Out>
 double fused_at(const Out& out, out_layout l, const testing::case_sizes& z, std::size_t b, std::size_t h, std::size_t i,
                 std::size_t d) {
   switch (l) {
-    case out_layout::bsd: return double(out.data()[(b * z.Sq + i) * z.Dv + d]);
-    case out_layout::packed: return double(out.data()[(b * z.Sq + i) * z.Hq() * z.Dv + h * z.Dv + d]);
-    default: return double(out.data()[((b * z.Hq() + h) * z.Sq + i) * z.Dv + d]);
+    case out_layout::bsd:
+      return double(out.data()[(b * z.Sq + i) * z.Dv + d]);
+    case out_layout::packed:
+      return double(out.data()[(b * z.Sq + i) * z.Hq() * z.Dv + h * z.Dv + d]);
+    default:
+      return double(out.data()[((b * z.Hq() + h) * z.Sq + i) * z.Dv + d]);
   }
 }
 
 inline std::vector<std::size_t> expected_shape(out_layout l, const testing::case_sizes& z) {
   switch (l) {
-    case out_layout::bsd: return {z.B, z.Sq, z.Dv};
-    case out_layout::packed: return {z.B, z.Sq, z.Hq() * z.Dv};
-    default: return {z.B, z.Hq(), z.Sq, z.Dv};
+    case out_layout::bsd:
+      return {z.B, z.Sq, z.Dv};
+    case out_layout::packed:
+      return {z.B, z.Sq, z.Hq() * z.Dv};
+    default:
+      return {z.B, z.Hq(), z.Sq, z.Dv};
   }
 }
 
 template <class T, class Out>
-verdict compare(const Out& got, out_layout l, const reference_result& want, const testing::case_sizes& z, double max_v) {
+verdict compare(const Out& got, out_layout l, const reference_result& want, const testing::case_sizes& z,
+                double max_v) {
   const auto shape = expected_shape(l, z);
   if (!std::equal(shape.begin(), shape.end(), got.shape().begin(), got.shape().end()))
     return {false, "result shape " + shape_str(got.shape()) + ", expected " + shape_str(shape)};

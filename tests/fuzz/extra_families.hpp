@@ -14,7 +14,8 @@ struct tensor_scores {
   template <class Q, class K>
   auto operator()(Q, K, const testing::case_sizes& s, testing::rng& r) const {
     using T = typename Q::value_type;
-    const auto shape = s.three_d ? std::vector<std::size_t>{s.B, s.Sq, s.Skv} : std::vector<std::size_t>{s.B, s.Hq(), s.Sq, s.Skv};
+    const auto shape =
+        s.three_d ? std::vector<std::size_t>{s.B, s.Sq, s.Skv} : std::vector<std::size_t>{s.B, s.Hq(), s.Sq, s.Skv};
     return ref(r.tensor<T>(shape, -3, 3)) / r.uniform(0.5, 2);  // a temporary: the terminal owns it
   }
 };
@@ -36,7 +37,8 @@ struct dead_rows {
 /// filled keys, or nothing.
 struct inf_bias_fill {
   auto operator()(auto s, const testing::case_sizes& z, testing::rng& r) const {
-    xt::xarray<double> b = z.three_d ? r.tensor<double>({z.B, z.Sq, z.Skv}, -2, 2) : r.tensor<double>({z.B, 1, z.Sq, z.Skv}, -2, 2);
+    xt::xarray<double> b =
+        z.three_d ? r.tensor<double>({z.B, z.Sq, z.Skv}, -2, 2) : r.tensor<double>({z.B, 1, z.Sq, z.Skv}, -2, 2);
     for (auto& x : b)
       if (r.coin(0.25)) x = -std::numeric_limits<double>::infinity();
     xt::xtensor<int, 1> lens = xt::xtensor<int, 1>::from_shape({z.B});
@@ -50,7 +52,8 @@ struct window_rows_zero {
   auto operator()(auto s, const testing::case_sizes& z, testing::rng& r) const {
     xt::xtensor<std::int64_t, 2> lens = xt::xtensor<std::int64_t, 2>::from_shape({z.B, z.Sq});
     for (auto& l : lens) l = r.coin(0.2) ? 0 : std::int64_t(r.size(0, z.Skv));
-    const auto w = window(std::int64_t(r.size(0, 40)), std::int64_t(r.size(0, 40)), r.coin() ? align::top_left : align::bottom_right);
+    const auto w = window(std::int64_t(r.size(0, 40)), std::int64_t(r.size(0, 40)),
+                          r.coin() ? align::top_left : align::bottom_right);
     return mask(mask(s, w), lengths(lens, masked_rows::zero));
   }
 };

@@ -47,8 +47,11 @@ fuzz_case draw_case(testing::rng& r, std::uint64_t run_seed, std::uint64_t index
   c.index = index;
   c.is_double = r.coin(0.3);
   const double u = r.uniform(0, 1);
-  c.kind = u < 0.35 ? storage::contiguous : u < 0.55 ? storage::strided : u < 0.70 ? storage::transposed
-         : u < 0.85 ? storage::raw : storage::packed;
+  c.kind = u < 0.35   ? storage::contiguous
+           : u < 0.55 ? storage::strided
+           : u < 0.70 ? storage::transposed
+           : u < 0.85 ? storage::raw
+                      : storage::packed;
   const terminal t = terminal_of(c.kind);
   do {
     c.scorer = r.size(0, scorer_names.size() - 1);
@@ -78,8 +81,8 @@ std::string describe(const fuzz_case& c) {
   os << (c.is_double ? "double" : "float") << " " << scorer_names[c.scorer] << " / " << mask_names[c.masks] << ", "
      << name(c.kind) << (s.three_d ? " rank-3" : "") << ", B=" << s.B << " Hq=" << s.Hq() << " Hkv=" << s.Hkv
      << " Sq=" << s.Sq << " Skv=" << s.Skv << " Dq=" << s.Dq << " Dk=" << s.Dk << " Dv=" << s.Dv
-     << ", block_q=" << c.sch.block_q << " block_k=" << c.sch.block_k << " threads=" << c.sch.threads
-     << ", |Q| x" << c.q_amplitude;
+     << ", block_q=" << c.sch.block_q << " block_k=" << c.sch.block_k << " threads=" << c.sch.threads << ", |Q| x"
+     << c.q_amplitude;
   return os.str();
 }
 

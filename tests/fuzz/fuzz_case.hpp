@@ -23,11 +23,16 @@ enum class storage {
 
 inline const char* name(storage s) {
   switch (s) {
-    case storage::contiguous: return "contiguous";
-    case storage::strided: return "strided-view";
-    case storage::transposed: return "transposed";
-    case storage::raw: return "raw-pointer";
-    default: return "packed-heads";
+    case storage::contiguous:
+      return "contiguous";
+    case storage::strided:
+      return "strided-view";
+    case storage::transposed:
+      return "transposed";
+    case storage::raw:
+      return "raw-pointer";
+    default:
+      return "packed-heads";
   }
 }
 

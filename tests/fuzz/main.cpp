@@ -6,13 +6,13 @@
 
 #include <CLI/CLI.hpp>
 
+#include <unistd.h>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <iostream>
 #include <random>
 #include <string>
-#include <unistd.h>
 
 namespace {
 
@@ -63,7 +63,8 @@ int main(int argc, char** argv) {
       continue;
     }
     ++failed;
-    std::cout << "FAIL case " << k << ": " << describe(c) << "\n  " << v.detail << "\n  reproduce: " << repro << std::endl;
+    std::cout << "FAIL case " << k << ": " << describe(c) << "\n  " << v.detail << "\n  reproduce: " << repro
+              << std::endl;
   }
   std::cout << passed << " passed, " << failed << " failed" << std::endl;
   return failed == 0 ? 0 : 1;

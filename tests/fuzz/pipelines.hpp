@@ -17,20 +17,29 @@ namespace xattn::fuzz {
 
 namespace hana = boost::hana;
 
-inline constexpr auto scorers =
-    hana::make_tuple(testing::dot_scores{}, testing::scaled_dot_scores{}, testing::additive_scores{}, testing::bilinear_scores{},
-                     testing::gaussian_scores{}, testing::cosine_scores{}, testing::user_scores{}, tensor_scores{});
-inline constexpr std::array<std::string_view, 8> scorer_names{"dot", "scaled_dot", "additive", "bilinear",
-                                                               "gaussian", "cosine", "user-policy", "tensor-scores"};
+inline constexpr auto scorers = hana::make_tuple(
+    testing::dot_scores{}, testing::scaled_dot_scores{}, testing::additive_scores{}, testing::bilinear_scores{},
+    testing::gaussian_scores{}, testing::cosine_scores{}, testing::user_scores{}, tensor_scores{});
+inline constexpr std::array<std::string_view, 8> scorer_names{"dot",      "scaled_dot", "additive",    "bilinear",
+                                                              "gaussian", "cosine",     "user-policy", "tensor-scores"};
 
 inline constexpr auto mask_families = hana::make_tuple(
     testing::no_mask{}, testing::lengths_1d{}, testing::lengths_2d_zero{}, testing::causal_any{}, testing::window_any{},
-    testing::bool_mask_broadcast{}, testing::softcap_bias{}, testing::alibi_lengths_causal{}, testing::predicate_offsets{},
-    dead_rows{}, inf_bias_fill{}, window_rows_zero{}, testing::documents_causal{});
-inline constexpr std::array<std::string_view, 13> mask_names{
-    "none", "lengths-1d", "lengths-2d-zero", "causal", "window", "bool-mask-broadcast", "softcap+bias",
-    "alibi+lengths+causal", "predicate+causal-offsets", "dead-rows", "inf-bias+fill", "window+lengths-zero",
-    "documents+causal"};
+    testing::bool_mask_broadcast{}, testing::softcap_bias{}, testing::alibi_lengths_causal{},
+    testing::predicate_offsets{}, dead_rows{}, inf_bias_fill{}, window_rows_zero{}, testing::documents_causal{});
+inline constexpr std::array<std::string_view, 13> mask_names{"none",
+                                                             "lengths-1d",
+                                                             "lengths-2d-zero",
+                                                             "causal",
+                                                             "window",
+                                                             "bool-mask-broadcast",
+                                                             "softcap+bias",
+                                                             "alibi+lengths+causal",
+                                                             "predicate+causal-offsets",
+                                                             "dead-rows",
+                                                             "inf-bias+fill",
+                                                             "window+lengths-zero",
+                                                             "documents+causal"};
 
 static_assert(hana::length(scorers) == scorer_names.size() && hana::length(mask_families) == mask_names.size());
 
@@ -59,7 +68,8 @@ template <std::size_t N, class F>
 void with_index(std::size_t i, F&& f) {
   [&]<std::size_t... I>(std::index_sequence<I...>) {
     ((i == I ? (f(std::integral_constant<std::size_t, I>{}), 0) : 0), ...);
-  }(std::make_index_sequence<N>{});
+  }
+  (std::make_index_sequence<N>{});
 }
 
 }  // namespace xattn::fuzz

@@ -18,7 +18,9 @@ verdict run_on(const fuzz_case& c, testing::rng& r) {
         const auto e = softmax(hana::at_c<m>(mask_families)(scores, c.sizes, r)) * ops.v;
         const auto want = reference(e);
         const auto got = eval(e, c.sch);
-        const out_layout l = Kind == terminal::packed ? out_layout::packed : c.sizes.three_d ? out_layout::bsd : out_layout::bhsd;
+        const out_layout l = Kind == terminal::packed ? out_layout::packed
+                             : c.sizes.three_d        ? out_layout::bsd
+                                                      : out_layout::bhsd;
         v = compare<T>(got, l, want, c.sizes, 1.0);  // |V| <= 1 by construction
       }
     });

@@ -7,9 +7,12 @@ namespace xattn::fuzz {
 template <class T>
 verdict run_typed(const fuzz_case& c, testing::rng& r) {
   switch (c.kind) {
-    case storage::raw: return run_on<T, terminal::raw>(c, r);
-    case storage::packed: return run_on<T, terminal::packed>(c, r);
-    default: return run_on<T, terminal::rank0>(c, r);
+    case storage::raw:
+      return run_on<T, terminal::raw>(c, r);
+    case storage::packed:
+      return run_on<T, terminal::packed>(c, r);
+    default:
+      return run_on<T, terminal::rank0>(c, r);
   }
 }
 

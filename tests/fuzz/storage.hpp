@@ -26,7 +26,8 @@ template <class T>
 constexpr T poison = std::numeric_limits<T>::quiet_NaN();
 
 /// The user-facing shape of one operand: (B, S, D) for rank-3 cases, else (B, H, S, D).
-inline std::vector<std::size_t> logical_shape(const testing::case_sizes& z, std::size_t h, std::size_t s, std::size_t d) {
+inline std::vector<std::size_t> logical_shape(const testing::case_sizes& z, std::size_t h, std::size_t s,
+                                              std::size_t d) {
   return z.three_d ? std::vector<std::size_t>{z.B, s, d} : std::vector<std::size_t>{z.B, h, s, d};
 }
 
@@ -68,7 +69,8 @@ tensor_ref<T, 0> rank0_operand(storage kind, const std::vector<std::size_t>& sha
     return check_in_place(ref(v));
   }
   // transposed: (B, S, D) kept as (B, D, S); (B, H, S, D) kept as (B, S, H, D)
-  const std::vector<std::size_t> perm = n == 3 ? std::vector<std::size_t>{0, 2, 1} : std::vector<std::size_t>{0, 2, 1, 3};
+  const std::vector<std::size_t> perm =
+      n == 3 ? std::vector<std::size_t>{0, 2, 1} : std::vector<std::size_t>{0, 2, 1, 3};
   std::vector<std::size_t> stored(n);
   for (std::size_t a = 0; a < n; ++a) stored[a] = shape[perm[a]];
   auto base = std::make_shared<xt::xarray<T>>(xt::xarray<T>::from_shape(stored));
@@ -110,8 +112,8 @@ tensor_ref<T, 4> raw_operand(std::array<std::size_t, 4> shape, double amp, testi
 
 /// heads(view, H) over (B, S, H*D) rows padded on the right, sometimes every other row.
 template <class T>
-auto packed_operand(std::size_t batch, std::size_t heads_n, std::size_t seq, std::size_t dim, double amp, testing::rng& r,
-                    std::vector<std::shared_ptr<const void>>& keep) {
+auto packed_operand(std::size_t batch, std::size_t heads_n, std::size_t seq, std::size_t dim, double amp,
+                    testing::rng& r, std::vector<std::shared_ptr<const void>>& keep) {
   const std::size_t step = r.size(1, 2), width = heads_n * dim;
   auto base = std::make_shared<xt::xarray<T>>(xt::xarray<T>::from_shape({batch, seq * step, width + r.size(0, 5)}));
   base->fill(poison<T>);

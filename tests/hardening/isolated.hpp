@@ -21,11 +21,16 @@ struct outcome {
   bool threw_invalid_argument() const { return kind == invalid_argument; }
   std::string describe() const {
     switch (kind) {
-      case returned: return "returned normally";
-      case invalid_argument: return "threw std::invalid_argument: " + message;
-      case other_exception: return "threw another exception: " + message;
-      case timed_out: return "timed out";
-      default: return "crashed with signal " + std::to_string(signal);
+      case returned:
+        return "returned normally";
+      case invalid_argument:
+        return "threw std::invalid_argument: " + message;
+      case other_exception:
+        return "threw another exception: " + message;
+      case timed_out:
+        return "timed out";
+      default:
+        return "crashed with signal " + std::to_string(signal);
     }
   }
 };

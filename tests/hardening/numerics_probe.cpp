@@ -24,7 +24,8 @@ struct measured {
 template <class T>
 measured measure(std::size_t s, std::size_t d, double alpha, double v_lo, std::size_t rows, std::uint64_t seed) {
   testing::rng r(seed);
-  const xt::xtensor<T, 3> q = r.tensor<T>({1, rows, d}), k = r.tensor<T>({1, s, d}), v = r.tensor<T>({1, s, d}, v_lo, 1);
+  const xt::xtensor<T, 3> q = r.tensor<T>({1, rows, d}), k = r.tensor<T>({1, s, d}),
+                          v = r.tensor<T>({1, s, d}, v_lo, 1);
   auto Q = ref(q), K = ref(k), V = ref(v);
   const auto e = softmax(Q * trans(K) * (alpha / std::sqrt(double(d)))) * V;
   const xt::xtensor<T, 3> got = eval(e);
@@ -53,10 +54,11 @@ void table(const char* title, std::initializer_list<std::size_t> ss, std::initia
         measured worst{0, 0, 0};
         for (std::uint64_t seed = 1; seed <= 3; ++seed) {  // worst of three draws
           const auto m = measure<T>(s, d, a, v_lo, 48, seed * 7919 + s + d);
-          worst = {std::max(worst.max_err, m.max_err), std::max(worst.rms_err, m.rms_err), std::max(worst.max_score, m.max_score)};
+          worst = {std::max(worst.max_err, m.max_err), std::max(worst.rms_err, m.rms_err),
+                   std::max(worst.max_score, m.max_score)};
         }
-        std::printf("| %zu | %zu | %.3g | %.3g | %.2f | %.2f |\n", s, d, worst.max_score, worst.max_err, worst.max_err / eps,
-                    worst.rms_err / eps);
+        std::printf("| %zu | %zu | %.3g | %.3g | %.2f | %.2f |\n", s, d, worst.max_score, worst.max_err,
+                    worst.max_err / eps, worst.rms_err / eps);
         std::fflush(stdout);
       }
 }
@@ -68,7 +70,8 @@ int main() {
   table<float>("float, error vs D (S = 1024), V ~ U(-1, 1)", {1024}, {1, 16, 64, 256, 1024}, {1, 10});
   table<float>("float, error vs S (D = 16), V ~ U(-1, 1)", {64, 1024, 16384, 65536}, {16}, {1, 10});
   table<float>("float, error vs S (D = 16), V ~ U(0, 1): same-sign sums", {64, 1024, 16384, 65536}, {16}, {1, 10}, 0.0);
-  table<float>("float, error vs logit magnitude (S = 1024, D = 64)", {1024}, {64}, {1, 3, 10, 30, 100, 300, 1000, 10000});
+  table<float>("float, error vs logit magnitude (S = 1024, D = 64)", {1024}, {64},
+               {1, 3, 10, 30, 100, 300, 1000, 10000});
   table<double>("double, error vs D and S", {1024, 65536}, {16, 1024}, {1, 10});
   std::printf("\n(%.1f s)\n", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 }

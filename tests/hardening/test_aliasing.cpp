@@ -12,7 +12,8 @@ namespace {
 testing::rng r(30);
 }
 
-TEST_CASE("E30 assigning eval's result to one of its own inputs is safe: eval returns a new tensor", "[errors][aliasing]") {
+TEST_CASE("E30 assigning eval's result to one of its own inputs is safe: eval returns a new tensor",
+          "[errors][aliasing]") {
   xt::xtensor<float, 3> q = r.tensor<float>({2, 9, 8});
   const xt::xtensor<float, 3> k = r.tensor<float>({2, 9, 8}), v = r.tensor<float>({2, 9, 8});
   auto Q = ref(q), K = ref(k), V = ref(v);
@@ -37,7 +38,8 @@ TEST_CASE("E31 ref() of a temporary owns a copy, so the expression outlives the 
   const bool differ = from_copy != from_zero;
   REQUIRE(differ);
   for (std::size_t d = 0; d < 3; ++d)  // zero queries: uniform weights, the mean of V
-    REQUIRE(from_zero(0, 4, d) == Approx((v(0, 0, d) + v(0, 1, d) + v(0, 2, d) + v(0, 3, d) + v(0, 4, d) + v(0, 5, d)) / 6));
+    REQUIRE(from_zero(0, 4, d) ==
+            Approx((v(0, 0, d) + v(0, 1, d) + v(0, 2, d) + v(0, 3, d) + v(0, 4, d) + v(0, 5, d)) / 6));
 }
 
 // Regression (fixed in 9374fbc): eval_into writes rows while other tasks still read V in place, so

@@ -21,7 +21,8 @@ TEST_CASE("E51 a tensor shape whose element count is implausibly large", "[error
     j["inputs"][0]["shape"] = {1 << 20, 1 << 20};
     j["inputs"][0]["numel"] = std::int64_t(1) << 40;
   });
-  CHECK_THAT(load_error(d), Contains(d.string()) && Contains("tensor 'x': shape [1048576,1048576] is implausibly large"));
+  CHECK_THAT(load_error(d),
+             Contains(d.string()) && Contains("tensor 'x': shape [1048576,1048576] is implausibly large"));
 }
 
 TEST_CASE("E52 an int64 value beyond 2^53 (not exact as double)", "[errors][case_io]") {
@@ -31,7 +32,9 @@ TEST_CASE("E52 an int64 value beyond 2^53 (not exact as double)", "[errors][case
   bytes[7] = 0x10;
   bytes[8] = 5;
   write_bytes(d / "input_4.bin", bytes);
-  CHECK_THAT(load_error(d), Contains("tensor 'nonpad_kv_seqlen': int64 value 1152921504606846976 at element 0 is not exactly representable"));
+  CHECK_THAT(
+      load_error(d),
+      Contains("tensor 'nonpad_kv_seqlen': int64 value 1152921504606846976 at element 0 is not exactly representable"));
 }
 
 TEST_CASE("E53 an unsupported format or domain", "[errors][case_io]") {

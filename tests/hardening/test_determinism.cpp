@@ -25,7 +25,8 @@ bool bitwise_equal(const A& a, const B& b) {
 template <class T>
 struct operands {
   testing::rng r{40};
-  xt::xtensor<T, 4> q = r.tensor<T>({2, 4, 131, 24}), k = r.tensor<T>({2, 2, 203, 24}), v = r.tensor<T>({2, 2, 203, 17});
+  xt::xtensor<T, 4> q = r.tensor<T>({2, 4, 131, 24}), k = r.tensor<T>({2, 2, 203, 24}),
+                    v = r.tensor<T>({2, 2, 203, 17});
   xt::xtensor<int, 1> lens = {150, 203};
   xt::xtensor<float, 2> wq = r.tensor<float>({7, 24}), wk = r.tensor<float>({7, 24});
   xt::xtensor<float, 1> wv = r.tensor<float>({7});
@@ -35,7 +36,8 @@ struct operands {
 template <class T, class F>
 void for_each_path(operands<T>& o, F f) {
   auto Q = ref(o.q), K = ref(o.k), V = ref(o.v);
-  f(softmax(mask(mask(Q * trans(K) / 5.0, causal(align::bottom_right)), lengths(o.lens))) * V, "dot + causal + lengths");
+  f(softmax(mask(mask(Q * trans(K) / 5.0, causal(align::bottom_right)), lengths(o.lens))) * V,
+    "dot + causal + lengths");
   f(softmax(mask(score(gaussian{3.0}, Q, K), window(40, 3))) * V, "gaussian + window");
   f(softmax(softcap(score(additive{o.wq, o.wk, o.wv}, Q, K), 2.0)) * V, "additive + softcap");
   f(softmax(score([](auto a, auto b) { return a[0] * b[1] - a[2]; }, Q, K)) * V, "lambda scorer");
@@ -48,8 +50,7 @@ TEMPLATE_TEST_CASE("bitwise identical across thread counts and repeated runs", "
   for_each_path(o, [](const auto& e, const char* name) {
     INFO(name);
     const xt::xtensor<TestType, 4> one = eval(e, {60, 256, 1});
-    for (int threads : {2, 0, 1, 2})
-      REQUIRE(bitwise_equal(one, eval(e, {60, 256, threads})));
+    for (int threads : {2, 0, 1, 2}) REQUIRE(bitwise_equal(one, eval(e, {60, 256, threads})));
   });
 }
 
@@ -80,7 +81,8 @@ TEMPLATE_TEST_CASE("bitwise identical across block_k values of the same padded w
   });
 }
 
-TEMPLATE_TEST_CASE("block_k values of different padded widths agree to rounding, not bitwise", "[determinism]", float, double) {
+TEMPLATE_TEST_CASE("block_k values of different padded widths agree to rounding, not bitwise", "[determinism]", float,
+                   double) {
   constexpr std::size_t w = simd::width<TestType>;
   const double eps = std::is_same_v<TestType, float> ? 0x1p-24 : 0x1p-53;
   operands<TestType> o;

@@ -14,7 +14,8 @@ testing::rng r(14);
 }
 
 TEST_CASE("E14 no queries (Sq = 0) gives an empty result", "[errors][empty]") {
-  const xt::xtensor<float, 3> q = xt::zeros<float>({2, 0, 4}), k = r.tensor<float>({2, 7, 4}), v = r.tensor<float>({2, 7, 5});
+  const xt::xtensor<float, 3> q = xt::zeros<float>({2, 0, 4}), k = r.tensor<float>({2, 7, 4}),
+                              v = r.tensor<float>({2, 7, 5});
   auto Q = ref(q), K = ref(k), V = ref(v);
   for (int threads : {1, 2}) {
     const xt::xtensor<float, 3> out = eval(softmax(mask(Q * trans(K), causal())) * V, {16, 16, threads});
@@ -25,7 +26,8 @@ TEST_CASE("E14 no queries (Sq = 0) gives an empty result", "[errors][empty]") {
 }
 
 TEST_CASE("E15 an empty batch (B = 0) gives an empty result", "[errors][empty]") {
-  const xt::xtensor<float, 4> q = xt::zeros<float>({0, 2, 3, 4}), k = xt::zeros<float>({0, 1, 7, 4}), v = xt::zeros<float>({0, 1, 7, 5});
+  const xt::xtensor<float, 4> q = xt::zeros<float>({0, 2, 3, 4}), k = xt::zeros<float>({0, 1, 7, 4}),
+                              v = xt::zeros<float>({0, 1, 7, 5});
   auto Q = ref(q), K = ref(k), V = ref(v);
   const xt::xtensor<float, 4> out = eval(softmax(score(gaussian{1.0}, Q, K)) * V, {16, 16, 2});
   REQUIRE(out.shape() == std::array<std::size_t, 4>{0, 2, 3, 5});
@@ -51,7 +53,8 @@ TEST_CASE("E17 zero-sized heads (Dq = Dk = 0): every score is 0, the output is t
 }
 
 TEST_CASE("E18 zero-sized values (Dv = 0) give a result with an empty last axis", "[errors][empty]") {
-  const xt::xtensor<double, 3> q = r.tensor<double>({2, 3, 4}), k = r.tensor<double>({2, 5, 4}), v = xt::zeros<double>({2, 5, 0});
+  const xt::xtensor<double, 3> q = r.tensor<double>({2, 3, 4}), k = r.tensor<double>({2, 5, 4}),
+                               v = xt::zeros<double>({2, 5, 0});
   auto Q = ref(q), K = ref(k), V = ref(v);
   const xt::xtensor<double, 3> out = eval(softmax(Q * trans(K)) * V, {2, 3, 2});
   REQUIRE(out.shape() == std::array<std::size_t, 3>{2, 3, 0});

@@ -70,11 +70,12 @@ TEMPLATE_TEST_CASE("E35 rows that attend to a NaN key come out NaN", "[errors][n
 
 // Masked keys get weight exactly 0, and a key of weight 0 never multiplies its V row (0 * NaN would
 // be NaN): the P·V kernel recomputes a row whose block sum is not finite without those keys.
-TEMPLATE_TEST_CASE("E36 NaN or inf in V at a masked key leaves the rows that do not see it unchanged", "[errors][nonfinite]",
-                   float, double) {
+TEMPLATE_TEST_CASE("E36 NaN or inf in V at a masked key leaves the rows that do not see it unchanged",
+                   "[errors][nonfinite]", float, double) {
   for (const double bad : {nan_v, std::numeric_limits<double>::infinity()})
     for (std::size_t bk : {1u, 16u, 64u}) {
-      const auto [clean, dirty] = causal_pair<TestType>([bad](auto&, auto&, auto& v) { v(0, 30, 2) = TestType(bad); }, bk);
+      const auto [clean, dirty] =
+          causal_pair<TestType>([bad](auto&, auto&, auto& v) { v(0, 30, 2) = TestType(bad); }, bk);
       for (std::size_t i = 0; i < 30; ++i) REQUIRE(same_row(clean, dirty, i));
       for (std::size_t i = 30; i < 40; ++i) {  // rows that see key 30: that column is non-finite, the others not
         INFO("V(30) = " << bad << ", block_k " << bk << ", row " << i);
@@ -84,10 +85,11 @@ TEMPLATE_TEST_CASE("E36 NaN or inf in V at a masked key leaves the rows that do 
     }
 }
 
-TEMPLATE_TEST_CASE("E36b the reference agrees: a NaN score makes its row NaN, a NaN value only the rows weighing it", "[errors][nonfinite]",
-                   float, double) {
+TEMPLATE_TEST_CASE("E36b the reference agrees: a NaN score makes its row NaN, a NaN value only the rows weighing it",
+                   "[errors][nonfinite]", float, double) {
   testing::rng r(36);
-  xt::xtensor<TestType, 3> q = r.tensor<TestType>({1, 8, 4}), k = r.tensor<TestType>({1, 8, 4}), v = r.tensor<TestType>({1, 8, 3});
+  xt::xtensor<TestType, 3> q = r.tensor<TestType>({1, 8, 4}), k = r.tensor<TestType>({1, 8, 4}),
+                           v = r.tensor<TestType>({1, 8, 3});
   k(0, 6, 1) = TestType(nan_v);  // rows 6 and 7 see key 6: NaN scores, whole rows NaN
   v(0, 3, 0) = TestType(nan_v);  // rows 3..7 weigh key 3: column 0 NaN
   q(0, 1, 2) = TestType(nan_v);  // every score of row 1 NaN: NaN row, not "no visible key"
@@ -103,9 +105,11 @@ TEMPLATE_TEST_CASE("E36b the reference agrees: a NaN score makes its row NaN, a 
     }
 }
 
-TEST_CASE("E37 -inf in a float mask excludes keys exactly like a bool mask; an all -inf row gives zeros", "[errors][nonfinite]") {
+TEST_CASE("E37 -inf in a float mask excludes keys exactly like a bool mask; an all -inf row gives zeros",
+          "[errors][nonfinite]") {
   testing::rng r(37);
-  const xt::xtensor<float, 4> q = r.tensor<float>({2, 2, 6, 8}), k = r.tensor<float>({2, 2, 9, 8}), v = r.tensor<float>({2, 2, 9, 3});
+  const xt::xtensor<float, 4> q = r.tensor<float>({2, 2, 6, 8}), k = r.tensor<float>({2, 2, 9, 8}),
+                              v = r.tensor<float>({2, 2, 9, 3});
   xt::xtensor<bool, 4> keep = xt::xtensor<bool, 4>::from_shape({2, 2, 6, 9});
   for (auto& x : keep) x = r.coin(0.6);
   xt::view(keep, 1, 0, 4, xt::all()) = false;  // one row with nothing visible
@@ -119,9 +123,11 @@ TEST_CASE("E37 -inf in a float mask excludes keys exactly like a bool mask; an a
   for (std::size_t d = 0; d < 3; ++d) REQUIRE(by_bias(1, 0, 4, d) == 0.0f);
 }
 
-TEMPLATE_TEST_CASE("E38 a NaN bias entry, or a score overflowing to inf, changes only its own row", "[errors][nonfinite]", float, double) {
+TEMPLATE_TEST_CASE("E38 a NaN bias entry, or a score overflowing to inf, changes only its own row",
+                   "[errors][nonfinite]", float, double) {
   testing::rng r(38);
-  xt::xtensor<TestType, 3> q = r.tensor<TestType>({1, 5, 4}), k = r.tensor<TestType>({1, 7, 4}), v = r.tensor<TestType>({1, 7, 3});
+  xt::xtensor<TestType, 3> q = r.tensor<TestType>({1, 5, 4}), k = r.tensor<TestType>({1, 7, 4}),
+                           v = r.tensor<TestType>({1, 7, 3});
   xt::xtensor<TestType, 2> b = xt::zeros<TestType>({5, 7});
   auto Q = ref(q), K = ref(k), V = ref(v);
   const xt::xtensor<TestType, 3> clean = eval(softmax(Q * trans(K) + bias(b)) * V);

@@ -24,7 +24,8 @@ std::pair<double, double> error_and_bound(const E& e, const Out& got, std::size_
   for (double x : want.scores)
     if (std::isfinite(x) && x != lengths_mask{}.fill_value) max_s = std::max(max_s, std::abs(x));
   for (std::size_t i = 0; i < got.shape()[1]; ++i)
-    for (std::size_t c = 0; c < got.shape()[2]; ++c) err = std::max(err, std::abs(double(got(0, i, c)) - want.output(0, 0, i, c)));
+    for (std::size_t c = 0; c < got.shape()[2]; ++c)
+      err = std::max(err, std::abs(double(got(0, i, c)) - want.output(0, 0, i, c)));
   return {err, hardening::error_bound<T>(d, s, max_s, max_v)};
 }
 
@@ -38,7 +39,8 @@ TEST_CASE("logits of +-1e4 under causal and lengths masks stay within the bound"
     xt::xtensor<int, 2> lens = xt::xtensor<int, 2>::from_shape({1, 40});
     for (auto& l : lens) l = int(r.size(0, 300));
     auto Q = ref(q), K = ref(k), V = ref(v);
-    const auto e = softmax(mask(mask(Q * trans(K) / 4.0, causal(align::bottom_right)), lengths(lens, masked_rows::zero))) * V;
+    const auto e =
+        softmax(mask(mask(Q * trans(K) / 4.0, causal(align::bottom_right)), lengths(lens, masked_rows::zero))) * V;
     const xt::xtensor<float, 3> got = eval(e, {7, 48, 2});
     const auto [err, bound] = error_and_bound<float>(e, got, 16, 300, 1);
     INFO("logit scale " << big << ": error " << err << ", bound " << bound);
@@ -88,7 +90,8 @@ TEST_CASE("d2l's -1e6 fill beats visible logits of -1e30 (the reference agrees),
 TEST_CASE("S = 65536 keys, one head: sampled rows within the bound", "[numerics][long]") {
   testing::rng r(53);
   const std::size_t s = 65536, d = 16, rows = 32;
-  const xt::xtensor<float, 3> k = r.tensor<float>({1, s, d}), v = r.tensor<float>({1, s, d}, 0, 1);  // same-sign V: worst case
+  const xt::xtensor<float, 3> k = r.tensor<float>({1, s, d}),
+                              v = r.tensor<float>({1, s, d}, 0, 1);  // same-sign V: worst case
   const xt::xtensor<float, 3> q = r.tensor<float>({1, rows, d}) * 2.0f;
   // causal for the sampled rows: row n stands for position n * 2048 + 2047 and sees that many keys
   xt::xtensor<int, 2> lens = xt::xtensor<int, 2>::from_shape({1, rows});
@@ -104,7 +107,8 @@ TEST_CASE("S = 65536 keys, one head: sampled rows within the bound", "[numerics]
 TEMPLATE_TEST_CASE("D = 1024 within the bound", "[numerics]", float, double) {
   testing::rng r(54);
   const std::size_t s = 700, d = 1024;
-  const xt::xtensor<TestType, 3> q = r.tensor<TestType>({1, 24, d}), k = r.tensor<TestType>({1, s, d}), v = r.tensor<TestType>({1, s, d});
+  const xt::xtensor<TestType, 3> q = r.tensor<TestType>({1, 24, d}), k = r.tensor<TestType>({1, s, d}),
+                                 v = r.tensor<TestType>({1, s, d});
   auto Q = ref(q), K = ref(k), V = ref(v);
   const auto e = softmax(mask(Q * trans(K) * (10 / 32.0), window(300, 0, align::bottom_right))) * V;  // |s| ~ 15
   const xt::xtensor<TestType, 3> got = eval(e, {6, 128, 2});

@@ -69,7 +69,8 @@ TEST_CASE("E41 qk_matmul_output_mode outside 0..3 throws when the output is requ
 TEST_CASE("E42 Q, K and V of different ranks", "[errors][onnx]") {
   auto in = inputs_4d();
   in.k = r.tensor<float>({2, 5, 16});
-  CHECK_THAT(message(in, {}), Contains("Q, K and V must all be 3-D or all 4-D, got Q (2,4,3,8), K (2,5,16), V (2,2,5,8)"));
+  CHECK_THAT(message(in, {}),
+             Contains("Q, K and V must all be 3-D or all 4-D, got Q (2,4,3,8), K (2,5,16), V (2,2,5,8)"));
 }
 
 TEST_CASE("E43 nonpad_kv_seqlen together with a KV cache", "[errors][onnx]") {
@@ -94,8 +95,10 @@ TEST_CASE("E45 softmax_precision that is not a float TensorProto type", "[errors
 }
 
 TEST_CASE("E46 3-D hidden sizes not divisible by the head counts", "[errors][onnx]") {
-  CHECK_THAT(message(inputs_3d(), heads_attrs(5, 2)), Contains("Attention: Q of shape (2,3,32) cannot be split into 5 heads"));
-  CHECK_THAT(message(inputs_3d(), heads_attrs(4, 3)), Contains("Attention: K of shape (2,5,16) cannot be split into 3 heads"));
+  CHECK_THAT(message(inputs_3d(), heads_attrs(5, 2)),
+             Contains("Attention: Q of shape (2,3,32) cannot be split into 5 heads"));
+  CHECK_THAT(message(inputs_3d(), heads_attrs(4, 3)),
+             Contains("Attention: K of shape (2,5,16) cannot be split into 3 heads"));
 }
 
 TEST_CASE("E47 a past_key whose shape does not continue K", "[errors][onnx]") {
@@ -110,7 +113,8 @@ TEST_CASE("E48 nonpad_kv_seqlen of the wrong shape or beyond the keys", "[errors
   in.nonpad_kv_seqlen = xt::xarray<std::int64_t>{5, 5, 5};
   CHECK_THAT(message(in, {}), Contains("nonpad_kv_seqlen has shape (3) but must be (2)"));
   in.nonpad_kv_seqlen = xt::xarray<std::int64_t>{5, 6};
-  CHECK_THAT(message(in, {}), Contains("lens[1] = 6 is outside [0, 5]"));  // reported under the DSL's name, lengths(lens)
+  CHECK_THAT(message(in, {}),
+             Contains("lens[1] = 6 is outside [0, 5]"));  // reported under the DSL's name, lengths(lens)
 }
 
 TEST_CASE("E49 an attn_mask with more columns than keys, or that does not broadcast", "[errors][onnx]") {

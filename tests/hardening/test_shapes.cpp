@@ -14,15 +14,17 @@ using Catch::Contains;
 
 namespace {
 testing::rng r(11);
-const xt::xtensor<float, 3> q = r.tensor<float>({2, 3, 4}), k = r.tensor<float>({2, 10, 4}), v = r.tensor<float>({2, 10, 5});
+const xt::xtensor<float, 3> q = r.tensor<float>({2, 3, 4}), k = r.tensor<float>({2, 10, 4}),
+                            v = r.tensor<float>({2, 10, 5});
 const xt::xtensor<float, 3> k6 = r.tensor<float>({2, 10, 6});
 }  // namespace
 
 TEST_CASE("E01 every separable scorer names itself and both shapes on a head size mismatch", "[errors]") {
   auto Q = ref(q), K = ref(k6), V = ref(v);
-  const std::string msgs[] = {hardening::invalid_argument_message([&] { eval(softmax(score(scaled_dot{}, Q, K)) * V); }),
-                              hardening::invalid_argument_message([&] { eval(softmax(score(cosine{1.0}, Q, K)) * V); }),
-                              hardening::invalid_argument_message([&] { eval(softmax(score(gaussian{1.0}, Q, K)) * V); })};
+  const std::string msgs[] = {
+      hardening::invalid_argument_message([&] { eval(softmax(score(scaled_dot{}, Q, K)) * V); }),
+      hardening::invalid_argument_message([&] { eval(softmax(score(cosine{1.0}, Q, K)) * V); }),
+      hardening::invalid_argument_message([&] { eval(softmax(score(gaussian{1.0}, Q, K)) * V); })};
   const char* names[] = {"scaled_dot scores", "cosine{temperature}", "gaussian{sigma}"};
   for (std::size_t n = 0; n < 3; ++n)
     CHECK_THAT(msgs[n], Contains(names[n]) && Contains("queries have size 4 but keys have size 6") &&
@@ -39,10 +41,12 @@ TEST_CASE("E02 values with a different batch than the keys", "[errors]") {
 }
 
 TEST_CASE("E03 values with a different number of heads than the keys", "[errors]") {
-  const xt::xtensor<float, 4> q4 = r.tensor<float>({1, 4, 3, 8}), k4 = r.tensor<float>({1, 2, 5, 8}), v4 = r.tensor<float>({1, 4, 5, 8});
+  const xt::xtensor<float, 4> q4 = r.tensor<float>({1, 4, 3, 8}), k4 = r.tensor<float>({1, 2, 5, 8}),
+                              v4 = r.tensor<float>({1, 4, 5, 8});
   auto Q = ref(q4), K = ref(k4), V = ref(v4);
-  REQUIRE_THROWS_WITH(eval(softmax(Q * trans(K)) * V),
-                      Contains("values V (1,4,5,8) have 4 heads; they must match the 2 key heads") && Contains("(1,2,5,8)"));
+  REQUIRE_THROWS_WITH(
+      eval(softmax(Q * trans(K)) * V),
+      Contains("values V (1,4,5,8) have 4 heads; they must match the 2 key heads") && Contains("(1,2,5,8)"));
 }
 
 TEST_CASE("E04 keys with zero heads", "[errors]") {
@@ -54,7 +58,8 @@ TEST_CASE("E04 keys with zero heads", "[errors]") {
 
 TEST_CASE("E05 lens of rank 0", "[errors]") {
   const xt::xarray<int> scalar = 3;
-  REQUIRE_THROWS_WITH(lengths(scalar), Contains("lengths(lens): lens must have rank 1 (batch) or 2 (batch, queries), got shape ()"));
+  REQUIRE_THROWS_WITH(lengths(scalar),
+                      Contains("lengths(lens): lens must have rank 1 (batch) or 2 (batch, queries), got shape ()"));
 }
 
 TEST_CASE("E06 a 2-D lens entry out of range is named by its flat index", "[errors]") {
@@ -67,7 +72,8 @@ TEST_CASE("E06 a 2-D lens entry out of range is named by its flat index", "[erro
 TEST_CASE("E07 unsigned lens too large for int64 are reported after conversion (as negative)", "[errors]") {
   auto Q = ref(q), K = ref(k), V = ref(v);
   const xt::xtensor<std::uint64_t, 1> lens = {3, std::numeric_limits<std::uint64_t>::max()};
-  REQUIRE_THROWS_WITH(eval(softmax(mask(Q * trans(K), lengths(lens))) * V), Contains("lens[1] = -1 is outside [0, 10]"));
+  REQUIRE_THROWS_WITH(eval(softmax(mask(Q * trans(K), lengths(lens))) * V),
+                      Contains("lens[1] = -1 is outside [0, 10]"));
 }
 
 TEST_CASE("E08 a 4-D bool mask with the wrong number of heads", "[errors]") {
@@ -84,7 +90,8 @@ TEST_CASE("E09 a bias of higher rank than the scores, and a scalar bias", "[erro
   REQUIRE_THROWS_WITH(eval(softmax(Q * trans(K) + bias(b4)) * V),
                       Contains("bias(tensor): shape (2,1,3,10) does not broadcast to the scores (2,3,10)"));
   const xt::xarray<float> b0 = 1.0f;
-  REQUIRE_THROWS_WITH(eval(softmax(Q * trans(K) + bias(b0)) * V), Contains("bias(tensor): shape () does not broadcast"));
+  REQUIRE_THROWS_WITH(eval(softmax(Q * trans(K) + bias(b0)) * V),
+                      Contains("bias(tensor): shape () does not broadcast"));
 }
 
 TEST_CASE("E10 heads() with zero heads or a rank-4 tensor", "[errors]") {
@@ -109,11 +116,13 @@ TEST_CASE("E12 scores given as a tensor with fewer value heads than score heads"
     auto X = ref(x), V = ref(v2);
     const auto e = softmax(X) * V;
     const xt::xtensor<float, 4> got = eval(e, {64, 128, 1});
-    if (testing::max_abs_diff(got, reference(e).output) > 1e-6) throw std::runtime_error("fused differs from reference");
+    if (testing::max_abs_diff(got, reference(e).output) > 1e-6)
+      throw std::runtime_error("fused differs from reference");
   });
   INFO(o.describe());
   // either rejected with a message naming V, or computed like the reference (V head h / 2)
-  REQUIRE((o.kind == hardening::outcome::returned || (o.threw_invalid_argument() && o.message.find("values V") != std::string::npos)));
+  REQUIRE((o.kind == hardening::outcome::returned ||
+           (o.threw_invalid_argument() && o.message.find("values V") != std::string::npos)));
 }
 
 // Regression (fixed in 2c24e43): with head size 0 (Dq = Dk = 0), V of 4 heads is accepted against 2

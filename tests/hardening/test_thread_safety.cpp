@@ -26,8 +26,10 @@ bool bitwise_equal(const A& a, const B& b) {
 
 struct operands {
   testing::rng r{60};
-  xt::xtensor<float, 4> q = r.tensor<float>({2, 4, 150, 16}), k = r.tensor<float>({2, 2, 257, 16}), v = r.tensor<float>({2, 2, 257, 8});
-  xt::xtensor<double, 3> qd = r.tensor<double>({3, 33, 12}), kd = r.tensor<double>({3, 51, 12}), vd = r.tensor<double>({3, 51, 5});
+  xt::xtensor<float, 4> q = r.tensor<float>({2, 4, 150, 16}), k = r.tensor<float>({2, 2, 257, 16}),
+                        v = r.tensor<float>({2, 2, 257, 8});
+  xt::xtensor<double, 3> qd = r.tensor<double>({3, 33, 12}), kd = r.tensor<double>({3, 51, 12}),
+                         vd = r.tensor<double>({3, 51, 5});
   xt::xtensor<int, 1> lens = {140, 257};
   xt::xtensor<float, 2> bias_t = r.tensor<float>({150, 257});
   xt::xtensor<double, 2> wq = r.tensor<double>({6, 12}), wk = r.tensor<double>({6, 12});

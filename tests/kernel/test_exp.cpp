@@ -9,7 +9,8 @@
 
 using namespace xattn;
 
-TEMPLATE_TEST_CASE("exp2_nonpositive: relative error on [-125, 0], exact 0 below and for -inf", "[kernel]", float, double) {
+TEMPLATE_TEST_CASE("exp2_nonpositive: relative error on [-125, 0], exact 0 below and for -inf", "[kernel]", float,
+                   double) {
   using T = TestType;
   constexpr std::size_t w = simd::width<T>;
   const double bound = std::is_same_v<T, float> ? 3e-7 : 1e-15;
@@ -45,7 +46,9 @@ TEMPLATE_TEST_CASE("exp2_nonpositive: NaN stays NaN, lane by lane", "[kernel]", 
   simd::store(y.data(), kernel::exp2_nonpositive(simd::load(x.data())));
   for (std::size_t l = 0; l < w; ++l) {
     INFO("lane " << l << ", t = " << x[l] << ", 2^t = " << y[l]);
-    if (l % 3 == 0) REQUIRE(std::isnan(y[l]));
-    else REQUIRE(y[l] == Approx(std::exp2(double(x[l]))).epsilon(3e-7));
+    if (l % 3 == 0)
+      REQUIRE(std::isnan(y[l]));
+    else
+      REQUIRE(y[l] == Approx(std::exp2(double(x[l]))).epsilon(3e-7));
   }
 }

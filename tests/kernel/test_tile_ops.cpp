@@ -14,7 +14,8 @@ using xattn::simd::padded;
 TEMPLATE_TEST_CASE("qk_tile computes Q Kᵀ from packed keys", "[kernel]", float, double) {
   using T = TestType;
   testing::rng r(1);
-  for (auto [rows, cols, n] : {std::tuple{1u, 1u, 1u}, {4u, 16u, 8u}, {7u, 37u, 13u}, {13u, 130u, 64u}, {6u, 64u, 3u}}) {
+  for (auto [rows, cols, n] :
+       {std::tuple{1u, 1u, 1u}, {4u, 16u, 8u}, {7u, 37u, 13u}, {13u, 130u, 64u}, {6u, 64u, 3u}}) {
     const std::size_t lds = padded<T>(cols) + 3, sw = kernel::strip_width<T>, size = kernel::packed_kt_size<T>(cols, n);
     const auto q = r.tensor<T>({rows, n}), k = r.tensor<T>({cols, n});
     std::vector<T> kt(size + 1, T(99)), s(rows * lds, T(-7));
@@ -38,7 +39,8 @@ TEMPLATE_TEST_CASE("pv_tile accumulates P V into O", "[kernel]", float, double) 
   using T = TestType;
   testing::rng r(2);
   // 200 columns: with one or two rows, blocks of 2 x, 1 x and 1/4 x the six-row width
-  for (auto [rows, keys, dv] : {std::tuple{1u, 1u, 1u}, {5u, 9u, 3u}, {9u, 64u, 70u}, {1u, 7u, 200u}, {2u, 13u, 200u}}) {
+  for (auto [rows, keys, dv] :
+       {std::tuple{1u, 1u, 1u}, {5u, 9u, 3u}, {9u, 64u, 70u}, {1u, 7u, 200u}, {2u, 13u, 200u}}) {
     const std::size_t dvp = padded<T>(dv), ldp = keys + 2;
     const auto p = r.tensor<T>({rows, ldp}), o0 = r.tensor<T>({rows, dvp});
     xt::xarray<T> v(std::vector<std::size_t>{keys, dvp}, T(0));
@@ -55,7 +57,8 @@ TEMPLATE_TEST_CASE("pv_tile accumulates P V into O", "[kernel]", float, double) 
   }
 }
 
-TEMPLATE_TEST_CASE("pv_tile: keys of weight 0 never contribute, even with inf or NaN values", "[kernel]", float, double) {
+TEMPLATE_TEST_CASE("pv_tile: keys of weight 0 never contribute, even with inf or NaN values", "[kernel]", float,
+                   double) {
   using T = TestType;
   constexpr std::size_t keys = 11;
   testing::rng r(3);
@@ -69,7 +72,7 @@ TEMPLATE_TEST_CASE("pv_tile: keys of weight 0 never contribute, even with inf or
     v(9, 3) = std::numeric_limits<T>::infinity();
     for (std::size_t i = 0; i < rows; ++i)
       if (i != 1) p(i, 4) = 0;  // only row 1 weighs the NaN key
-    p(0, 9) = 0;                 // every row but 0 weighs the inf key
+    p(0, 9) = 0;                // every row but 0 weighs the inf key
     xt::xarray<T> o(std::vector<std::size_t>{rows, dvp}, T(1));
     kernel::pv_tile(p.data(), keys, rows, v.data(), dvp, keys, o.data(), dvp, dvp);
     for (std::size_t i = 0; i < rows; ++i)
@@ -78,9 +81,12 @@ TEMPLATE_TEST_CASE("pv_tile: keys of weight 0 never contribute, even with inf or
         for (std::size_t j = 0; j < keys; ++j)
           if (p(i, j) != 0) want += double(p(i, j)) * double(v(j, d));
         INFO("rows " << rows << ", row " << i << " column " << d);
-        if (std::isnan(want)) REQUIRE(std::isnan(o(i, d)));
-        else if (std::isinf(want)) REQUIRE(o(i, d) == T(want));
-        else REQUIRE(o(i, d) == Approx(want).margin(1e-5));
+        if (std::isnan(want))
+          REQUIRE(std::isnan(o(i, d)));
+        else if (std::isinf(want))
+          REQUIRE(o(i, d) == T(want));
+        else
+          REQUIRE(o(i, d) == Approx(want).margin(1e-5));
       }
   }
 }
@@ -165,9 +171,10 @@ TEMPLATE_TEST_CASE("scaled_copy multiplies a row into place, contiguous or strid
   for (auto [ss, ds] : {std::pair<std::ptrdiff_t, std::ptrdiff_t>{1, 1}, {2, 1}, {1, 2}, {2, 2}}) {
     std::vector<T> out(2 * n + 1, T(-3));
     kernel::scaled_copy(x.data(), ss, n, c, out.data(), ds);
-    for (std::size_t d = 0; d < n; ++d) REQUIRE(out[d * std::size_t(ds)] == x(d * std::size_t(ss)) * c);  // exact: one product
-    if (ds == 2) REQUIRE(out[1] == T(-3));  // strided writes leave the gaps alone
-    REQUIRE(out[n * std::size_t(ds)] == T(-3));  // nothing written past the row
+    for (std::size_t d = 0; d < n; ++d)
+      REQUIRE(out[d * std::size_t(ds)] == x(d * std::size_t(ss)) * c);  // exact: one product
+    if (ds == 2) REQUIRE(out[1] == T(-3));                              // strided writes leave the gaps alone
+    REQUIRE(out[n * std::size_t(ds)] == T(-3));                         // nothing written past the row
   }
   std::vector<T> y(x.begin(), x.begin() + std::ptrdiff_t(n));
   kernel::scaled_copy(y.data(), 1, n, c, y.data(), 1);  // in place, as the query projection uses it

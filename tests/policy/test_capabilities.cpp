@@ -47,7 +47,8 @@ struct every_other {
   std::size_t period = 2;
   bool visible(std::size_t, std::size_t, std::size_t, std::size_t j) const { return j % period == 0; }
   every_other bind(const problem& pr) const {
-    if (period == 0 || period > pr.kv_len) fail("every_other(period): period ", period, " is outside [1, ", pr.kv_len, "]");
+    if (period == 0 || period > pr.kv_len)
+      fail("every_other(period): period ", period, " is outside [1, ", pr.kv_len, "]");
     return *this;
   }
 };
@@ -61,7 +62,8 @@ TEST_CASE("a double-only combine is found and runs on the pair_features path wit
   STATIC_REQUIRE(path_name_v<policy_base<laplace_double, term, term>> == "pair_features");
   STATIC_REQUIRE(std::is_same_v<pair_features_path<float, policy_base<laplace_double, term, term>>::S, double>);
   testing::rng r(1);
-  const xt::xtensor<float, 3> q = r.tensor<float>({2, 9, 5}), k = r.tensor<float>({2, 21, 5}), v = r.tensor<float>({2, 21, 3});
+  const xt::xtensor<float, 3> q = r.tensor<float>({2, 9, 5}), k = r.tensor<float>({2, 21, 5}),
+                              v = r.tensor<float>({2, 21, 3});
   auto Q = ref(q), K = ref(k), V = ref(v);
   const auto e = softmax(score(laplace_double{}, Q, K)) * V;
   REQUIRE(explain(e).path == "pair_features");
@@ -75,7 +77,8 @@ TEST_CASE("a float-only policy runs with double tensors, in float") {
   STATIC_REQUIRE(std::is_same_v<score_scalar_t<product_float, double>, float>);
   STATIC_REQUIRE(path_name_v<policy_base<product_float, term, term>, double> == "pair_raw");
   testing::rng r(2);
-  const xt::xtensor<double, 3> q = r.tensor<double>({1, 6, 2}), k = r.tensor<double>({1, 8, 2}), v = r.tensor<double>({1, 8, 2});
+  const xt::xtensor<double, 3> q = r.tensor<double>({1, 6, 2}), k = r.tensor<double>({1, 8, 2}),
+                               v = r.tensor<double>({1, 8, 2});
   auto Q = ref(q), K = ref(k), V = ref(v);
   const auto e = softmax(score(product_float{}, Q, K)) * V;
   REQUIRE(max_abs_diff(eval(e), xt::view(reference(e).output, xt::all(), 0)) < 1e-12);
@@ -83,7 +86,8 @@ TEST_CASE("a float-only policy runs with double tensors, in float") {
 
 TEST_CASE("a policy without validate() gets the equal-size check: no read past the shorter row") {
   testing::rng r(3);
-  const xt::xtensor<float, 3> q = r.tensor<float>({1, 4, 3}), k = r.tensor<float>({1, 6, 5}), v = r.tensor<float>({1, 6, 2});
+  const xt::xtensor<float, 3> q = r.tensor<float>({1, 4, 3}), k = r.tensor<float>({1, 6, 5}),
+                              v = r.tensor<float>({1, 6, 2});
   auto Q = ref(q), K = ref(k), V = ref(v);
   auto qk = [](auto a, auto b) {
     decltype(a[0] * b[0]) s = 0;

@@ -29,7 +29,9 @@ void check_classify(const documents_mask& m, std::size_t batch, std::size_t sq, 
             std::size_t seen = 0;
             for (std::size_t i = i0; i < i1; ++i)
               for (std::size_t j = j0; j < j1; ++j) seen += m.visible(b, 0, i, j);
-            const block truth = seen == 0 ? block::hidden : seen == (i1 - i0) * (j1 - j0) ? block::visible : block::partial;
+            const block truth = seen == 0                       ? block::hidden
+                                : seen == (i1 - i0) * (j1 - j0) ? block::visible
+                                                                : block::partial;
             const block got = m.classify(b, 0, i0, i1, j0, j1);
             INFO("b " << b << " rows [" << i0 << "," << i1 << ") keys [" << j0 << "," << j1 << ")");
             if (exact || got != block::partial) REQUIRE(got == truth);

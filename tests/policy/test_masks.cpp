@@ -96,7 +96,8 @@ TEST_CASE("keep: a bool tensor broadcast against the scores") {
 }
 
 TEST_CASE("predicate: any callable") {
-  const auto m = predicate([](std::size_t, std::size_t h, std::size_t i, std::size_t j) { return (i + j + h) % 2 == 0; });
+  const auto m =
+      predicate([](std::size_t, std::size_t h, std::size_t i, std::size_t j) { return (i + j + h) % 2 == 0; });
   REQUIRE(m.visible(0, 0, 1, 1));
   REQUIRE_FALSE(m.visible(0, 1, 1, 1));
 }

@@ -29,14 +29,17 @@ struct acc_of {
   static auto pick() {
     if constexpr (base::tensor_scores) {
       if constexpr (Plan::has_values)
-        return std::type_identity<accumulator_t<value_of<decltype(std::declval<base>().x)>, value_of<decltype(std::declval<Plan>().v)>>>{};
+        return std::type_identity<
+            accumulator_t<value_of<decltype(std::declval<base>().x)>, value_of<decltype(std::declval<Plan>().v)>>>{};
       else
         return std::type_identity<accumulator_t<value_of<decltype(std::declval<base>().x)>>>{};
     } else if constexpr (Plan::has_values) {
-      return std::type_identity<accumulator_t<value_of<decltype(std::declval<base>().q)>, value_of<decltype(std::declval<base>().k)>,
-                                              value_of<decltype(std::declval<Plan>().v)>>>{};
+      return std::type_identity<
+          accumulator_t<value_of<decltype(std::declval<base>().q)>, value_of<decltype(std::declval<base>().k)>,
+                        value_of<decltype(std::declval<Plan>().v)>>>{};
     } else {
-      return std::type_identity<accumulator_t<value_of<decltype(std::declval<base>().q)>, value_of<decltype(std::declval<base>().k)>>>{};
+      return std::type_identity<
+          accumulator_t<value_of<decltype(std::declval<base>().q)>, value_of<decltype(std::declval<base>().k)>>>{};
     }
   }
   using type = typename decltype(pick())::type;
@@ -50,7 +53,8 @@ using out_t = std::conditional_t<std::is_void_v<Out>, acc_t<Plan>, Out>;
 
 template <class Out>
 constexpr bool check_output_type() {
-  static_assert(std::is_void_v<Out> || is_element_v<Out>, "xattn: eval<T>(e): the output type T must be float or double");
+  static_assert(std::is_void_v<Out> || is_element_v<Out>,
+                "xattn: eval<T>(e): the output type T must be float or double");
   return true;
 }
 
@@ -93,7 +97,8 @@ auto eval(const E& e, const schedule& sch = {}) {
       constexpr pass_kind kind = detail::is_weights_v<E> ? pass_kind::weights : pass_kind::scores;
       const auto rs = detail::schedule_for(p, pr, sch, kind);
       const form wf = lt.how == form::packed ? form::bhsd : lt.how;  // weights of heads() queries: (B, H, Sq, Skv)
-      auto [out, at] = allocate_in<result_t<O, lead::packed ? 4 : lead::rank>>(wf, {pr.batch, pr.q_heads, pr.q_len, pr.kv_len});
+      auto [out, at] =
+          allocate_in<result_t<O, lead::packed ? 4 : lead::rank>>(wf, {pr.batch, pr.q_heads, pr.q_len, pr.kv_len});
       run_materialised<Acc>(p, pr, rs, kind, strided_view<O>{out.data(), at});
       return out;
     }
@@ -115,8 +120,10 @@ void eval_into(const E& e, Out&& out, const schedule& sch = {}) {
       const problem pr = resolve(p);
       const formed f = in_form(lt.how, {pr.batch, pr.q_heads, pr.q_len, pr.v_dim});
       if (!std::equal(f.user_shape.begin(), f.user_shape.end(), out.shape().begin(), out.shape().end()))
-        fail("eval_into(e, out): out has shape ", shape_str(out.shape()), " but the result is ", shape_str(f.user_shape));
-      if (out.layout() != xt::layout_type::row_major) fail("eval_into(e, out): out must be a contiguous row-major tensor");
+        fail("eval_into(e, out): out has shape ", shape_str(out.shape()), " but the result is ",
+             shape_str(f.user_shape));
+      if (out.layout() != xt::layout_type::row_major)
+        fail("eval_into(e, out): out must be a contiguous row-major tensor");
       if (detail::output_overlaps_operands(p, out.data(), out.data() + out.size()))
         fail("eval_into(e, out): out ", shape_str(out.shape()),
              " overlaps an operand; the fused pass reads them while writing out");
@@ -149,8 +156,9 @@ void eval_into(const E& e, O* data, std::array<std::size_t, 4> shape, std::array
       const auto [lo, hi] = at.reach();
       if (data == nullptr && hi >= lo) fail("eval_into(e, data, shape, strides): data is null");
       if (hi >= lo && detail::output_overlaps_operands(p, data + lo, data + hi + 1))
-        fail("eval_into(e, data, shape, strides): the output overlaps an operand; the fused pass reads them while "
-             "writing out");
+        fail(
+            "eval_into(e, data, shape, strides): the output overlaps an operand; the fused pass reads them while "
+            "writing out");
       run_fused<detail::acc_t<P>>(p, pr, detail::schedule_for(p, pr, sch, pass_kind::attention),
                                   strided_view<O>{data, at});
     }
@@ -178,8 +186,10 @@ auto eval_with_lse(const E& e, const schedule& sch = {}) {
       formed lf = in_form(lt.how, {pr.batch, pr.q_heads, pr.q_len, 1});  // (B, Sq, 1), (B, H, Sq, 1) or (B, Sq, H)
       if (lt.how != form::packed) lf.user_shape.pop_back();
       r.lse = allocate<decltype(r.lse)>(lf.user_shape);
-      const strided_view<Acc, 3> lse{r.lse.data(), {{pr.batch, pr.q_heads, pr.q_len}, {lf.at.stride[0], lf.at.stride[1], lf.at.stride[2]}}};
-      run_fused<Acc>(p, pr, detail::schedule_for(p, pr, sch, pass_kind::attention), strided_view<O>{r.output.data(), at}, lse);
+      const strided_view<Acc, 3> lse{
+          r.lse.data(), {{pr.batch, pr.q_heads, pr.q_len}, {lf.at.stride[0], lf.at.stride[1], lf.at.stride[2]}}};
+      run_fused<Acc>(p, pr, detail::schedule_for(p, pr, sch, pass_kind::attention),
+                     strided_view<O>{r.output.data(), at}, lse);
       return r;
     }
   }

@@ -13,11 +13,11 @@
 namespace xattn {
 
 struct explanation {
-  std::string path;     // the score path's name
+  std::string path;  // the score path's name
   bool folds_log2e = false;
   problem sizes;
   resolved_schedule schedule;
-  std::string text;     // everything, printable
+  std::string text;  // everything, printable
 
   friend std::ostream& operator<<(std::ostream& os, const explanation& x) { return os << x.text; }
 };
@@ -48,7 +48,11 @@ template <class M>
 std::string mask_caps(const M& m) {
   std::string s = type_name<M>() + " (";
   const double f = fill_of(m);
-  s += std::isinf(f) ? "excludes" : "fills " + [&] { std::ostringstream os; os << f; return os.str(); }();
+  s += std::isinf(f) ? "excludes" : "fills " + [&] {
+    std::ostringstream os;
+    os << f;
+    return os.str();
+  }();
   if constexpr (has_classify<M>) s += "; classify skips blocks";
   if constexpr (has_hide_row<M, float>)
     s += "; hide_row";
@@ -70,7 +74,7 @@ explanation explain(const E& e, const schedule& sch = {}) {
     using Acc = detail::acc_t<P>;
     using Base = std::decay_t<decltype(p.base)>;
     using Path = path_t<Acc, Base>;
-    constexpr pass_kind kind = P::has_values         ? pass_kind::attention
+    constexpr pass_kind kind = P::has_values             ? pass_kind::attention
                                : detail::is_weights_v<E> ? pass_kind::weights
                                                          : pass_kind::scores;
     x.sizes = resolve(p);
@@ -103,7 +107,8 @@ explanation explain(const E& e, const schedule& sch = {}) {
     else if (x.folds_log2e)
       os << " x log2 e, folded " << (facts.dot_product ? "into the queries" : "into the scale");
     else
-      os << "; scores times log2 e per row, after modifiers and masks (a modifier or a filling mask needs natural units)";
+      os << "; scores times log2 e per row, after modifiers and masks (a modifier or a filling mask needs natural "
+            "units)";
     os << "\n  modifiers   ";
     if (hana::length(ops) == hana::size_c<0>) os << "none";
     bool first = true;
@@ -134,18 +139,20 @@ explanation explain(const E& e, const schedule& sch = {}) {
     os << "loop nest\n";
     if (rs.pack_panels)
       os << "  parallel for (b, kv head, key block) in " << pr.batch << " x " << hkv << " x "
-         << (pr.kv_len + rs.block_k - 1) / rs.block_k << ": pack keys" << (Path::name == "dot_identity" ? "" : " (features)")
-         << " into panels of " << n << " x " << rs.block_k << "\n";
+         << (pr.kv_len + rs.block_k - 1) / rs.block_k << ": pack keys"
+         << (Path::name == "dot_identity" ? "" : " (features)") << " into panels of " << n << " x " << rs.block_k
+         << "\n";
     if (Path::name != "dot_identity" && !Base::tensor_scores)
       os << "  parallel for (b, kv head, key) in " << pr.batch << " x " << hkv << " x " << pr.kv_len
-         << (Path::name == "pair_raw" ? ": copy keys" : ": project keys to ") << (Path::name == "pair_raw" ? "" : std::to_string(n) + " features")
-         << "\n";
-    os << "  parallel for (b, h, query block" << (rs.key_chunks > 1 ? ", key chunk" : "") << ") in " << pr.batch << " x "
-       << pr.q_heads << " x " << rs.q_blocks << (rs.key_chunks > 1 ? " x " + std::to_string(rs.key_chunks) : "")
-       << " = " << rs.tasks << " tasks on " << rs.threads << " thread" << (rs.threads == 1 ? "" : "s")
-       << " (contiguous ranges, then stealing)\n";
+         << (Path::name == "pair_raw" ? ": copy keys" : ": project keys to ")
+         << (Path::name == "pair_raw" ? "" : std::to_string(n) + " features") << "\n";
+    os << "  parallel for (b, h, query block" << (rs.key_chunks > 1 ? ", key chunk" : "") << ") in " << pr.batch
+       << " x " << pr.q_heads << " x " << rs.q_blocks
+       << (rs.key_chunks > 1 ? " x " + std::to_string(rs.key_chunks) : "") << " = " << rs.tasks << " tasks on "
+       << rs.threads << " thread" << (rs.threads == 1 ? "" : "s") << " (contiguous ranges, then stealing)\n";
     os << "    load " << rs.block_q << " query rows";
-    if constexpr (!Base::tensor_scores) os << (Path::name == "dot_identity" || Path::name == "pair_raw" ? "" : ", project");
+    if constexpr (!Base::tensor_scores)
+      os << (Path::name == "dot_identity" || Path::name == "pair_raw" ? "" : ", project");
     os << (facts.dot_product ? ", scale folded in" : "") << "\n";
     const std::size_t span = rs.key_chunks > 1 ? rs.chunk_keys : pr.kv_len;
     const char* indent = "    ";
@@ -153,7 +160,9 @@ explanation explain(const E& e, const schedule& sch = {}) {
       os << indent << "for key block in [0, " << span << ") step " << rs.block_k << ": classify, skip hidden blocks"
          << what << "\n";
       os << indent << "  scores " << rs.block_q << " x " << rs.block_k << ": "
-         << (rs.pack_panels ? "qk_tile on the panel" : rs.keys_in_place ? "qk_direct on keys in place" : "per pair")
+         << (rs.pack_panels     ? "qk_tile on the panel"
+             : rs.keys_in_place ? "qk_direct on keys in place"
+                                : "per pair")
          << "\n";
       os << indent << "  modifiers; masks on partial blocks" << (x.folds_log2e ? "" : "; x log2 e") << "\n";
     };
@@ -167,11 +176,11 @@ explanation explain(const E& e, const schedule& sch = {}) {
       block_loop(" (pass 1: max and sum)");
       os << "      online softmax state only\n";
       block_loop(" (pass 2: weights)");
-      os << "      2^(s - m) / l" << (p.drop.p > 0 ? "; dropout" : "") << "; write " << rs.block_q << " x " << rs.block_k
-         << "\n";
+      os << "      2^(s - m) / l" << (p.drop.p > 0 ? "; dropout" : "") << "; write " << rs.block_q << " x "
+         << rs.block_k << "\n";
     } else {
-      os << indent << "for key block in [0, " << pr.kv_len << ") step " << rs.block_k << ": scores, modifiers, masks; write "
-         << rs.block_q << " x " << rs.block_k << "\n";
+      os << indent << "for key block in [0, " << pr.kv_len << ") step " << rs.block_k
+         << ": scores, modifiers, masks; write " << rs.block_q << " x " << rs.block_k << "\n";
     }
     x.text = os.str();
   }

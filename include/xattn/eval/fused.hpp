@@ -76,12 +76,14 @@ void run_fused(const Plan& p, const problem& pr, const resolved_schedule& rs, co
   std::vector<Acc> part_out(rows_at.size() * pr.v_dim), part_lse(rows_at.size());
   detail::run_tasks<Acc>(p, pr, rs, pass_kind::attention, [&](auto& wk, std::size_t t) {
     const auto c = detail::coords(t, pr, rs);
-    const strided_view<Acc> o{part_out.data() + rows_at(0, 0, 0, c.chunk) * std::ptrdiff_t(pr.v_dim),
-                              {{pr.batch, pr.q_heads, pr.q_len, pr.v_dim},
-                               {rows_at.stride[0] * std::ptrdiff_t(pr.v_dim), rows_at.stride[1] * std::ptrdiff_t(pr.v_dim),
-                                rows_at.stride[2] * std::ptrdiff_t(pr.v_dim), 1}}};
-    const strided_view<Acc, 3> l{part_lse.data() + c.chunk, {{pr.batch, pr.q_heads, pr.q_len},
-                                                             {rows_at.stride[0], rows_at.stride[1], rows_at.stride[2]}}};
+    const strided_view<Acc> o{
+        part_out.data() + rows_at(0, 0, 0, c.chunk) * std::ptrdiff_t(pr.v_dim),
+        {{pr.batch, pr.q_heads, pr.q_len, pr.v_dim},
+         {rows_at.stride[0] * std::ptrdiff_t(pr.v_dim), rows_at.stride[1] * std::ptrdiff_t(pr.v_dim),
+          rows_at.stride[2] * std::ptrdiff_t(pr.v_dim), 1}}};
+    const strided_view<Acc, 3> l{
+        part_lse.data() + c.chunk,
+        {{pr.batch, pr.q_heads, pr.q_len}, {rows_at.stride[0], rows_at.stride[1], rows_at.stride[2]}}};
     wk.run(c.b, c.h, c.i0, c.chunk * rs.chunk_keys, std::min(pr.kv_len, (c.chunk + 1) * rs.chunk_keys), o, l);
   });
   for (std::size_t b = 0; b < pr.batch; ++b)
@@ -90,8 +92,8 @@ void run_fused(const Plan& p, const problem& pr, const resolved_schedule& rs, co
         const std::ptrdiff_t row = rows_at(b, h, i, 0);
         const Acc merged = kernel::merge_row<Acc>(
             chunks, [&](std::size_t c) { return part_lse[std::size_t(row) + c]; },
-            [&](std::size_t c) { return part_out.data() + (std::size_t(row) + c) * pr.v_dim; }, pr.v_dim, out.row(b, h, i),
-            out.inner_stride());
+            [&](std::size_t c) { return part_out.data() + (std::size_t(row) + c) * pr.v_dim; }, pr.v_dim,
+            out.row(b, h, i), out.inner_stride());
         if (lse.data) lse(b, h, i) = merged;
       }
 }

@@ -36,16 +36,27 @@ class fused_worker {
 
   fused_worker(const Plan& p, const problem& pr, const Ops& ops, const Masks& masks, const keys_t& keys,
                const resolved_schedule& rs, bool fold_log2e)
-      : p_(p), pr_(pr), ops_(ops), masks_(masks), tiles_(p.base, pr, keys, rs), bq_(rs.block_q), bk_(rs.block_k),
-        lds_(tile_stride<Acc>(bk_)), dvp_(simd::padded<Acc>(pr.v_dim)), fold_log2e_(fold_log2e),
-        sc_(Acc(p.scale * (fold_log2e ? kernel::log2e : 1.0))), s_(bq_ * lds_), o_(bq_ * dvp_), vb_(bk_ * dvp_),
+      : p_(p),
+        pr_(pr),
+        ops_(ops),
+        masks_(masks),
+        tiles_(p.base, pr, keys, rs),
+        bq_(rs.block_q),
+        bk_(rs.block_k),
+        lds_(tile_stride<Acc>(bk_)),
+        dvp_(simd::padded<Acc>(pr.v_dim)),
+        fold_log2e_(fold_log2e),
+        sc_(Acc(p.scale * (fold_log2e ? kernel::log2e : 1.0))),
+        s_(bq_ * lds_),
+        o_(bq_ * dvp_),
+        vb_(bk_ * dvp_),
         st_(bq_) {}
 
   /// Queries [i0, i0 + block_q) against keys [k0, k1) (block_k-aligned k0): the attention output
   /// rows into out and, when lse has data, each row's log-sum-exp.
   template <class Out>
-  void run(std::size_t b, std::size_t h, std::size_t i0, std::size_t k0, std::size_t k1,
-           const strided_view<Out>& out, const strided_view<Acc, 3>& lse) {
+  void run(std::size_t b, std::size_t h, std::size_t i0, std::size_t k0, std::size_t k1, const strided_view<Out>& out,
+           const strided_view<Acc, 3>& lse) {
     const std::size_t rows = std::min(bq_, pr_.q_len - i0);
     start(b, h, i0, rows);
     std::fill(o_.begin(), o_.begin() + rows * dvp_, Acc(0));
@@ -67,11 +78,14 @@ class fused_worker {
   void run_weights(std::size_t b, std::size_t h, std::size_t i0, const strided_view<Out>& out) {
     const std::size_t rows = std::min(bq_, pr_.q_len - i0);
     start(b, h, i0, rows);
-    for (std::size_t j0 = 0; j0 < pr_.kv_len; j0 += bk_) block_probabilities(b, h, i0, rows, j0, std::min(bk_, pr_.kv_len - j0), false);
+    for (std::size_t j0 = 0; j0 < pr_.kv_len; j0 += bk_)
+      block_probabilities(b, h, i0, rows, j0, std::min(bk_, pr_.kv_len - j0), false);
     for (std::size_t j0 = 0; j0 < pr_.kv_len; j0 += bk_) {
       const std::size_t all = std::min(bk_, pr_.kv_len - j0);
       const block_verdict v = classify_block(masks_, b, h, i0, i0 + rows, j0, j0 + all);
-      const std::size_t cols = skips(v, rows) ? 0 : v.all_visible ? all : visible_cols(masks_, b, h, i0, i0 + rows, j0, all);
+      const std::size_t cols = skips(v, rows)  ? 0
+                               : v.all_visible ? all
+                                               : visible_cols(masks_, b, h, i0, i0 + rows, j0, all);
       if (cols > 0) block_scores(b, h, i0, rows, j0, cols, v.all_visible);
       for (std::size_t r = 0; r < rows; ++r) {
         Acc* s = s_.data() + r * lds_;
@@ -79,7 +93,8 @@ class fused_worker {
           if (!fold_log2e_) kernel::to_base2_row(s, simd::padded<Acc>(cols));
           kernel::weights_row(s, simd::padded<Acc>(cols), st_[r]);
           if (p_.drop.p > 0)
-            random::scale_row(p_.drop, std::uint32_t(b), std::uint32_t(h), std::uint32_t(i0 + r), std::uint32_t(j0), cols, s);
+            random::scale_row(p_.drop, std::uint32_t(b), std::uint32_t(h), std::uint32_t(i0 + r), std::uint32_t(j0),
+                              cols, s);
         }
         std::fill(s + cols, s + all, Acc(0));  // hidden keys, and keys no row of the block can see
         write_row(s, all, out, b, h, i0 + r, j0);
@@ -152,7 +167,8 @@ class fused_worker {
       std::fill(s + cols, s + colsp, -std::numeric_limits<Acc>::infinity());
       kernel::online_softmax_row(s, colsp, st_[r], to_output ? o_.data() + r * dvp_ : nullptr, dvp_);
       if (to_output && p_.drop.p > 0)  // after the running sum: dropout rescales what reaches V, not the normaliser
-        random::scale_row(p_.drop, std::uint32_t(b), std::uint32_t(h), std::uint32_t(i0 + r), std::uint32_t(j0), cols, s);
+        random::scale_row(p_.drop, std::uint32_t(b), std::uint32_t(h), std::uint32_t(i0 + r), std::uint32_t(j0), cols,
+                          s);
     }
     return cols;
   }

@@ -37,9 +37,9 @@ block classify_one(const M& m, std::size_t b, std::size_t h, std::size_t i0, std
 }
 
 struct block_verdict {
-  bool skip = false;         // an excluding mask hides the whole block
-  bool all_visible = true;   // no mask hides anything: no mask code needed
-  bool fill_hidden = false;  // a filling mask hides the whole block
+  bool skip = false;                                           // an excluding mask hides the whole block
+  bool all_visible = true;                                     // no mask hides anything: no mask code needed
+  bool fill_hidden = false;                                    // a filling mask hides the whole block
   double fill_max = -std::numeric_limits<double>::infinity();  // highest fill any mask can put in it
 };
 
@@ -87,9 +87,8 @@ U masked_score(const Masks& masks, U s, std::size_t b, std::size_t h, std::size_
 template <class Masks>
 std::size_t visible_cols(const Masks& masks, std::size_t b, std::size_t h, std::size_t i0, std::size_t i1,
                          std::size_t j0, std::size_t cols) {
-  constexpr bool any_span = decltype(hana::any_of(masks, [](const auto& m) {
-    return hana::bool_c<has_row_span<std::decay_t<decltype(m)>>>;
-  }))::value;
+  constexpr bool any_span = decltype(hana::any_of(
+      masks, [](const auto& m) { return hana::bool_c<has_row_span<std::decay_t<decltype(m)>>>; }))::value;
   if constexpr (any_span) {
     std::int64_t hi = std::numeric_limits<std::int64_t>::min();
     bool trimmed = false;

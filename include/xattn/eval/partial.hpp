@@ -27,8 +27,8 @@ partial_attention<Out, Lse> merge(const partial_attention<Out, Lse>& a, const pa
     const T lse[2] = {a.lse.data()[n], b.lse.data()[n]};
     const typename Out::value_type* part[2] = {a.output.data() + n * dv, b.output.data() + n * dv};
     r.lse.data()[n] = kernel::merge_row<T>(
-        2, [&](std::size_t c) { return lse[c]; }, [&](std::size_t c) { return part[c]; }, dv,
-        r.output.data() + n * dv, 1);
+        2, [&](std::size_t c) { return lse[c]; }, [&](std::size_t c) { return part[c]; }, dv, r.output.data() + n * dv,
+        1);
   }
   return r;
 }

@@ -79,12 +79,12 @@ namespace detail {
 template <class E>
 inline constexpr bool is_dot_product_v = false;  // Q * trans(K) with terminals
 template <class Q, class K>
-inline constexpr bool is_dot_product_v<product_node<Q, trans_node<K>>> = is_terminal_v<Q> && is_terminal_v<K>;
+inline constexpr bool is_dot_product_v<product_node<Q, trans_node<K>>> = is_terminal_v<Q>&& is_terminal_v<K>;
 
 template <class E>
 inline constexpr bool is_score_node_v = false;
 template <class P, class Q, class K>
-inline constexpr bool is_score_node_v<score_node<P, Q, K>> = is_terminal_v<Q> && is_terminal_v<K>;
+inline constexpr bool is_score_node_v<score_node<P, Q, K>> = is_terminal_v<Q>&& is_terminal_v<K>;
 
 template <class E>
 inline constexpr bool is_scale_node_v = false;
@@ -133,7 +133,7 @@ inline constexpr bool is_weights_v<dropout_node<softmax_node<S>>> = is_masked<S>
 template <class E>
 inline constexpr bool is_attention_v = false;
 template <class W, class V>
-inline constexpr bool is_attention_v<product_node<W, V>> = is_weights_v<W> && is_terminal_v<V>;
+inline constexpr bool is_attention_v<product_node<W, V>> = is_weights_v<W>&& is_terminal_v<V>;
 
 template <class E>
 inline constexpr bool in_grammar_v = is_attention_v<E> || is_weights_v<E> || is_masked<E>();
@@ -195,10 +195,12 @@ auto plan_scores(const E& e) {
   if constexpr (is_terminal_v<E>) {
     return start(tensor_base<E>{e});
   } else if constexpr (is_dot_product_v<E>) {
-    return start(policy_base<dot, std::decay_t<decltype(e.lhs)>, std::decay_t<decltype(e.rhs.arg)>>{{}, e.lhs, e.rhs.arg});
+    return start(
+        policy_base<dot, std::decay_t<decltype(e.lhs)>, std::decay_t<decltype(e.rhs.arg)>>{{}, e.lhs, e.rhs.arg});
   } else if constexpr (is_score_node_v<E>) {
-    return start(policy_base<std::decay_t<decltype(e.policy)>, std::decay_t<decltype(e.q)>, std::decay_t<decltype(e.k)>>{
-        e.policy, e.q, e.k});
+    return start(
+        policy_base<std::decay_t<decltype(e.policy)>, std::decay_t<decltype(e.q)>, std::decay_t<decltype(e.k)>>{
+            e.policy, e.q, e.k});
   } else if constexpr (is_scale_node_v<E>) {
     auto p = plan_scores(e.arg);
     if constexpr (hana::length(decltype(p.ops){}) == hana::size_c<0>) {
@@ -220,7 +222,7 @@ auto plan_masked(const E& e) {
     auto p = plan_masked(e.arg);
     auto ms = hana::append(std::move(p.masks), e.mask);
     return plan<decltype(p.base), decltype(p.ops), decltype(ms)>{std::move(p.base), p.scale, std::move(p.ops),
-                                                                  std::move(ms)};
+                                                                 std::move(ms)};
   } else {
     return plan_scores(e);
   }

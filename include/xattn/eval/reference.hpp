@@ -79,7 +79,8 @@ reference_result reference_eval(const Plan& p) {
         for (std::size_t j = 0; j < Skv; ++j) r.weights(b, h, i, j) = std::exp(r.scores(b, h, i, j) - m) / l;
         r.lse(b, h, i) = m + std::log(l);
         if (p.drop.p > 0)
-          random::scale_row(p.drop, std::uint32_t(b), std::uint32_t(h), std::uint32_t(i), 0, Skv, &r.weights(b, h, i, 0));
+          random::scale_row(p.drop, std::uint32_t(b), std::uint32_t(h), std::uint32_t(i), 0, Skv,
+                            &r.weights(b, h, i, 0));
       }
   if constexpr (Plan::has_values) {
     const auto& v = p.v.view;

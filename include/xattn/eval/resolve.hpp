@@ -52,7 +52,8 @@ problem from_base(const Base& base) {
     const auto& q = base.q.view.at.shape;
     const auto& k = base.k.view.at.shape;
     pr = {q[0], q[1], k[1], q[2], k[2], q[3], k[3], 0, base.q.how == form::bsd ? 3u : 4u};
-    if (q[0] != k[0]) fail("queries and keys have different batch sizes: Q ", shape_of(base.q), ", K ", shape_of(base.k));
+    if (q[0] != k[0])
+      fail("queries and keys have different batch sizes: Q ", shape_of(base.q), ", K ", shape_of(base.k));
     if (k[1] == 0 || q[1] % k[1] != 0)
       fail("the ", q[1], " query heads are not a multiple of the ", k[1],
            " key heads (grouped-query attention needs Hq = G * Hkv): Q ", shape_of(base.q), ", K ", shape_of(base.k));

@@ -10,10 +10,10 @@
 #include "../policy/problem.hpp"
 #include "../schedule.hpp"
 
+#include <unistd.h>
 #include <algorithm>
 #include <cstddef>
 #include <string>
-#include <unistd.h>
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -57,21 +57,21 @@ enum class pass_kind { attention, weights, scores };
 struct resolved_schedule {
   std::size_t block_q = 0, block_k = 0;  // block_k in whole SIMD batches
   int threads = 1;
-  std::size_t q_blocks = 0;              // per (batch, head)
-  std::size_t key_chunks = 1;            // > 1: keys split into chunks merged by log-sum-exp
-  std::size_t chunk_keys = 0;            // keys per chunk (whole blocks)
-  bool keys_in_place = false;            // keys scored where they lie, not packed
-  bool pack_panels = false;              // keys packed into per-block panels once per evaluation
-  std::size_t tasks = 0;                 // B · Hq · q_blocks · key_chunks
-  double flop = 0;                       // 2 · B · Hq · Sq · Skv · (n + Dv)
-  std::string threads_reason;            // why this many threads
+  std::size_t q_blocks = 0;    // per (batch, head)
+  std::size_t key_chunks = 1;  // > 1: keys split into chunks merged by log-sum-exp
+  std::size_t chunk_keys = 0;  // keys per chunk (whole blocks)
+  bool keys_in_place = false;  // keys scored where they lie, not packed
+  bool pack_panels = false;    // keys packed into per-block panels once per evaluation
+  std::size_t tasks = 0;       // B · Hq · q_blocks · key_chunks
+  double flop = 0;             // 2 · B · Hq · Sq · Skv · (n + Dv)
+  std::string threads_reason;  // why this many threads
 };
 
 namespace detail {
 
 inline constexpr double default_serial_below_flop = double(1u << 22);  // waking a team ~ 40 us here
-inline constexpr std::size_t max_decode_rows = 16;   // rows per key head read keys in place at most
-inline constexpr std::size_t min_chunk_keys = 1024;  // keys per decoding chunk at least
+inline constexpr std::size_t max_decode_rows = 16;                     // rows per key head read keys in place at most
+inline constexpr std::size_t min_chunk_keys = 1024;                    // keys per decoding chunk at least
 inline constexpr std::size_t max_key_chunks = 8;
 
 inline std::size_t padded_to(std::size_t n, std::size_t lanes) { return (n + lanes - 1) / lanes * lanes; }

@@ -33,7 +33,7 @@ class task_ranges {
   }
 
  private:
-  struct alignas(64) range {  // one cache line each: owners do not contend on each other's ranges
+  struct alignas(64) range {             // one cache line each: owners do not contend on each other's ranges
     std::atomic<std::uint64_t> bits{0};  // begin << 32 | end
   };
 

@@ -1,8 +1,8 @@
 #pragma once
 // The words of the DSL. Everything here only builds nodes; planning and evaluation are in eval/.
+#include "../policy/check.hpp"
 #include "../policy/ops/alibi.hpp"
 #include "../policy/ops/bias.hpp"
-#include "../policy/check.hpp"
 #include "../policy/ops/softcap.hpp"
 #include "nodes.hpp"
 #include "tensor_ref.hpp"

@@ -104,10 +104,7 @@ auto ref(E& x) {
 }
 
 template <xtensor_expression E>
-  requires(!std::is_lvalue_reference_v<E>)
-auto ref(E&& x) {
-  return detail::make_ref(std::move(x));
-}
+requires(!std::is_lvalue_reference_v<E>) auto ref(E&& x) { return detail::make_ref(std::move(x)); }
 
 /// Packed (B, S, H*D) data seen as H heads of size D, in place.
 template <class E>

@@ -24,7 +24,7 @@ struct blocking {
 /// width): strip s holds columns [s·sw, s·sw + sw) as n rows of sw contiguous elements, so the
 /// microkernel reads its keys in memory order (prefetch-friendly, no L1 set aliasing).
 template <class Acc>
-inline constexpr std::size_t strip_width = blocking<Acc>::vecs * simd::width<Acc>;
+inline constexpr std::size_t strip_width = blocking<Acc>::vecs* simd::width<Acc>;
 
 /// Elements of a packed key panel of `cols` columns (whole strips).
 template <class Acc>
@@ -38,8 +38,8 @@ namespace detail {
 /// not left to the optimiser (at -O2 GCC keeps loop-indexed accumulator arrays in memory).
 template <std::size_t N, class F>
 inline void each(F&& f) {
-  [&]<std::size_t... I>(std::index_sequence<I...>) { (f(std::integral_constant<std::size_t, I>{}), ...); }(
-      std::make_index_sequence<N>{});
+  [&]<std::size_t... I>(std::index_sequence<I...>) { (f(std::integral_constant<std::size_t, I>{}), ...); }
+  (std::make_index_sequence<N>{});
 }
 
 /// f(R, r) over rows in register blocks of blocking::rows, then one smaller block for the rest.
@@ -50,12 +50,23 @@ inline void by_row_blocks(std::size_t rows, F&& f) {
   std::size_t r = 0;
   for (; r + R <= rows; r += R) f(std::integral_constant<std::size_t, R>{}, r);
   switch (rows - r) {
-    case 5: f(std::integral_constant<std::size_t, 5>{}, r); break;
-    case 4: f(std::integral_constant<std::size_t, 4>{}, r); break;
-    case 3: f(std::integral_constant<std::size_t, 3>{}, r); break;
-    case 2: f(std::integral_constant<std::size_t, 2>{}, r); break;
-    case 1: f(std::integral_constant<std::size_t, 1>{}, r); break;
-    default: break;
+    case 5:
+      f(std::integral_constant<std::size_t, 5>{}, r);
+      break;
+    case 4:
+      f(std::integral_constant<std::size_t, 4>{}, r);
+      break;
+    case 3:
+      f(std::integral_constant<std::size_t, 3>{}, r);
+      break;
+    case 2:
+      f(std::integral_constant<std::size_t, 2>{}, r);
+      break;
+    case 1:
+      f(std::integral_constant<std::size_t, 1>{}, r);
+      break;
+    default:
+      break;
   }
 }
 

@@ -16,8 +16,8 @@ class additive_attention : public d2l_module<T> {
                      std::uint64_t seed = 0)
       : d2l_module<T>("additive_attention", dropout, seed) {
     if (key_size == 0 || query_size == 0 || num_hiddens == 0)
-      xattn::fail("additive_attention: key_size (", key_size, "), query_size (", query_size,
-                          ") and num_hiddens (", num_hiddens, ") must be > 0");
+      xattn::fail("additive_attention: key_size (", key_size, "), query_size (", query_size, ") and num_hiddens (",
+                  num_hiddens, ") must be > 0");
     w_q_ = linear<T>(query_size, num_hiddens, false, seed, 0, "additive_attention.W_q");
     w_k_ = linear<T>(key_size, num_hiddens, false, seed, 1, "additive_attention.W_k");
     w_v_ = linear<T>(num_hiddens, 1, false, seed, 2, "additive_attention.w_v");

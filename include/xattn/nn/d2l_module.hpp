@@ -35,8 +35,7 @@ void require_d2l_operand(const E& x, const char* who, const char* what, const ch
                 "xattn::nn: inputs must have the module's element type T (float by default)");
   constexpr std::size_t rank = xt::get_rank<E>::value;
   static_assert(rank == SIZE_MAX || rank == 3, "xattn::nn: d2l modules take rank-3 (batch, seq, size) tensors");
-  if (x.dimension() != 3)
-    xattn::fail(who, ": ", what, " must be ", axes, ", got shape ", xattn::shape_str(x.shape()));
+  if (x.dimension() != 3) xattn::fail(who, ": ", what, " must be ", axes, ", got shape ", xattn::shape_str(x.shape()));
 }
 
 }  // namespace detail

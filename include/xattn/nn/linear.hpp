@@ -39,8 +39,8 @@ class linear {
   template <class E>
   void set_weight(const E& w) {
     if (w.dimension() != 2 || w.shape()[0] != out_features() || w.shape()[1] != in_features())
-      xattn::fail(name_, ".set_weight: weight has shape ", xattn::shape_str(w.shape()),
-                          " but must be (", out_features(), ",", in_features(), ") [out, in]");
+      xattn::fail(name_, ".set_weight: weight has shape ", xattn::shape_str(w.shape()), " but must be (",
+                  out_features(), ",", in_features(), ") [out, in]");
     weight_ = w;
   }
 
@@ -49,8 +49,8 @@ class linear {
     if (!use_bias_)
       xattn::fail(name_, ".set_bias: this layer was built without a bias (its use_*_bias option is false)");
     if (b.dimension() != 1 || b.shape()[0] != out_features())
-      xattn::fail(name_, ".set_bias: bias has shape ", xattn::shape_str(b.shape()), " but must be (",
-                          out_features(), ") [out]");
+      xattn::fail(name_, ".set_bias: bias has shape ", xattn::shape_str(b.shape()), " but must be (", out_features(),
+                  ") [out]");
     bias_ = b;
   }
 

@@ -47,8 +47,7 @@ inline void check_mask_shape(const std::vector<std::size_t>& shape, const std::v
   }
   if (!ok)
     xattn::fail(who, ": mask has shape ", xattn::shape_str(shape), " but must be ", target_axes, " = ",
-                        xattn::shape_str(target),
-                        " or broadcast to it (right-aligned, each axis equal or 1); True = attend");
+                xattn::shape_str(target), " or broadcast to it (right-aligned, each axis equal or 1); True = attend");
 }
 
 }  // namespace detail

@@ -115,8 +115,8 @@ class multihead_attention {
     const auto qp = project(query_proj_, q), kp = project(key_proj_, k), vp = project(value_proj_, v);
     const auto heads_out = detail::labelled(who, [&] { return attend(qp, kp, vp, mask, drop_key); });
     auto out = xattn::allocate<result_for<Q, 0>>(q.user_shape.size() == 3
-                                                      ? std::vector<std::size_t>{q.batch, q.seq, cfg_.output_size}
-                                                      : std::vector<std::size_t>{q.seq, cfg_.output_size});
+                                                     ? std::vector<std::size_t>{q.batch, q.seq, cfg_.output_size}
+                                                     : std::vector<std::size_t>{q.seq, cfg_.output_size});
     output_proj_.apply(heads_out.data(), q.rows(), heads_out.shape()[2], out.data(), cfg_.output_size);
     return out;
   }

@@ -51,7 +51,7 @@ row_block<T> rows_of(const E& x, const char* what) {
   const std::size_t r = b.user_shape.size();
   if (r != 2 && r != 3)
     xattn::fail(what, ": expected rank 2 (seq, size) or 3 (batch, seq, size), got shape ",
-                        xattn::shape_str(b.user_shape));
+                xattn::shape_str(b.user_shape));
   b.batch = r == 3 ? b.user_shape[0] : 1;
   b.seq = b.user_shape[r - 2];
   b.width = b.user_shape[r - 1];

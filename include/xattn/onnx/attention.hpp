@@ -91,11 +91,20 @@ attention_outputs run(QT Q, KT K, VT V, double scale, const optional_softcap& ca
   out.y = eval(softmax(masked) * V);
   if (want_qk) {
     switch (mode) {
-      case 0: out.qk_matmul_output = eval(base); break;
-      case 1: out.qk_matmul_output = eval(capped); break;
-      case 2: out.qk_matmul_output = eval(masked); break;
-      case 3: out.qk_matmul_output = eval(softmax(masked)); break;
-      default: fail("Attention: qk_matmul_output_mode must be 0, 1, 2 or 3, got ", mode);
+      case 0:
+        out.qk_matmul_output = eval(base);
+        break;
+      case 1:
+        out.qk_matmul_output = eval(capped);
+        break;
+      case 2:
+        out.qk_matmul_output = eval(masked);
+        break;
+      case 3:
+        out.qk_matmul_output = eval(softmax(masked));
+        break;
+      default:
+        fail("Attention: qk_matmul_output_mode must be 0, 1, 2 or 3, got ", mode);
     }
   }
   return out;
@@ -111,11 +120,13 @@ inline attention_outputs attention(const attention_inputs& in, const attention_a
     fail("Attention: Q, K and V must all be 3-D or all 4-D, got Q ", shape_str(in.q.shape()), ", K ",
          shape_str(in.k.shape()), ", V ", shape_str(in.v.shape()));
   if (bool(in.past_key) != bool(in.past_value)) fail("Attention: past_key and past_value must be given together");
-  if (in.past_key && in.nonpad_kv_seqlen) fail("Attention: nonpad_kv_seqlen cannot be combined with past_key/past_value");
+  if (in.past_key && in.nonpad_kv_seqlen)
+    fail("Attention: nonpad_kv_seqlen cannot be combined with past_key/past_value");
   if (in.attn_mask_bool && in.attn_mask_float) fail("Attention: give one attn_mask, bool or float");
-  if (at.softmax_precision && *at.softmax_precision != 1 && *at.softmax_precision != 10 && *at.softmax_precision != 11 &&
-      *at.softmax_precision != 16)
-    fail("Attention: softmax_precision must be 1, 10, 11 or 16 (a float TensorProto type), got ", *at.softmax_precision);
+  if (at.softmax_precision && *at.softmax_precision != 1 && *at.softmax_precision != 10 &&
+      *at.softmax_precision != 11 && *at.softmax_precision != 16)
+    fail("Attention: softmax_precision must be 1, 10, 11 or 16 (a float TensorProto type), got ",
+         *at.softmax_precision);
 
   std::size_t hq, hkv;
   if (rank == 3) {
@@ -157,8 +168,9 @@ inline attention_outputs attention(const attention_inputs& in, const attention_a
     m.causal = causal_offsets(off);
   }
 
-  attention_outputs out = rank == 3 ? run(heads(in.q, hq), ref(kt), ref(vt), scale, cap, bias, m, at.qk_matmul_output_mode, want_qk)
-                                    : run(ref(in.q), ref(kt), ref(vt), scale, cap, bias, m, at.qk_matmul_output_mode, want_qk);
+  attention_outputs out =
+      rank == 3 ? run(heads(in.q, hq), ref(kt), ref(vt), scale, cap, bias, m, at.qk_matmul_output_mode, want_qk)
+                : run(ref(in.q), ref(kt), ref(vt), scale, cap, bias, m, at.qk_matmul_output_mode, want_qk);
   if (want_present) {
     out.present_key = std::move(kt);
     out.present_value = std::move(vt);

@@ -25,9 +25,9 @@ struct additive {
 
   void validate(std::size_t dq, std::size_t dk) const {
     if (w_q.cols != dq || w_k.cols != dk || w_q.rows != w_k.rows || w_v.cols != w_q.rows || w_v.rows != 1)
-      fail("additive{W_q, W_k, w_v}: W_q is (", w_q.rows, ",", w_q.cols, "), W_k is (", w_k.rows, ",",
-                   w_k.cols, "), w_v has ", w_v.rows * w_v.cols, " entries; queries have size ", dq,
-                   " and keys size ", dk, " (need W_q (h,", dq, "), W_k (h,", dk, "), w_v (h))");
+      fail("additive{W_q, W_k, w_v}: W_q is (", w_q.rows, ",", w_q.cols, "), W_k is (", w_k.rows, ",", w_k.cols,
+           "), w_v has ", w_v.rows * w_v.cols, " entries; queries have size ", dq, " and keys size ", dk,
+           " (need W_q (h,", dq, "), W_k (h,", dk, "), w_v (h))");
   }
 
   template <class T>

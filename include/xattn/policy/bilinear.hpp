@@ -17,8 +17,8 @@ struct bilinear {
 
   void validate(std::size_t dq, std::size_t dk) const {
     if (w.rows != dq || w.cols != dk)
-      fail("bilinear{W}: W has shape (", w.rows, ",", w.cols, ") but queries have size ", dq,
-                   " and keys size ", dk, " (need W (", dq, ",", dk, "))");
+      fail("bilinear{W}: W has shape (", w.rows, ",", w.cols, ") but queries have size ", dq, " and keys size ", dk,
+           " (need W (", dq, ",", dk, "))");
   }
   template <class T>
   T operator()(std::span<const T> q, std::span<const T> k) const {

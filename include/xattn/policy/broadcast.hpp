@@ -53,8 +53,8 @@ strided_view<const T> broadcast_to_scores(const nd_ref<T>& t, const problem& pr,
   const auto target = pr.score_shape();
   const std::size_t r = t.shape.size();
   auto bad = [&] {
-    fail(what, ": shape ", shape_str(t.shape), " does not broadcast to the scores ",
-                 shape_str(target), " (right-aligned: each axis must match or be 1)");
+    fail(what, ": shape ", shape_str(t.shape), " does not broadcast to the scores ", shape_str(target),
+         " (right-aligned: each axis must match or be 1)");
   };
   if (r == 0 || r > target.size()) bad();
   // target axis a (of target.size()) maps to tensor axis a - (target.size() - r)

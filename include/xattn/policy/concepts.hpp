@@ -41,7 +41,9 @@ template <class P>
 concept scoring_policy = scores_in<P, float> || scores_in<P, double>;
 
 template <class P>
-concept declares_features = requires(const P& p, std::size_t n) { p.feature_size(n, n); };
+concept declares_features = requires(const P& p, std::size_t n) {
+  p.feature_size(n, n);
+};
 
 template <class P, class T>
 concept projects_in = requires(const P& p, std::span<const T> x, std::span<T> f, std::size_t n) {
@@ -56,12 +58,16 @@ concept combines_in = projects_in<P, T> && requires(const P& p, std::span<const 
 };
 
 template <class P>
-concept declares_combine = requires { &P::combine; } || requires(const P& p, std::span<const float> f) {
-  p.combine(f, f);
-} || requires(const P& p, std::span<const double> f) { p.combine(f, f); };
+concept declares_combine = requires {
+  &P::combine;
+}
+|| requires(const P& p, std::span<const float> f) { p.combine(f, f); }
+|| requires(const P& p, std::span<const double> f) { p.combine(f, f); };
 
 template <class P>
-concept validates_sizes = requires(const P& p, std::size_t n) { p.validate(n, n); };
+concept validates_sizes = requires(const P& p, std::size_t n) {
+  p.validate(n, n);
+};
 
 template <class P>
 constexpr bool separable() {
@@ -75,10 +81,9 @@ namespace detail {
 
 /// The first of (Want, float, double) for which Has<T> holds; Want when none does.
 template <class Want, template <class> class Has>
-using first_accepted_t =
-    std::conditional_t<Has<Want>::value, Want,
-                       std::conditional_t<Has<float>::value, float,
-                                          std::conditional_t<Has<double>::value, double, Want>>>;
+using first_accepted_t = std::conditional_t<
+    Has<Want>::value, Want,
+    std::conditional_t<Has<float>::value, float, std::conditional_t<Has<double>::value, double, Want>>>;
 
 template <class P>
 struct scores_in_t {
@@ -134,16 +139,24 @@ concept has_fill = requires(const M& m) {
 };
 
 template <class M>
-concept has_row_span = requires(const M& m, std::size_t n) { m.row_span(n, n, n); };
+concept has_row_span = requires(const M& m, std::size_t n) {
+  m.row_span(n, n, n);
+};
 
 template <class M, class T>
-concept has_hide_row = requires(const M& m, T* s, std::size_t n) { m.hide_row(s, n, n, n, n, n, T(0)); };
+concept has_hide_row = requires(const M& m, T* s, std::size_t n) {
+  m.hide_row(s, n, n, n, n, n, T(0));
+};
 
 template <class Op, class T>
-concept has_apply_row = requires(const Op& op, T* s, std::size_t n) { op.apply_row(s, n, n, n, n, n); };
+concept has_apply_row = requires(const Op& op, T* s, std::size_t n) {
+  op.apply_row(s, n, n, n, n, n);
+};
 
 template <class X>
-concept has_bind = requires(const X& x, const problem& pr) { x.bind(pr); };
+concept has_bind = requires(const X& x, const problem& pr) {
+  x.bind(pr);
+};
 
 /// The policy bound to the sizes: its own bind(problem) when it has one, else the policy itself.
 template <class X>

@@ -29,23 +29,23 @@
 namespace xattn::random {
 
 struct dropout {
-    float p = 0.0f;           // probability of dropping a weight, in [0, 1)
-    std::uint64_t seed = 0;   // Philox key; reuse it in the backward pass
+  float p = 0.0f;          // probability of dropping a weight, in [0, 1)
+  std::uint64_t seed = 0;  // Philox key; reuse it in the backward pass
 
-    void check() const {
-        // Written so that NaN fails too.
-        if (!(p >= 0.0f && p < 1.0f)) {
-            char buf[48];
-            std::snprintf(buf, sizeof buf, "%g", static_cast<double>(p));
-            throw std::invalid_argument(std::string("xattn: dropout p must be in [0, 1), got ") + buf);
-        }
+  void check() const {
+    // Written so that NaN fails too.
+    if (!(p >= 0.0f && p < 1.0f)) {
+      char buf[48];
+      std::snprintf(buf, sizeof buf, "%g", static_cast<double>(p));
+      throw std::invalid_argument(std::string("xattn: dropout p must be in [0, 1), got ") + buf);
     }
+  }
 };
 
 // Words below this are dropped. Precondition: p in [0, 1) (dropout::check).
 inline std::uint32_t drop_threshold(float p) noexcept {
-    const long long t = std::llround(static_cast<double>(p) * 4294967296.0);
-    return static_cast<std::uint32_t>(std::clamp(t, 0LL, 4294967295LL));
+  const long long t = std::llround(static_cast<double>(p) * 4294967296.0);
+  return static_cast<std::uint32_t>(std::clamp(t, 0LL, 4294967295LL));
 }
 
 // Survivors are scaled by this so the expected weight is unchanged.
@@ -53,73 +53,71 @@ inline double keep_scale(float p) noexcept { return 1.0 / (1.0 - static_cast<dou
 
 namespace detail {
 
-inline r123::Philox4x32::ctr_type philox_block(std::uint64_t seed, std::uint32_t b, std::uint32_t h,
-                                               std::uint32_t i, std::uint32_t block) noexcept {
-    const r123::Philox4x32::ctr_type ctr = {{b, h, i, block}};
-    const r123::Philox4x32::key_type key = {
-        {static_cast<std::uint32_t>(seed), static_cast<std::uint32_t>(seed >> 32)}};
-    return r123::Philox4x32{}(ctr, key);
+inline r123::Philox4x32::ctr_type philox_block(std::uint64_t seed, std::uint32_t b, std::uint32_t h, std::uint32_t i,
+                                               std::uint32_t block) noexcept {
+  const r123::Philox4x32::ctr_type ctr = {{b, h, i, block}};
+  const r123::Philox4x32::key_type key = {{static_cast<std::uint32_t>(seed), static_cast<std::uint32_t>(seed >> 32)}};
+  return r123::Philox4x32{}(ctr, key);
 }
 
 // Calls f(offset, keep) for offset = 0 .. n-1, key j = j0 + offset. Each key's
 // decision depends only on its own (b, h, i, j), which is what makes every
 // split of a row into chunks agree with the scalar keep().
 template <class F>
-void for_each_keep(const dropout& d, std::uint32_t b, std::uint32_t h, std::uint32_t i, std::uint32_t j0,
-                   std::size_t n, F&& f) {
-    d.check();
-    // Key indices are 32-bit; compared this way round so j0 + n cannot wrap.
-    if (static_cast<std::uint64_t>(n) > (std::uint64_t{1} << 32) - j0) {
-        throw std::invalid_argument("xattn: dropout row of n = " + std::to_string(n) + " keys from j0 = " +
-                                    std::to_string(j0) + " runs past key 2^32 - 1");
-    }
-    const std::uint64_t end = std::uint64_t{j0} + static_cast<std::uint64_t>(n);
-    const std::uint32_t t = drop_threshold(d.p);
-    if (t == 0) {  // p == 0 (or below 2^-33): every word passes, skip Philox entirely
-        for (std::size_t k = 0; k < n; ++k) f(k, true);
-        return;
-    }
-    std::uint64_t j = j0;
-    while (j < end) {
-        const auto words = philox_block(d.seed, b, h, i, static_cast<std::uint32_t>(j >> 2));
-        const std::uint64_t stop = std::min(end, (j | 3) + 1);  // end of this block of 4
-        for (; j < stop; ++j) f(static_cast<std::size_t>(j - j0), words[j & 3] >= t);
-    }
+void for_each_keep(const dropout& d, std::uint32_t b, std::uint32_t h, std::uint32_t i, std::uint32_t j0, std::size_t n,
+                   F&& f) {
+  d.check();
+  // Key indices are 32-bit; compared this way round so j0 + n cannot wrap.
+  if (static_cast<std::uint64_t>(n) > (std::uint64_t{1} << 32) - j0) {
+    throw std::invalid_argument("xattn: dropout row of n = " + std::to_string(n) +
+                                " keys from j0 = " + std::to_string(j0) + " runs past key 2^32 - 1");
+  }
+  const std::uint64_t end = std::uint64_t{j0} + static_cast<std::uint64_t>(n);
+  const std::uint32_t t = drop_threshold(d.p);
+  if (t == 0) {  // p == 0 (or below 2^-33): every word passes, skip Philox entirely
+    for (std::size_t k = 0; k < n; ++k) f(k, true);
+    return;
+  }
+  std::uint64_t j = j0;
+  while (j < end) {
+    const auto words = philox_block(d.seed, b, h, i, static_cast<std::uint32_t>(j >> 2));
+    const std::uint64_t stop = std::min(end, (j | 3) + 1);  // end of this block of 4
+    for (; j < stop; ++j) f(static_cast<std::size_t>(j - j0), words[j & 3] >= t);
+  }
 }
 
 template <class T>
 void scale_row_impl(const dropout& d, std::uint32_t b, std::uint32_t h, std::uint32_t i, std::uint32_t j0,
                     std::size_t n, T* weights) {
-    const T scale = static_cast<T>(keep_scale(d.p));
-    // Select rather than multiply by 0 so a dropped weight is exactly +0.
-    for_each_keep(d, b, h, i, j0, n,
-                  [&](std::size_t k, bool kept) { weights[k] = kept ? weights[k] * scale : T(0); });
+  const T scale = static_cast<T>(keep_scale(d.p));
+  // Select rather than multiply by 0 so a dropped weight is exactly +0.
+  for_each_keep(d, b, h, i, j0, n, [&](std::size_t k, bool kept) { weights[k] = kept ? weights[k] * scale : T(0); });
 }
 
 }  // namespace detail
 
 // Scalar decision for one (batch b, head h, query i, key j).
 inline bool keep(const dropout& d, std::uint32_t b, std::uint32_t h, std::uint32_t i, std::uint32_t j) {
-    d.check();
-    return detail::philox_block(d.seed, b, h, i, j >> 2)[j & 3] >= drop_threshold(d.p);
+  d.check();
+  return detail::philox_block(d.seed, b, h, i, j >> 2)[j & 3] >= drop_threshold(d.p);
 }
 
 // out[k] = keep(d, b, h, i, j0 + k) ? 1 : 0 for k < n. Requires j0 + n <= 2^32.
-inline void keep_mask_row(const dropout& d, std::uint32_t b, std::uint32_t h, std::uint32_t i,
-                          std::uint32_t j0, std::size_t n, std::uint8_t* out) {
-    detail::for_each_keep(d, b, h, i, j0, n, [out](std::size_t k, bool kept) { out[k] = kept ? 1 : 0; });
+inline void keep_mask_row(const dropout& d, std::uint32_t b, std::uint32_t h, std::uint32_t i, std::uint32_t j0,
+                          std::size_t n, std::uint8_t* out) {
+  detail::for_each_keep(d, b, h, i, j0, n, [out](std::size_t k, bool kept) { out[k] = kept ? 1 : 0; });
 }
 
 // weights[k] becomes weights[k] * T(1 / (1 - p)) if kept, else exactly 0, with
 // the same decisions as keep(). The scale is computed in double, then rounded to T.
 inline void scale_row(const dropout& d, std::uint32_t b, std::uint32_t h, std::uint32_t i, std::uint32_t j0,
                       std::size_t n, float* weights) {
-    detail::scale_row_impl(d, b, h, i, j0, n, weights);
+  detail::scale_row_impl(d, b, h, i, j0, n, weights);
 }
 
 inline void scale_row(const dropout& d, std::uint32_t b, std::uint32_t h, std::uint32_t i, std::uint32_t j0,
                       std::size_t n, double* weights) {
-    detail::scale_row_impl(d, b, h, i, j0, n, weights);
+  detail::scale_row_impl(d, b, h, i, j0, n, weights);
 }
 
 }  // namespace xattn::random

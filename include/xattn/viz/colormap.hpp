@@ -12,8 +12,8 @@
 namespace xattn::viz {
 
 struct rgb8 {
-    std::uint8_t r = 0, g = 0, b = 0;
-    friend constexpr bool operator==(const rgb8&, const rgb8&) = default;
+  std::uint8_t r = 0, g = 0, b = 0;
+  friend constexpr bool operator==(const rgb8&, const rgb8&) = default;
 };
 
 namespace detail {
@@ -42,14 +42,14 @@ inline std::uint8_t to_byte(double c) noexcept { return static_cast<std::uint8_t
 // t in [0, 1] -> colour; t outside is clamped and NaN maps to t = 0, so a
 // caller's rounding slop never indexes out of the table.
 inline rgb8 viridis(double t) noexcept {
-    constexpr int segments = static_cast<int>(detail::viridis_anchors.size()) - 1;
-    const double s = (t > 0.0 ? std::min(t, 1.0) : 0.0) * segments;
-    const int k = std::min(static_cast<int>(s), segments - 1);
-    const double f = s - k;
-    const auto& a = detail::viridis_anchors[static_cast<std::size_t>(k)];
-    const auto& b = detail::viridis_anchors[static_cast<std::size_t>(k) + 1];
-    const auto mix = [f](float x, float y) { return detail::to_byte(x + (y - x) * f); };
-    return {mix(a[0], b[0]), mix(a[1], b[1]), mix(a[2], b[2])};
+  constexpr int segments = static_cast<int>(detail::viridis_anchors.size()) - 1;
+  const double s = (t > 0.0 ? std::min(t, 1.0) : 0.0) * segments;
+  const int k = std::min(static_cast<int>(s), segments - 1);
+  const double f = s - k;
+  const auto& a = detail::viridis_anchors[static_cast<std::size_t>(k)];
+  const auto& b = detail::viridis_anchors[static_cast<std::size_t>(k) + 1];
+  const auto mix = [f](float x, float y) { return detail::to_byte(x + (y - x) * f); };
+  return {mix(a[0], b[0]), mix(a[1], b[1]), mix(a[2], b[2])};
 }
 
 }  // namespace xattn::viz

@@ -26,8 +26,8 @@ namespace xattn::viz {
 
 // Returns false if the file could not be written (stb reports no reason).
 inline bool write_png(const std::filesystem::path& path, const canvas& img) {
-    if (img.width() <= 0 || img.height() <= 0) return false;
-    return stbi_write_png(path.string().c_str(), img.width(), img.height(), 3, img.data(), img.width() * 3) != 0;
+  if (img.width() <= 0 || img.height() <= 0) return false;
+  return stbi_write_png(path.string().c_str(), img.width(), img.height(), 3, img.data(), img.width() * 3) != 0;
 }
 
 }  // namespace xattn::viz

@@ -54,8 +54,15 @@ struct dot_features_path {
   class tiles {
    public:
     tiles(const Base& b, const problem& pr, const keys& k, const resolved_schedule& rs)
-        : b_(b), k_(k), pr_(pr), n_(k.f.width()), bk_(rs.block_k), scale_(1),
-          q_(rs.block_q * std::max<std::size_t>(n_, 1)), alpha_(rs.block_q), proj_(n_) {}
+        : b_(b),
+          k_(k),
+          pr_(pr),
+          n_(k.f.width()),
+          bk_(rs.block_k),
+          scale_(1),
+          q_(rs.block_q * std::max<std::size_t>(n_, 1)),
+          alpha_(rs.block_q),
+          proj_(n_) {}
 
     void load_queries(std::size_t b, std::size_t h, std::size_t i0, std::size_t rows, Acc scale) {
       const auto& qv = b_.q.view;

@@ -32,9 +32,8 @@ struct dot_identity_path {
     void build(const Base& b, const problem& pr) {
       const auto& kv = b.k.view;
       if (!panels.empty())
-        pack_key_panels(panels, pr, kv.inner_stride(), [&](std::size_t bb, std::size_t h, std::size_t j) {
-          return kv.row(bb, h, j);
-        });
+        pack_key_panels(panels, pr, kv.inner_stride(),
+                        [&](std::size_t bb, std::size_t h, std::size_t j) { return kv.row(bb, h, j); });
     }
   };
 

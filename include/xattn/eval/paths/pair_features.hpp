@@ -40,15 +40,21 @@ struct pair_features_path {
   class tiles {
    public:
     tiles(const Base& b, const problem& pr, const keys& k, const resolved_schedule& rs)
-        : b_(b), k_(k), pr_(pr), n_(k.f.width()), scale_(1), q_(rs.block_q * std::max<std::size_t>(n_, 1)),
+        : b_(b),
+          k_(k),
+          pr_(pr),
+          n_(k.f.width()),
+          scale_(1),
+          q_(rs.block_q * std::max<std::size_t>(n_, 1)),
           alpha_(rs.block_q) {}
 
     void load_queries(std::size_t b, std::size_t h, std::size_t i0, std::size_t rows, Acc scale) {
       const auto& qv = b_.q.view;
       scale_ = scale;
       for (std::size_t r = 0; r < rows; ++r)
-        alpha_[r] = project_row(qv.row(b, h, i0 + r), qv.inner_stride(), pr_.q_dim, raw_, q_.data() + r * n_, n_,
-                                [&](std::span<const S> x, std::span<S> out) { return b_.policy.project_query(x, out); });
+        alpha_[r] =
+            project_row(qv.row(b, h, i0 + r), qv.inner_stride(), pr_.q_dim, raw_, q_.data() + r * n_, n_,
+                        [&](std::span<const S> x, std::span<S> out) { return b_.policy.project_query(x, out); });
     }
 
     void scores(std::size_t b, std::size_t, std::size_t hk, std::size_t, std::size_t rows, std::size_t j0,

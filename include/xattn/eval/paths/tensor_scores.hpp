@@ -30,7 +30,8 @@ struct tensor_scores_path {
       const auto& xv = b_.x.view;
       for (std::size_t r = 0; r < rows; ++r) {
         const auto* src = xv.row(b, h, i0 + r) + std::ptrdiff_t(j0) * xv.inner_stride();
-        for (std::size_t c = 0; c < cols; ++c) s[r * lds + c] = scale_ * Acc(src[std::ptrdiff_t(c) * xv.inner_stride()]);
+        for (std::size_t c = 0; c < cols; ++c)
+          s[r * lds + c] = scale_ * Acc(src[std::ptrdiff_t(c) * xv.inner_stride()]);
       }
     }
 

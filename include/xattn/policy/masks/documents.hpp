@@ -33,7 +33,9 @@ struct documents_mask {
   std::size_t q_len = 0;
   std::vector<std::int64_t> lo, hi;  // (B, Sq)
 
-  bool visible(std::size_t b, std::size_t, std::size_t i, std::size_t j) const noexcept { return q.at(b, i) == kv.at(b, j); }
+  bool visible(std::size_t b, std::size_t, std::size_t i, std::size_t j) const noexcept {
+    return q.at(b, i) == kv.at(b, j);
+  }
 
   block classify(std::size_t b, std::size_t, std::size_t i0, std::size_t i1, std::size_t j0, std::size_t j1) const {
     if (!runs) return block::partial;
@@ -105,12 +107,13 @@ documents_mask::ids_t ids_from_offsets(const E& cu, const char* name) {
   static_assert(std::is_integral_v<typename E::value_type>, "xattn: documents_from_offsets(cu_seqlens) needs integers");
   std::vector<std::int64_t> off(cu.begin(), cu.end());
   if (off.size() < 2 || off.front() != 0 || !std::is_sorted(off.begin(), off.end()))
-    fail("documents_from_offsets(", name, "): ", name, " must start at 0 and never decrease, with at least one document; got ",
-         off.size(), " offsets");
+    fail("documents_from_offsets(", name, "): ", name,
+         " must start at 0 and never decrease, with at least one document; got ", off.size(), " offsets");
   documents_mask::ids_t r;
   r.name = name;
   r.shape = {std::size_t(off.back())};
-  for (std::size_t d = 0; d + 1 < off.size(); ++d) r.v.insert(r.v.end(), std::size_t(off[d + 1] - off[d]), std::int64_t(d));
+  for (std::size_t d = 0; d + 1 < off.size(); ++d)
+    r.v.insert(r.v.end(), std::size_t(off[d + 1] - off[d]), std::int64_t(d));
   return r;
 }
 

@@ -48,13 +48,12 @@ struct lengths_mask {
     const bool one_d = shape.size() == 1 && shape[0] == pr.batch;
     const bool two_d = shape.size() == 2 && shape[0] == pr.batch && shape[1] == pr.q_len;
     if (!one_d && !two_d)
-      fail("lengths(lens): lens has shape ", shape_str(shape), " but must be (", pr.batch,
-                   ") [batch] or (", pr.batch, ",", pr.q_len, ") [batch, queries] for scores ",
-                   shape_str(pr.score_shape()));
+      fail("lengths(lens): lens has shape ", shape_str(shape), " but must be (", pr.batch, ") [batch] or (", pr.batch,
+           ",", pr.q_len, ") [batch, queries] for scores ", shape_str(pr.score_shape()));
     for (std::size_t n = 0; n < lens.size(); ++n) {
       if (lens[n] < 0 || std::uint64_t(lens[n]) > pr.kv_len)
-        fail("lengths(lens): lens", shape.size() == 1 ? "[" : "[flat ", n, "] = ", lens[n],
-                     " is outside [0, ", pr.kv_len, "] (the number of keys); lens shape ", shape_str(shape));
+        fail("lengths(lens): lens", shape.size() == 1 ? "[" : "[flat ", n, "] = ", lens[n], " is outside [0, ",
+             pr.kv_len, "] (the number of keys); lens shape ", shape_str(shape));
     }
     lengths_mask b = *this;
     b.q_len = pr.q_len;
@@ -69,8 +68,7 @@ lengths_mask lengths(const E& lens, masked_rows rows = masked_rows::uniform) {
   lengths_mask m;
   m.shape.assign(lens.shape().begin(), lens.shape().end());
   if (m.shape.empty() || m.shape.size() > 2)
-    fail("lengths(lens): lens must have rank 1 (batch) or 2 (batch, queries), got shape ",
-                 shape_str(m.shape));
+    fail("lengths(lens): lens must have rank 1 (batch) or 2 (batch, queries), got shape ", shape_str(m.shape));
   for (auto v : lens) m.lens.push_back(std::int64_t(v));
   m.fill_value = rows == masked_rows::uniform ? -1e6 : -std::numeric_limits<double>::infinity();
   return m;

@@ -5,8 +5,8 @@
 #include "../problem.hpp"
 #include "causal.hpp"
 
-#include <cstdint>
 #include <algorithm>
+#include <cstdint>
 #include <limits>
 #include <utility>
 

@@ -23,8 +23,7 @@ struct alibi_op {
 
   alibi_op bind(const problem& pr) const {
     if (slopes.size() != pr.q_heads)
-      fail("alibi(scores, slopes): slopes has ", slopes.size(), " entries but there are ", pr.q_heads,
-                   " query heads");
+      fail("alibi(scores, slopes): slopes has ", slopes.size(), " entries but there are ", pr.q_heads, " query heads");
     for (double s : slopes)
       if (!std::isfinite(s)) fail("alibi(scores, slopes): slopes must be finite, got ", s);
     alibi_op b = *this;
