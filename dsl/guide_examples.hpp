@@ -7,6 +7,8 @@
 
 #include <cmath>
 #include <cstdint>
+#include <iostream>
+#include <string>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -98,6 +100,44 @@ void into_buffer(const Tensor& q, const Tensor& k, const Tensor& v, Out& out) {
   auto Q = ref(q), K = ref(k), V = ref(v);
   eval_into(softmax(Q * trans(K) / 8.0f) * V, out);  // out: row-major, the shape eval would return
   // [end eval_into]
+}
+
+/// Operands of different element types, and the result type chosen; q float (B, S, D), kv_cache
+/// double (B, S, D).
+template <class QT, class KV>
+auto mixed_types(const QT& q, const KV& kv_cache) {
+  using namespace xattn;
+  // [snippet mixed_types]
+  auto Q = ref(q);                            // float queries
+  auto K = ref(kv_cache), V = ref(kv_cache);  // a double key/value cache
+  auto e = softmax(Q * trans(K) / 8.0f) * V;
+  xt::xtensor<double, 3> out = eval(e);          // accumulated in double (an operand is double), returned in double
+  xt::xtensor<float, 3> out32 = eval<float>(e);  // the same accumulation, returned as float
+  // [end mixed_types]
+  return std::make_pair(out, out32);
+}
+
+/// The attention written into raw memory laid out as (B, Sq, H, Dv) -- packed heads -- by strides.
+template <class Tensor>
+void into_raw(const Tensor& q, const Tensor& k, const Tensor& v, float* out) {
+  using namespace xattn;
+  auto Q = ref(q), K = ref(k), V = ref(v);  // (B, H, S, D) = (2, 4, 16, 8), values of 8
+  // [snippet eval_into_raw]
+  const std::size_t B = 2, H = 4, Sq = 16, Dv = 8;  // out: B * Sq * H * Dv floats, (B, Sq, H, Dv) row-major
+  eval_into(softmax(Q * trans(K)) * V, out, {B, H, Sq, Dv}, {Sq * H * Dv, Dv, H * Dv, 1});
+  // [end eval_into_raw]
+}
+
+/// What eval would do, as text.
+template <class Tensor>
+std::string explained(const Tensor& q, const Tensor& k, const Tensor& v) {
+  using namespace xattn;
+  auto Q = ref(q), K = ref(k), V = ref(v);
+  // [snippet explain]
+  const explanation x = explain(softmax(mask(Q * trans(K) / 8.0f, causal())) * V, {.threads = 2});
+  std::cout << x;  // the plan and the loop nest; x.path, x.schedule.threads, ... for programs
+  // [end explain]
+  return x.text;
 }
 
 /// One expression under an explicit schedule.

@@ -115,6 +115,20 @@ auto grouped(const Tensor& q, const Tensor& k, const Tensor& v) {
   return out;
 }
 
+/// Packed documents: three sequences of 3, 5 and 4 tokens in one row of 12; q, k, v (1, 12, D).
+template <class Tensor>
+auto packed_documents(const Tensor& q, const Tensor& k, const Tensor& v) {
+  using namespace xattn;
+  auto Q = ref(q), K = ref(k), V = ref(v);
+  // [snippet documents]
+  xt::xtensor<int, 1> cu_seqlens = {0, 3, 8, 12};  // FlashAttention's offsets: documents [0,3), [3,8), [8,12)
+  auto each_alone = softmax(mask(Q * trans(K), documents_from_offsets(cu_seqlens))) * V;
+  auto causal_each = softmax(mask(mask(Q * trans(K), documents_from_offsets(cu_seqlens)), causal())) * V;
+  // = documents(ids) with ids {0,0,0, 1,1,1,1,1, 2,2,2,2}
+  // [end documents]
+  return std::make_pair(eval(each_alone), eval(causal_each));
+}
+
 /// Training-mode dropout on the normalised weights; q, k, v (B, S, D).
 template <class Tensor>
 auto with_dropout(const Tensor& q, const Tensor& k, const Tensor& v, std::uint64_t seed) {

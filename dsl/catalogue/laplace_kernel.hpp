@@ -4,6 +4,8 @@
 // product of features, so it declares projections (q / bandwidth and k / bandwidth, once per row)
 // and combine(fq, fk), the only work done per (query, key) pair. operator() is the definition,
 // used by the reference evaluator.
+#include <xattn/error.hpp>
+
 #include <cmath>
 #include <cstddef>
 #include <span>
@@ -22,8 +24,8 @@ struct laplace_kernel {
     return T(-s / bandwidth);
   }
   void validate(std::size_t dq, std::size_t dk) const {
-    if (dq != dk) throw std::invalid_argument("laplace_kernel: queries and keys must have the same size");
-    if (!(bandwidth > 0)) throw std::invalid_argument("laplace_kernel: bandwidth must be > 0");
+    if (dq != dk) xattn::fail("laplace_kernel: queries have size ", dq, " but keys have size ", dk);
+    if (!(bandwidth > 0)) xattn::fail("laplace_kernel: bandwidth must be > 0, got ", bandwidth);
   }
   std::size_t feature_size(std::size_t dq, std::size_t) const { return dq; }
   template <class T>

@@ -5,6 +5,7 @@
 // lets the caller choose d2l's -1e6 instead of exclusion, classify() lets the kernel skip hidden
 // blocks and run fully visible ones without mask code, and row_span() -- each row's visible keys
 // are one interval -- lets it mask partial blocks by range fills.
+#include <xattn/error.hpp>
 #include <xattn/policy/problem.hpp>
 
 #include <algorithm>
@@ -38,12 +39,10 @@ struct prefix_lm_mask {
   double fill() const { return fill_value; }
   prefix_lm_mask bind(const xattn::problem& pr) const {
     if (prefix.size() != pr.batch)
-      throw std::invalid_argument("prefix_lm_mask: " + std::to_string(prefix.size()) + " prefixes for a batch of " +
-                                  std::to_string(pr.batch));
+      xattn::fail("prefix_lm_mask: ", prefix.size(), " prefixes for a batch of ", pr.batch);
     for (auto p : prefix)
       if (p < 0 || std::size_t(p) > pr.kv_len)
-        throw std::invalid_argument("prefix_lm_mask: prefix " + std::to_string(p) + " outside [0, " +
-                                    std::to_string(pr.kv_len) + "]");
+        xattn::fail("prefix_lm_mask: prefix ", p, " outside [0, ", pr.kv_len, "]");
     return *this;
   }
 };

@@ -4,6 +4,7 @@
 //   s -> s + table[h, clamp(j - i, -R, R) + R].
 // operator() is the definition (the reference evaluator's, and the kernel's fallback), apply_row()
 // is what the fused kernel calls on each row of a score tile, bind() checks the table.
+#include <xattn/error.hpp>
 #include <xattn/policy/problem.hpp>
 
 #include <algorithm>
@@ -31,8 +32,7 @@ struct relative_bias {
   }
   relative_bias bind(const xattn::problem& pr) const {
     if (radius < 0 || table.size() != pr.q_heads * width())
-      throw std::invalid_argument("relative_bias: table has " + std::to_string(table.size()) + " entries, need " +
-                                  std::to_string(pr.q_heads) + " heads x " + std::to_string(width()));
+      xattn::fail("relative_bias: table has ", table.size(), " entries, need ", pr.q_heads, " heads x ", width());
     return *this;
   }
 

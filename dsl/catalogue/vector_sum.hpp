@@ -3,6 +3,8 @@
 // Written as a separable policy with zero-width features: Σq is a per-query term and Σk a per-key
 // term, so the kernel never touches pairs -- and the softmax over keys cannot depend on the query,
 // which is the exercise's answer.
+#include <xattn/error.hpp>
+
 #include <cstddef>
 #include <span>
 
@@ -19,7 +21,7 @@ struct vector_sum {
     return s;
   }
   void validate(std::size_t dq, std::size_t dk) const {
-    if (dq != dk) throw std::invalid_argument("vector_sum: queries and keys must have the same size");
+    if (dq != dk) xattn::fail("vector_sum: queries have size ", dq, " but keys have size ", dk);
   }
   std::size_t feature_size(std::size_t, std::size_t) const { return 0; }
   template <class T>

@@ -18,6 +18,7 @@ inline d2l_module_run d2l_modules_example() {
   const seeds_example ex;
   d2l_module_run r;
 
+  // [snippet d2l_modules]
   xattn::nn::dot_product_attention dot(0.5f, /*seed*/ 0);
   dot.keep_weights(true);  // d2l always keeps them; here it is a choice (one more evaluation)
   r.dot_output = dot.forward(ex.dot_queries, ex.keys, ex.values, ex.valid_lens);  // eval mode: no dropout
@@ -28,6 +29,7 @@ inline d2l_module_run d2l_modules_example() {
   additive.keep_weights(true);
   r.additive_output = additive.forward(ex.add_queries, ex.keys, ex.values, ex.valid_lens);
   r.additive_weights = additive.last_weights();
+  // [end d2l_modules]
   return r;
 }
 

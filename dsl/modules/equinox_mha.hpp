@@ -21,6 +21,7 @@ struct equinox_mha_run {
 
 inline equinox_mha_run equinox_mha_example() {
   constexpr std::size_t tokens = 12, size = 32;
+  // [snippet equinox_mha]
   xattn::nn::multihead_attention mha(
       {.num_heads = 4, .query_size = size, .use_output_bias = true, .dropout_p = 0.1f, .seed = 0});
   // tokens with smooth position features, so heads have something to prefer
@@ -35,6 +36,7 @@ inline equinox_mha_run equinox_mha_example() {
   r.train_output = mha(x, x, x, causal, {.key = 0});
   r.inference_output = mha(x, x, x, causal, {.inference = true});
   r.weights = mha.weights(x, x, causal);
+  // [end equinox_mha]
   return r;
 }
 

@@ -77,7 +77,7 @@ TEST_CASE("softmax rejects an axis outside [-rank, rank-1]", "[softmax]") {
   CHECK_NOTHROW(softmax(x, -3));
   CHECK_NOTHROW(softmax(x, 2));
   CHECK_THROWS_AS(softmax(x, 3), std::invalid_argument);
-  CHECK_THROWS_WITH(softmax(x, 3), Contains("axis 3") && Contains("[3,4,5]"));
+  CHECK_THROWS_WITH(softmax(x, 3), Contains("axis 3") && Contains("(3,4,5)"));
   CHECK_THROWS_WITH(softmax(x, -4), Contains("axis -4") && Contains("valid: -3..2"));
   const xt::xarray<float> scalar = 1.0f;
   CHECK_THROWS_AS(softmax(scalar, 0), std::invalid_argument);

@@ -162,6 +162,39 @@ TEST_CASE("guide: eval_into writes the same result into caller storage, and chec
                       Catch::Contains("eval_into(e, out): out has shape (2,3,5)"));
 }
 
+TEST_CASE("guide: mixed operand types accumulate in double; eval<float> returns float") {
+  testing::rng r(11);
+  const xt::xtensor<float, 3> q = r.tensor<float>({2, 5, 8});
+  const xt::xtensor<double, 3> kv = r.tensor<double>({2, 9, 8});
+  const auto [out, out32] = dsl::guide::mixed_types(q, kv);
+  auto Q = ref(q);
+  auto K = ref(kv);
+  const auto want = reference(softmax(Q * trans(K) / 8.0f) * K).output;
+  REQUIRE(max_abs_diff(out, xt::view(want, xt::all(), 0)) < 1e-14);
+  REQUIRE(max_abs_diff(out32, xt::view(want, xt::all(), 0)) < 1e-7);
+}
+
+TEST_CASE("guide: eval_into raw memory through strides (packed heads)") {
+  testing::rng r(12);
+  const xt::xtensor<float, 4> q = r.tensor<float>({2, 4, 16, 8}), k = r.tensor<float>({2, 4, 16, 8}),
+                              v = r.tensor<float>({2, 4, 16, 8});
+  std::vector<float> out(2 * 16 * 4 * 8);
+  dsl::guide::into_raw(q, k, v, out.data());
+  auto Q = ref(q), K = ref(k), V = ref(v);
+  const xt::xtensor<float, 4> want = eval(softmax(Q * trans(K)) * V);
+  for (std::size_t b = 0; b < 2; ++b)
+    for (std::size_t h = 0; h < 4; ++h)
+      for (std::size_t i = 0; i < 16; ++i)
+        for (std::size_t d = 0; d < 8; ++d) REQUIRE(out[((b * 16 + i) * 4 + h) * 8 + d] == want(b, h, i, d));
+}
+
+TEST_CASE("guide: explain names the path and the threads asked for") {
+  testing::rng r(13);
+  const xt::xtensor<float, 4> q = r.tensor<float>({1, 2, 64, 16});
+  const std::string text = dsl::guide::explained(q, q, q);
+  REQUIRE_THAT(text, Catch::Contains("score path  dot_identity") && Catch::Contains("threads 2 (as requested"));
+}
+
 TEST_CASE("guide: an explicit schedule changes rounding only") {
   testing::rng r(6);
   const xt::xtensor<float, 3> q = r.tensor<float>({2, 100, 16}), k = r.tensor<float>({2, 300, 16}),

@@ -155,6 +155,22 @@ TEST_CASE("semantics: query head h reads kv head h / (Hq / Hkv)") {
   }
 }
 
+TEST_CASE("semantics: packed documents attend only within themselves") {
+  testing::rng r(21);
+  const xt::xtensor<double, 3> q = r.tensor<double>({1, 12, 4}), k = r.tensor<double>({1, 12, 4}),
+                               v = r.tensor<double>({1, 12, 3});
+  const auto [alone, causal_each] = dsl::semantics::packed_documents(q, k, v);
+  // each document evaluated by itself, as three separate attentions
+  const std::size_t cu[] = {0, 3, 8, 12};
+  for (std::size_t d = 0; d < 3; ++d) {
+    auto rows = [&](const auto& x) { return xt::view(x, xt::all(), xt::range(cu[d], cu[d + 1])); };
+    const xt::xtensor<double, 3> qd = rows(q), kd = rows(k), vd = rows(v);
+    auto Q = ref(qd), K = ref(kd), V = ref(vd);
+    REQUIRE(max_abs_diff(rows(alone), eval(softmax(Q * trans(K)) * V)) < 1e-14);
+    REQUIRE(max_abs_diff(rows(causal_each), eval(softmax(mask(Q * trans(K), causal())) * V)) < 1e-14);
+  }
+}
+
 TEST_CASE("semantics: dropout on the normalised weights, keyed by (seed, b, h, i, j)") {
   testing::rng r(9);
   const xt::xtensor<double, 3> q = r.tensor<double>({2, 6, 4}), k = r.tensor<double>({2, 6, 4}),

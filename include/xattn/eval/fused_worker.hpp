@@ -7,6 +7,7 @@
 #include "../kernel/pv.hpp"
 #include "../kernel/rows.hpp"
 #include "../layout.hpp"
+#include "../random/philox_dropout.hpp"
 #include "key_panels.hpp"
 #include "mask_eval.hpp"
 #include "resolved_schedule.hpp"

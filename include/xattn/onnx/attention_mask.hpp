@@ -6,6 +6,8 @@
 #include "../policy/masks/bool_mask.hpp"
 #include "../policy/masks/causal.hpp"
 #include "../policy/masks/lengths.hpp"
+#include "../policy/ops/bias.hpp"
+#include "../policy/ops/softcap.hpp"
 
 #include <optional>
 

@@ -6,6 +6,7 @@
 // intrinsics) as uninitialized wherever such an intrinsic is inlined into our code, even though
 // the header is a system header (GCC PR 105593, fixed in 13). Every xattn header that runs SIMD
 // code brackets it with the pragmas below, so that users' -Wall -Wextra builds stay quiet.
+#include <immintrin.h>
 #include <xsimd/xsimd.hpp>
 
 #include <algorithm>

@@ -6,6 +6,7 @@
 #include "../../kernel/aligned.hpp"
 #include "../../kernel/qk.hpp"
 #include "../../kernel/rows.hpp"
+#include "../../policy/concepts.hpp"
 #include "../key_features.hpp"
 #include "../key_panels.hpp"
 #include "../resolved_schedule.hpp"

@@ -3,6 +3,7 @@
 // pair (additive attention, a Laplace kernel). Keys are projected once per evaluation and queries
 // once per task, in the policy's scalar type; only combine runs per pair.
 #include "../../kernel/rows.hpp"
+#include "../../policy/concepts.hpp"
 #include "../key_features.hpp"
 #include "../resolved_schedule.hpp"
 

@@ -3,6 +3,7 @@
 // copies of the rows (converted once to the policy's scalar type). The slowest path: explain()
 // names it so that a user can see when projections would help.
 #include "../../kernel/rows.hpp"
+#include "../../policy/concepts.hpp"
 #include "../key_features.hpp"
 #include "../resolved_schedule.hpp"
 

@@ -1,6 +1,7 @@
 #pragma once
 // Score path tensor: the scores are given as a tensor X (d2l's masked_softmax(X, valid_lens)); a
 // tile is X's block, converted and times the scale.
+#include "../../simd/compat.hpp"
 #include "../resolved_schedule.hpp"
 
 #include <string_view>

@@ -3,6 +3,7 @@
 // masked (-inf) entries stay masked.
 #include "../../error.hpp"
 #include "../../simd/compat.hpp"
+#include "../problem.hpp"
 
 #include <cmath>
 #include <cstddef>
