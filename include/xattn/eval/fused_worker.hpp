@@ -4,6 +4,7 @@
 // block_q x block_k. Nothing of size Sq x Skv is ever allocated. The score path (Path::tiles)
 // fills the score tile; the worker does not know which path it runs.
 #include "../kernel/aligned.hpp"
+#include "../kernel/blocking.hpp"
 #include "../kernel/pv.hpp"
 #include "../kernel/rows.hpp"
 #include "../layout.hpp"
@@ -62,10 +63,11 @@ class fused_worker {
     start(b, h, i0, rows);
     std::fill(o_.begin(), o_.begin() + rows * dvp_, Acc(0));
     for (std::size_t j0 = k0; j0 < k1; j0 += bk_) {
-      const std::size_t cols = block_probabilities(b, h, i0, rows, j0, std::min(bk_, k1 - j0), true);
-      if (cols == 0) continue;
-      const auto [v_ptr, ldv] = values(b, kv_head(h), j0, cols);
-      kernel::pv_tile(s_.data(), lds_, rows, v_ptr, ldv, cols, o_.data(), dvp_, dvp_);
+      const part p = block_probabilities(b, h, i0, rows, j0, std::min(bk_, k1 - j0), true);
+      if (p.cols == 0) continue;
+      const auto [v_ptr, ldv] = values(b, kv_head(h), j0, p.cols);
+      kernel::pv_tile(s_.data() + p.r0 * lds_, lds_, p.r1 - p.r0, v_ptr, ldv, p.cols, o_.data() + p.r0 * dvp_, dvp_,
+                      dvp_);
     }
     for (std::size_t r = 0; r < rows; ++r) {
       kernel::finalize_row(o_.data() + r * dvp_, pr_.v_dim, st_[r].l, out.row(b, h, i0 + r), out.inner_stride());
@@ -83,13 +85,11 @@ class fused_worker {
       block_probabilities(b, h, i0, rows, j0, std::min(bk_, pr_.kv_len - j0), false);
     for (std::size_t j0 = 0; j0 < pr_.kv_len; j0 += bk_) {
       const std::size_t all = std::min(bk_, pr_.kv_len - j0);
-      const block_verdict v = classify_block(masks_, b, h, i0, i0 + rows, j0, j0 + all);
-      const std::size_t cols = skips(v, rows)  ? 0
-                               : v.all_visible ? all
-                                               : visible_cols(masks_, b, h, i0, i0 + rows, j0, all);
-      if (cols > 0) block_scores(b, h, i0, rows, j0, cols, v.all_visible);
+      const part p = block_part(b, h, i0, rows, j0, all);
+      if (p.cols > 0) block_scores(b, h, i0, p, j0);
       for (std::size_t r = 0; r < rows; ++r) {
         Acc* s = s_.data() + r * lds_;
+        const std::size_t cols = r >= p.r0 && r < p.r1 ? p.cols : 0;
         if (cols > 0) {
           if (!fold_log2e_) kernel::to_base2_row(s, simd::padded<Acc>(cols));
           kernel::weights_row(s, simd::padded<Acc>(cols), st_[r]);
@@ -112,7 +112,7 @@ class fused_worker {
     for (std::size_t j0 = 0; j0 < pr_.kv_len; j0 += bk_) {
       const std::size_t cols = std::min(bk_, pr_.kv_len - j0);
       const block_verdict v = classify_block(masks_, b, h, i0, i0 + rows, j0, j0 + cols);
-      if (!v.skip) block_scores(b, h, i0, rows, j0, cols, v.all_visible);
+      if (!v.skip) block_scores(b, h, i0, part{cols, 0, rows, v.all_visible}, j0);
       for (std::size_t r = 0; r < rows; ++r) {
         Acc* s = s_.data() + r * lds_;
         if (v.skip) std::fill(s, s + cols, -std::numeric_limits<Acc>::infinity());  // exclusion wins
@@ -140,38 +140,57 @@ class fused_worker {
     return true;
   }
 
-  /// The score tile of key block [j0, j0 + cols) with modifiers and masks applied (masks only if
-  /// some mask hides something in it), in natural units unless log2 e is folded into the scale.
-  void block_scores(std::size_t b, std::size_t h, std::size_t i0, std::size_t rows, std::size_t j0, std::size_t cols,
-                    bool all_visible) {
-    tiles_.scores(b, h, kv_head(h), i0, rows, j0, cols, simd::padded<Acc>(cols), s_.data(), lds_);
-    for (std::size_t r = 0; r < rows; ++r) {
+  /// The part of key block [j0, j0 + all) that takes part for rows [i0, i0 + rows): its columns
+  /// (0: skipped: the block adds exactly nothing) and the rows [r0, r1) some key of it is visible
+  /// to (the rest see nothing in it).
+  struct part {
+    std::size_t cols = 0, r0 = 0, r1 = 0;
+    bool all_visible = true;
+  };
+  part block_part(std::size_t b, std::size_t h, std::size_t i0, std::size_t rows, std::size_t j0,
+                  std::size_t all) const {
+    const block_verdict v = classify_block(masks_, b, h, i0, i0 + rows, j0, j0 + all);
+    if (skips(v, rows)) return {};
+    if (v.all_visible) return {all, 0, rows, true};
+    const std::size_t cols = visible_cols(masks_, b, h, i0, i0 + rows, j0, all);
+    if (cols == 0) return {};
+    const auto [r0, r1] = visible_rows(masks_, b, h, i0, rows, j0, j0 + cols, kernel::blocking<Acc>::rows);
+    if (r0 == r1) return {};
+    return {cols, r0, r1, false};
+  }
+
+  /// The score tile of key block [j0, j0 + cols) for rows [p.r0, p.r1), with modifiers and masks
+  /// applied (masks only if some mask hides something in it), in natural units unless log2 e is
+  /// folded into the scale.
+  void block_scores(std::size_t b, std::size_t h, std::size_t i0, const part& p, std::size_t j0) {
+    tiles_.scores(b, h, kv_head(h), i0 + p.r0, p.r1 - p.r0, j0, p.cols, simd::padded<Acc>(p.cols),
+                  s_.data() + p.r0 * lds_, lds_);
+    for (std::size_t r = p.r0; r < p.r1; ++r) {
       Acc* s = s_.data() + r * lds_;
-      apply_ops(s, cols, b, h, i0 + r, j0);
-      if (!all_visible) apply_masks(masks_, s, cols, b, h, i0 + r, j0);
+      apply_ops(s, p.cols, b, h, i0 + r, j0);
+      if (!p.all_visible) apply_masks(masks_, s, p.cols, b, h, i0 + r, j0);
     }
   }
 
   /// Scores of one key block turned into probabilities relative to each row's running max, the
   /// rows' states updated (and, for the attention output, the accumulators rescaled and the
-  /// probabilities dropped out). Returns the block's columns that take part (0: skipped).
-  std::size_t block_probabilities(std::size_t b, std::size_t h, std::size_t i0, std::size_t rows, std::size_t j0,
-                                  std::size_t cols, bool to_output) {
-    const block_verdict v = classify_block(masks_, b, h, i0, i0 + rows, j0, j0 + cols);
-    if (skips(v, rows)) return 0;
-    if (!v.all_visible && (cols = visible_cols(masks_, b, h, i0, i0 + rows, j0, cols)) == 0) return 0;
-    const std::size_t colsp = simd::padded<Acc>(cols);
-    block_scores(b, h, i0, rows, j0, cols, v.all_visible);
-    for (std::size_t r = 0; r < rows; ++r) {
+  /// probabilities dropped out). Returns the part that takes part (cols 0: skipped).
+  part block_probabilities(std::size_t b, std::size_t h, std::size_t i0, std::size_t rows, std::size_t j0,
+                           std::size_t all, bool to_output) {
+    const part p = block_part(b, h, i0, rows, j0, all);
+    if (p.cols == 0) return p;
+    const std::size_t colsp = simd::padded<Acc>(p.cols);
+    block_scores(b, h, i0, p, j0);
+    for (std::size_t r = p.r0; r < p.r1; ++r) {
       Acc* s = s_.data() + r * lds_;
       if (!fold_log2e_) kernel::to_base2_row(s, colsp);  // padding is overwritten next
-      std::fill(s + cols, s + colsp, -std::numeric_limits<Acc>::infinity());
+      std::fill(s + p.cols, s + colsp, -std::numeric_limits<Acc>::infinity());
       kernel::online_softmax_row(s, colsp, st_[r], to_output ? o_.data() + r * dvp_ : nullptr, dvp_);
       if (to_output && p_.drop.p > 0)  // after the running sum: dropout rescales what reaches V, not the normaliser
-        random::scale_row(p_.drop, std::uint32_t(b), std::uint32_t(h), std::uint32_t(i0 + r), std::uint32_t(j0), cols,
+        random::scale_row(p_.drop, std::uint32_t(b), std::uint32_t(h), std::uint32_t(i0 + r), std::uint32_t(j0), p.cols,
                           s);
     }
-    return cols;
+    return p;
   }
 
   void apply_ops(Acc* s, std::size_t cols, std::size_t b, std::size_t h, std::size_t i, std::size_t j0) const {

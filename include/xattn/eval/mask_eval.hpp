@@ -107,6 +107,29 @@ std::size_t visible_cols(const Masks& masks, std::size_t b, std::size_t h, std::
   }
 }
 
+/// Rows [first, last) of the block [i0, i0 + rows) x [j0, j1) that no excluding mask hides
+/// entirely, found by classifying groups of `group` rows: the rows outside see nothing in the
+/// block and add exactly nothing (the causal diagonal's upper rows, the rows of another document),
+/// so the kernel leaves them out. Without any classify, all rows.
+template <class Masks>
+std::pair<std::size_t, std::size_t> visible_rows(const Masks& masks, std::size_t b, std::size_t h, std::size_t i0,
+                                                 std::size_t rows, std::size_t j0, std::size_t j1, std::size_t group) {
+  constexpr bool any_classify = decltype(hana::any_of(
+      masks, [](const auto& m) { return hana::bool_c<has_classify<std::decay_t<decltype(m)>>>; }))::value;
+  if constexpr (!any_classify) {
+    return {0, rows};
+  } else {
+    auto hidden = [&](std::size_t r) {
+      return classify_block(masks, b, h, i0 + r, i0 + std::min(rows, r + group), j0, j1).skip;
+    };
+    std::size_t first = 0, last = rows;
+    while (first < rows && hidden(first)) first += group;
+    if (first >= rows) return {0, 0};
+    while (last > first && hidden((last - 1) / group * group)) last = (last - 1) / group * group;
+    return {first, last};
+  }
+}
+
 /// One mask on one score row: s[c] = value where the mask hides key j0 + c, by the mask's own row
 /// member (hide_row), by its span (row_span), or element by element (visible).
 template <class M, class T>

@@ -68,6 +68,7 @@ struct dot_features_path {
     void load_queries(std::size_t b, std::size_t h, std::size_t i0, std::size_t rows, Acc scale) {
       const auto& qv = b_.q.view;
       scale_ = scale;
+      i0_ = i0;
       auto project = [&](std::span<const S> x, std::span<S> out) { return b_.policy.project_query(x, out); };
       for (std::size_t r = 0; r < rows; ++r) {
         Acc* dst = q_.data() + r * n_;
@@ -83,22 +84,24 @@ struct dot_features_path {
       }
     }
 
-    void scores(std::size_t b, std::size_t, std::size_t hk, std::size_t, std::size_t rows, std::size_t j0,
+    void scores(std::size_t b, std::size_t, std::size_t hk, std::size_t i0, std::size_t rows, std::size_t j0,
                 std::size_t cols, std::size_t colsp, Acc* s, std::size_t lds) const {
+      const std::size_t r0 = i0 - i0_;  // rows [i0, i0 + rows) of the loaded block
+      const Acc* q = q_.data() + r0 * n_;
       if (!k_.panels.empty())
-        kernel::qk_tile(q_.data(), n_, rows, k_.panels.panel(b, hk, j0 / bk_), n_, colsp, s, lds);
+        kernel::qk_tile(q, n_, rows, k_.panels.panel(b, hk, j0 / bk_), n_, colsp, s, lds);
       else
         kernel::qk_direct(
-            q_.data(), n_, rows, [&](std::size_t c) { return k_.f.row(b, hk, j0 + c); }, cols, n_, s, lds);
+            q, n_, rows, [&](std::size_t c) { return k_.f.row(b, hk, j0 + c); }, cols, n_, s, lds);
       for (std::size_t r = 0; r < rows; ++r)
-        for (std::size_t c = 0; c < cols; ++c) s[r * lds + c] += alpha_[r] + scale_ * k_.f.term(b, hk, j0 + c);
+        for (std::size_t c = 0; c < cols; ++c) s[r * lds + c] += alpha_[r0 + r] + scale_ * k_.f.term(b, hk, j0 + c);
     }
 
    private:
     const Base& b_;
     const keys& k_;
     const problem& pr_;
-    std::size_t n_, bk_;
+    std::size_t n_, bk_, i0_ = 0;
     Acc scale_;
     kernel::aligned_vector<Acc> q_;
     std::vector<Acc> alpha_;

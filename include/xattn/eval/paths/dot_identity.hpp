@@ -45,25 +45,27 @@ struct dot_identity_path {
 
     void load_queries(std::size_t b, std::size_t h, std::size_t i0, std::size_t rows, Acc scale) {
       const auto& qv = b_.q.view;
+      i0_ = i0;
       for (std::size_t r = 0; r < rows; ++r)
         kernel::scaled_copy(qv.row(b, h, i0 + r), qv.inner_stride(), n_, scale, q_.data() + r * n_, 1);
     }
 
-    void scores(std::size_t b, std::size_t, std::size_t hk, std::size_t, std::size_t rows, std::size_t j0,
+    void scores(std::size_t b, std::size_t, std::size_t hk, std::size_t i0, std::size_t rows, std::size_t j0,
                 std::size_t cols, std::size_t colsp, Acc* s, std::size_t lds) const {
+      const Acc* q = q_.data() + (i0 - i0_) * n_;  // rows [i0, i0 + rows) of the loaded block
       if (!k_.panels.empty()) {
-        kernel::qk_tile(q_.data(), n_, rows, k_.panels.panel(b, hk, j0 / bk_), n_, colsp, s, lds);
+        kernel::qk_tile(q, n_, rows, k_.panels.panel(b, hk, j0 / bk_), n_, colsp, s, lds);
       } else {
         const auto& kv = b_.k.view;
         kernel::qk_direct(
-            q_.data(), n_, rows, [&](std::size_t c) { return kv.row(b, hk, j0 + c); }, cols, n_, s, lds);
+            q, n_, rows, [&](std::size_t c) { return kv.row(b, hk, j0 + c); }, cols, n_, s, lds);
       }
     }
 
    private:
     const Base& b_;
     const keys& k_;
-    std::size_t n_, bk_;
+    std::size_t n_, bk_, i0_ = 0;
     kernel::aligned_vector<Acc> q_;
   };
 };

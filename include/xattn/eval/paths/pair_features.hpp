@@ -52,19 +52,21 @@ struct pair_features_path {
     void load_queries(std::size_t b, std::size_t h, std::size_t i0, std::size_t rows, Acc scale) {
       const auto& qv = b_.q.view;
       scale_ = scale;
+      i0_ = i0;
       for (std::size_t r = 0; r < rows; ++r)
         alpha_[r] =
             project_row(qv.row(b, h, i0 + r), qv.inner_stride(), pr_.q_dim, raw_, q_.data() + r * n_, n_,
                         [&](std::span<const S> x, std::span<S> out) { return b_.policy.project_query(x, out); });
     }
 
-    void scores(std::size_t b, std::size_t, std::size_t hk, std::size_t, std::size_t rows, std::size_t j0,
+    void scores(std::size_t b, std::size_t, std::size_t hk, std::size_t i0, std::size_t rows, std::size_t j0,
                 std::size_t cols, std::size_t, Acc* s, std::size_t lds) const {
+      const std::size_t r0 = i0 - i0_;  // rows [i0, i0 + rows) of the loaded block
       for (std::size_t r = 0; r < rows; ++r) {
-        const std::span<const S> fq(q_.data() + r * n_, n_);
+        const std::span<const S> fq(q_.data() + (r0 + r) * n_, n_);
         for (std::size_t c = 0; c < cols; ++c) {
           const std::span<const S> fk(k_.f.row(b, hk, j0 + c), n_);
-          const S v = S(b_.policy.combine(fq, fk)) + alpha_[r] + k_.f.term(b, hk, j0 + c);
+          const S v = S(b_.policy.combine(fq, fk)) + alpha_[r0 + r] + k_.f.term(b, hk, j0 + c);
           s[r * lds + c] = scale_ * Acc(v);
         }
       }
@@ -74,7 +76,7 @@ struct pair_features_path {
     const Base& b_;
     const keys& k_;
     const problem& pr_;
-    std::size_t n_;
+    std::size_t n_, i0_ = 0;
     Acc scale_;
     std::vector<S> q_, alpha_, raw_;
   };

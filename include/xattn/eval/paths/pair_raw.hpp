@@ -43,14 +43,15 @@ struct pair_raw_path {
     void load_queries(std::size_t b, std::size_t h, std::size_t i0, std::size_t rows, Acc scale) {
       const auto& qv = b_.q.view;
       scale_ = scale;
+      i0_ = i0;
       for (std::size_t r = 0; r < rows; ++r)
         kernel::scaled_copy(qv.row(b, h, i0 + r), qv.inner_stride(), dq_, S(1), q_.data() + r * dq_, 1);
     }
 
-    void scores(std::size_t b, std::size_t, std::size_t hk, std::size_t, std::size_t rows, std::size_t j0,
+    void scores(std::size_t b, std::size_t, std::size_t hk, std::size_t i0, std::size_t rows, std::size_t j0,
                 std::size_t cols, std::size_t, Acc* s, std::size_t lds) const {
       for (std::size_t r = 0; r < rows; ++r) {
-        const std::span<const S> q(q_.data() + r * dq_, dq_);
+        const std::span<const S> q(q_.data() + (i0 - i0_ + r) * dq_, dq_);  // rows [i0, i0 + rows) of the block
         for (std::size_t c = 0; c < cols; ++c)
           s[r * lds + c] = scale_ * Acc(S(b_.policy(q, std::span<const S>(k_.f.row(b, hk, j0 + c), dk_))));
       }
@@ -59,7 +60,7 @@ struct pair_raw_path {
    private:
     const Base& b_;
     const keys& k_;
-    std::size_t dq_, dk_;
+    std::size_t dq_, dk_, i0_ = 0;
     Acc scale_;
     std::vector<S> q_;
   };
