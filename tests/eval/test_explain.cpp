@@ -35,7 +35,7 @@ TEST_CASE("explain: the score path, the scale and log2 e, the masks, the loop ne
   REQUIRE(dense.schedule.block_k == 512);
   REQUIRE_THAT(dense.text, Contains("score path  dot_identity") &&
                                Contains("causal_mask (excludes; classify skips blocks") &&
-                               Contains("folded into the queries") && Contains("pack keys into panels of 64 x 512") &&
+                               Contains("folded into the queries") && Contains("pack into panels of 512 keys") &&
                                Contains("= 280 tasks on 2 threads") && Contains("P·V 60 x 512 x 64"));
   const xt::xtensor<int, 1> lens = {100};
   const auto filled = explain(softmax(mask(score(raw_cosine{}, Q, K), lengths(lens))) * V);

@@ -22,6 +22,8 @@ struct dot_features_path {
   using S = projection_scalar_t<policy_t, Acc>;
   static constexpr std::string_view name = "dot_features";
   static constexpr std::string_view what = "projected once per row, then fq·fk by the score microkernel, plus α + β";
+  static constexpr std::string_view key_work = "project keys to their features";
+  static constexpr std::string_view query_work = "gather and project";
 
   static std::size_t width(const Base& b, const problem& pr) { return b.policy.feature_size(pr.q_dim, pr.k_dim); }
   static path_facts facts(const Base& b, const problem& pr) {

@@ -17,6 +17,8 @@ template <class Acc, class Base>
 struct dot_identity_path {
   static constexpr std::string_view name = "dot_identity";
   static constexpr std::string_view what = "Q·Kᵀ of the operands by the score microkernel";
+  static constexpr std::string_view key_work = "";  // the keys are packed as they are
+  static constexpr std::string_view query_work = "gather";
 
   static path_facts facts(const Base& b, const problem& pr) {
     return {true, b.k.view.rows_contiguous(), pr.q_dim, sizeof(Acc), simd::width<Acc>};

@@ -19,6 +19,8 @@ struct pair_features_path {
   using S = combine_scalar_t<policy_t, Acc>;
   static constexpr std::string_view name = "pair_features";
   static constexpr std::string_view what = "projected once per row, then combine(fq, fk) + α + β per pair";
+  static constexpr std::string_view key_work = "project keys to their features";
+  static constexpr std::string_view query_work = "gather and project";
 
   static std::size_t width(const Base& b, const problem& pr) { return b.policy.feature_size(pr.q_dim, pr.k_dim); }
   static path_facts facts(const Base& b, const problem& pr) {

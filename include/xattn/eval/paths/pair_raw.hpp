@@ -19,6 +19,8 @@ struct pair_raw_path {
   using S = score_scalar_t<policy_t, Acc>;
   static constexpr std::string_view name = "pair_raw";
   static constexpr std::string_view what = "operator()(q, k) per pair on copies of the rows";
+  static constexpr std::string_view key_work = "copy keys contiguous";
+  static constexpr std::string_view query_work = "gather";
 
   static path_facts facts(const Base&, const problem& pr) {
     return {false, false, pr.k_dim, sizeof(Acc), simd::width<Acc>};

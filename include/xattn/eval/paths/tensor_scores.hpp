@@ -12,6 +12,8 @@ template <class Acc, class Base>
 struct tensor_scores_path {
   static constexpr std::string_view name = "tensor";
   static constexpr std::string_view what = "the scores read from the tensor X";
+  static constexpr std::string_view key_work = "";
+  static constexpr std::string_view query_work = "";
 
   static path_facts facts(const Base&, const problem&) { return {false, false, 0, sizeof(Acc), simd::width<Acc>}; }
 
