@@ -1,6 +1,7 @@
 // documents(ids): packed variable-length sequences. Against the reference (self-attention, separate
 // query and key ids, offsets, unsorted ids, per-batch ids, composed with causal and lengths), its
 // block classification against brute force, and its errors.
+#include "support/classify.hpp"
 #include "support/random.hpp"
 
 #include <xattn/xattn.hpp>
@@ -26,12 +27,7 @@ void check_classify(const documents_mask& m, std::size_t batch, std::size_t sq, 
       for (std::size_t i1 = i0 + 1; i1 <= std::min(sq, i0 + 7); i1 += 2)
         for (std::size_t j0 = 0; j0 < skv; j0 += 2)
           for (std::size_t j1 = j0 + 1; j1 <= std::min(skv, j0 + 9); j1 += 3) {
-            std::size_t seen = 0;
-            for (std::size_t i = i0; i < i1; ++i)
-              for (std::size_t j = j0; j < j1; ++j) seen += m.visible(b, 0, i, j);
-            const block truth = seen == 0                       ? block::hidden
-                                : seen == (i1 - i0) * (j1 - j0) ? block::visible
-                                                                : block::partial;
+            const block truth = testing::classify_by_pairs(m, b, i0, i1, j0, j1);
             const block got = m.classify(b, 0, i0, i1, j0, j1);
             INFO("b " << b << " rows [" << i0 << "," << i1 << ") keys [" << j0 << "," << j1 << ")");
             if (exact || got != block::partial) REQUIRE(got == truth);

@@ -1,5 +1,6 @@
 // Mask policies: block classification must agree with the element predicate on every block, and
 // the built-ins' classification is exact -- a classify() that never skips (always partial) fails.
+#include "support/classify.hpp"
 #include "support/random.hpp"
 
 #include <xattn/xattn.hpp>
@@ -26,12 +27,7 @@ void check_classify(const M& unbound, const problem& pr) {
         for (std::size_t i0 = 0; i0 < pr.q_len; i0 += bi)
           for (std::size_t j0 = 0; j0 < pr.kv_len; j0 += bj) {
             const std::size_t i1 = std::min(pr.q_len, i0 + bi), j1 = std::min(pr.kv_len, j0 + bj);
-            std::size_t seen = 0;
-            for (std::size_t i = i0; i < i1; ++i)
-              for (std::size_t j = j0; j < j1; ++j) seen += m.visible(b, 0, i, j);
-            const block truth = seen == 0                       ? block::hidden
-                                : seen == (i1 - i0) * (j1 - j0) ? block::visible
-                                                                : block::partial;
+            const block truth = testing::classify_by_pairs(m, b, i0, i1, j0, j1);
             INFO("batch " << b << ", rows [" << i0 << ", " << i1 << "), keys [" << j0 << ", " << j1 << ")");
             REQUIRE(m.classify(b, 0, i0, i1, j0, j1) == truth);
           }

@@ -55,4 +55,15 @@ S project_row(const E* src, std::ptrdiff_t stride, std::size_t d, std::vector<S>
   return S(f(std::span<const S>(scratch), std::span<S>(out, n)));
 }
 
+/// Every key of kv (rows of k_dim elements) projected by the policy into f: features and term.
+/// An orphaned `omp for`, like for_each_key.
+template <class S, class KView, class Policy>
+void project_keys(key_features<S>& f, const KView& kv, std::size_t k_dim, const Policy& policy) {
+  std::vector<S> raw;
+  f.for_each_key([&](std::size_t b, std::size_t h, std::size_t j, S* row, S& term) {
+    term = project_row(kv.row(b, h, j), kv.inner_stride(), k_dim, raw, row, f.width(),
+                       [&](std::span<const S> x, std::span<S> out) { return policy.project_key(x, out); });
+  });
+}
+
 }  // namespace xattn

@@ -6,9 +6,6 @@
 // intrinsics) as uninitialized wherever such an intrinsic is inlined into our code, even though
 // the header is a system header (GCC PR 105593, fixed in 13). Every xattn header that runs SIMD
 // code brackets it with the pragmas below, so that users' -Wall -Wextra builds stay quiet.
-#include <immintrin.h>
-#include <xsimd/xsimd.hpp>
-
 #include <algorithm>
 #include <array>
 #include <cstddef>
@@ -17,6 +14,11 @@
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+// Included inside the pragmas too: where xsimd's functions are not inlined (-O0, -Og) the warning
+// is reported in their own bodies.
+#include <immintrin.h>
+#include <xsimd/xsimd.hpp>
 
 namespace xattn::simd {
 

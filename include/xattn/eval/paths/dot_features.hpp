@@ -31,24 +31,13 @@ struct dot_features_path {
   }
 
   struct keys {
-    key_features<Acc> f;
+    key_features<S> f;  // in the policy's type; converted when packed, or in registers when decoding
     key_panels<Acc> panels;
     keys(const Base& b, const problem& pr, const resolved_schedule& rs) : f(pr, width(b, pr)) {
       if (rs.pack_panels) panels = make_key_panels<Acc>(pr, f.width(), rs.block_k);
     }
     void build(const Base& b, const problem& pr) {
-      const auto& kv = b.k.view;
-      const std::size_t n = f.width();
-      std::vector<S> raw, proj(n);
-      f.for_each_key([&](std::size_t bb, std::size_t h, std::size_t j, Acc* row, Acc& term) {
-        auto project = [&](std::span<const S> x, std::span<S> out) { return b.policy.project_key(x, out); };
-        if constexpr (std::is_same_v<S, Acc>) {
-          term = project_row(kv.row(bb, h, j), kv.inner_stride(), pr.k_dim, raw, row, n, project);
-        } else {
-          term = Acc(project_row(kv.row(bb, h, j), kv.inner_stride(), pr.k_dim, raw, proj.data(), n, project));
-          kernel::scaled_copy(proj.data(), 1, n, Acc(1), row, 1);
-        }
-      });
+      project_keys(f, b.k.view, pr.k_dim, b.policy);
       if (!panels.empty())
         pack_key_panels(panels, pr, 1, [&](std::size_t bb, std::size_t h, std::size_t j) { return f.row(bb, h, j); });
     }
@@ -96,7 +85,8 @@ struct dot_features_path {
         kernel::qk_direct(
             q, n_, rows, [&](std::size_t c) { return k_.f.row(b, hk, j0 + c); }, cols, n_, s, lds);
       for (std::size_t r = 0; r < rows; ++r)
-        for (std::size_t c = 0; c < cols; ++c) s[r * lds + c] += alpha_[r0 + r] + scale_ * k_.f.term(b, hk, j0 + c);
+        for (std::size_t c = 0; c < cols; ++c)
+          s[r * lds + c] += alpha_[r0 + r] + scale_ * Acc(k_.f.term(b, hk, j0 + c));
     }
 
    private:

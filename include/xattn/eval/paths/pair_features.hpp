@@ -30,14 +30,7 @@ struct pair_features_path {
   struct keys {
     key_features<S> f;
     keys(const Base& b, const problem& pr, const resolved_schedule&) : f(pr, width(b, pr)) {}
-    void build(const Base& b, const problem& pr) {
-      const auto& kv = b.k.view;
-      std::vector<S> raw;
-      f.for_each_key([&](std::size_t bb, std::size_t h, std::size_t j, S* row, S& term) {
-        term = project_row(kv.row(bb, h, j), kv.inner_stride(), pr.k_dim, raw, row, f.width(),
-                           [&](std::span<const S> x, std::span<S> out) { return b.policy.project_key(x, out); });
-      });
-    }
+    void build(const Base& b, const problem& pr) { project_keys(f, b.k.view, pr.k_dim, b.policy); }
   };
 
   class tiles {
