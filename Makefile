@@ -7,7 +7,7 @@ PACKAGES := g++ cmake make libxtensor-dev libxsimd-dev libboost-dev catch2 libbe
             libopenblas-dev libxtensor-blas-dev librandom123-dev libcli11-dev nlohmann-json3-dev \
             libstb-dev gnuplot-nox clang-format
 
-.PHONY: deps configure build demo test bench fuzz clean
+.PHONY: deps configure build demo test bench fuzz goldens clean
 
 deps:
 	@missing=$$(for p in $(PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
@@ -32,12 +32,19 @@ test: build
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
 bench: configure
+	@$(MAKE) --no-print-directory deps PACKAGES=python3-torch  # the PyTorch baseline of the backward rows
 	@cmake --build $(BUILD) -j $(JOBS) --target xattn-bench
 	@bash bench/run.sh $(BUILD)
 
 fuzz: configure
 	@cmake --build $(BUILD) -j $(JOBS) --target xattn-fuzz
 	@$(BUILD)/tests/xattn-fuzz --cases 10000
+
+# Regenerates tests/data/goldens from PyTorch autograd (Debian's python3-torch); the tests only
+# read the committed files, so `make test` never needs torch.
+goldens:
+	@$(MAKE) --no-print-directory deps PACKAGES=python3-torch
+	@/usr/bin/python3 tools/goldens/make_grad_goldens.py tests/data/goldens
 
 clean:
 	rm -rf $(BUILD)

@@ -41,6 +41,7 @@ int main(int argc, char** argv) {
   xattn_bench::register_additive();
   xattn_bench::register_documents();
   xattn_bench::register_tile_ops();
+  xattn_bench::register_backward();
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;

@@ -18,6 +18,8 @@ FUSED = "xattn"
 BASELINES = ["blas_unfused", "xtensor_eager", "ort"]
 OTHER = ("additive", "documents", "memory", "compile", "tile", "bandwidth")  # measurements outside the shape table
 PEAK = "peak_fma"
+# The backward pass (issue 17): its own table, same shape fields, FlashAttention-2's flop count.
+BACKWARD = ["xattn_bwd", "blas_unfused_bwd", "xattn_fwd_bwd", "torch_d2l_fwd_bwd"]
 SHAPE_FIELDS = ["B", "H", "Sq", "Skv", "D", "causal", "threads"]
 # Google Benchmark appends these to the registered name.
 NAME_SUFFIXES = {"real_time", "manual_time", "process_time"}
@@ -63,6 +65,8 @@ def split(results):
         variant, rest = parts[0], parts[1:]
         if variant == PEAK and len(rest) == 1:
             peaks[int(rest[0])] = value
+        elif variant in BACKWARD:
+            continue  # backward_table
         elif len(rest) == len(SHAPE_FIELDS) and all(p.isdigit() for p in rest):
             table.setdefault(tuple(int(p) for p in rest), {})[variant] = value
             if variant not in variants:
@@ -122,6 +126,28 @@ def markdown(context, peaks, table, variants):
         errors += [f"- {v} {'/'.join(map(str, shape))}: {x}" for v, x in row.items() if not number(x)]
     if errors:
         lines += ["", "Failed benchmarks:", *errors]
+    return "\n".join(lines) + "\n"
+
+
+def backward_table(results, peaks):
+    """The backward rows: GFLOP/s by FlashAttention-2's count (2.5 x 4·B·H·Sq·Skv·D per backward,
+    3.5 x for forward + backward; causal half), % of peak_fma, and the ratios the targets name."""
+    rows = {}
+    for parts, value in results.items():
+        if parts[0] in BACKWARD and len(parts) == len(SHAPE_FIELDS) + 1:
+            rows.setdefault(tuple(int(p) for p in parts[1:]), {})[parts[0]] = value
+    if not rows:
+        return ""
+    header = SHAPE_FIELDS + [f"{v} GFLOP/s" for v in BACKWARD] + [
+        "xattn_bwd % of peak_fma", "xattn_bwd / blas_unfused_bwd", "xattn_fwd_bwd / torch_d2l_fwd_bwd"]
+    lines = ["", "## Backward (FlashAttention-2 flop count: 2.5 x forward per backward, 3.5 x both)", "",
+             "| " + " | ".join(header) + " |", "|" + "|".join(["---:"] * len(header)) + "|"]
+    for shape, row in rows.items():
+        pct = ratio(row.get("xattn_bwd"), peaks.get(shape[-1]))
+        lines.append("| " + " | ".join([str(x) for x in shape] + [cell(row.get(v)) for v in BACKWARD] + [
+            cell(None if pct is None else 100 * pct, "{:.0f} %"),
+            cell(ratio(row.get("xattn_bwd"), row.get("blas_unfused_bwd")), "{:.2f}×"),
+            cell(ratio(row.get("xattn_fwd_bwd"), row.get("torch_d2l_fwd_bwd")), "{:.2f}×")]) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -251,9 +277,10 @@ def main(argv):
     out_dir = Path(argv[2])
     out_dir.mkdir(parents=True, exist_ok=True)
 
-    peaks, table, variants = split(collect(data.get("benchmarks", [])))
-    md = (markdown(data.get("context", {}), peaks, table, variants) + other_measurements(data.get("benchmarks", []))
-          + decode_bandwidth(table, data.get("benchmarks", [])))
+    results = collect(data.get("benchmarks", []))
+    peaks, table, variants = split(results)
+    md = (markdown(data.get("context", {}), peaks, table, variants) + backward_table(results, peaks)
+          + other_measurements(data.get("benchmarks", [])) + decode_bandwidth(table, data.get("benchmarks", [])))
     (out_dir / "results.md").write_text(md)
     print(md)
     print(f"wrote {out_dir / 'results.md'}")

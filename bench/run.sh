@@ -41,4 +41,5 @@ echo "{\"benchmarks\": [{\"name\": \"compile/five_pipelines_O2\", \"run_type\": 
 # ONNX Runtime side by side, same machine, same run (skipped when its harness is not installed).
 bash "$here/ort.sh" "$out/ort.json" || echo "run.sh: ONNX Runtime comparison failed; continuing" >&2
 
-python3 "$here/report.py" "$out/results.json" "$out" "$out/compile.json" "$out/ort.json"
+/usr/bin/python3 "$here/torch_d2l.py" "$out/torch_d2l.json" || echo "run.sh: PyTorch comparison failed; continuing" >&2
+python3 "$here/report.py" "$out/results.json" "$out" "$out/compile.json" "$out/ort.json" "$out/torch_d2l.json"

@@ -44,6 +44,7 @@ void register_xattn_variant();
 void register_additive();
 void register_memory();
 void register_tile_ops();
+void register_backward();
 void register_documents();
 
 }  // namespace xattn_bench

@@ -4,6 +4,7 @@
 //   auto out = eval(e);
 #include "eval/eval.hpp"
 #include "eval/explain.hpp"
+#include "eval/grad.hpp"
 #include "expr/operators.hpp"
 #include "expr/tensor_ref.hpp"
 #include "policy/additive.hpp"

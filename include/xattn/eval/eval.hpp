@@ -74,6 +74,14 @@ bool output_overlaps_operands(const Plan& p, const void* lo, const void* hi) {
     return aliased || p.base.q.view.overlaps(lo, hi) || p.base.k.view.overlaps(lo, hi);
 }
 
+/// The user shape of the per-row log-sum-exp for a lead terminal in form f -- (B, Sq), (B, H, Sq),
+/// or (B, Sq, H) for packed heads -- and its row-major layout in (B, H, Sq) coordinates.
+inline std::pair<std::vector<std::size_t>, layout<3>> lse_form(form f, const problem& pr) {
+  formed lf = in_form(f, {pr.batch, pr.q_heads, pr.q_len, 1});  // (B, Sq, 1), (B, H, Sq, 1) or (B, Sq, H)
+  if (f != form::packed) lf.user_shape.pop_back();
+  return {lf.user_shape, {{pr.batch, pr.q_heads, pr.q_len}, {lf.at.stride[0], lf.at.stride[1], lf.at.stride[2]}}};
+}
+
 }  // namespace detail
 
 /// Evaluate an attention (the fused pass), weights or scores expression. The result holds Out
@@ -183,11 +191,9 @@ auto eval_with_lse(const E& e, const schedule& sch = {}) {
       partial_attention<result_t<O, lead::rank>, result_t<Acc, lse_rank>> r;
       layout<4> at;
       std::tie(r.output, at) = allocate_in<decltype(r.output)>(lt.how, {pr.batch, pr.q_heads, pr.q_len, pr.v_dim});
-      formed lf = in_form(lt.how, {pr.batch, pr.q_heads, pr.q_len, 1});  // (B, Sq, 1), (B, H, Sq, 1) or (B, Sq, H)
-      if (lt.how != form::packed) lf.user_shape.pop_back();
-      r.lse = allocate<decltype(r.lse)>(lf.user_shape);
-      const strided_view<Acc, 3> lse{
-          r.lse.data(), {{pr.batch, pr.q_heads, pr.q_len}, {lf.at.stride[0], lf.at.stride[1], lf.at.stride[2]}}};
+      const auto [lse_shape, lse_at] = detail::lse_form(lt.how, pr);
+      r.lse = allocate<decltype(r.lse)>(lse_shape);
+      const strided_view<Acc, 3> lse{r.lse.data(), lse_at};
       run_fused<Acc>(p, pr, detail::schedule_for(p, pr, sch, pass_kind::attention),
                      strided_view<O>{r.output.data(), at}, lse);
       return r;

@@ -138,4 +138,53 @@ inline resolved_schedule resolve_schedule(const schedule& requested, const probl
   return r;
 }
 
+/// The backward pass's schedule: key-block-outer tasks (batch, key head, key chunk), each keeping
+/// dK and dV of its key block while it walks every query block of the heads that read it.
+///  - block_k: 128 keys, block_q: 120 rows (or as requested): the fastest pair measured at D = 64
+///    (1 x 8 x 2048², 1 thread: 9 pairs from 60..240 x 64..256, best of 5 each).
+///  - key_chunks: enough chunks for 8 tasks when batch x key heads is smaller, up to 8 and at least
+///    block_k keys each. dQ gathers one partial per chunk, summed in chunk order: like the forward's
+///    decoding split this depends on the shape only, so the gradients are bitwise identical for
+///    every thread count.
+///  - threads as in resolve_schedule, by the backward's flop.
+struct backward_schedule {
+  std::size_t block_q = 0, block_k = 0;
+  int threads = 1;
+  std::size_t key_chunks = 1, chunk_keys = 0;
+  std::size_t tasks = 0;  // B · Hkv · key_chunks
+  double flop = 0;        // 2 · B · Hq · Sq · Skv · (3n + 2Dv): S, dQ, dK and dP, dV
+  std::string threads_reason;
+};
+
+inline backward_schedule resolve_backward(const schedule& requested, const problem& pr, std::size_t width,
+                                          std::size_t lanes, const machine& m = machine::here()) {
+  using namespace detail;
+  backward_schedule r;
+  r.flop = 2.0 * double(pr.batch * pr.q_heads * pr.q_len) * double(pr.kv_len) * double(3 * width + 2 * pr.v_dim);
+  const double serial_below = requested.serial_below_flop > 0 ? requested.serial_below_flop : default_serial_below_flop;
+  if (!m.openmp) {
+    r.threads = 1;
+    r.threads_reason = "built without OpenMP";
+  } else if (requested.threads > 0) {
+    r.threads = requested.threads;
+    r.threads_reason = "as requested";
+  } else if (r.flop < serial_below) {
+    r.threads = 1;
+    r.threads_reason = "auto: the work is below serial_below_flop";
+  } else {
+    r.threads = std::max(m.max_threads, 1);
+    r.threads_reason = "auto: OpenMP's default";
+  }
+  r.block_k = padded_to(
+      std::min<std::size_t>(requested.block_k ? requested.block_k : 128, std::max<std::size_t>(pr.kv_len, 1)), lanes);
+  r.block_q = std::min<std::size_t>(requested.block_q ? requested.block_q : 120, std::max<std::size_t>(pr.q_len, 1));
+  const std::size_t heads = pr.batch * pr.kv_heads, blocks = (pr.kv_len + r.block_k - 1) / r.block_k;
+  r.key_chunks = std::clamp<std::size_t>((8 + heads - 1) / std::max<std::size_t>(heads, 1), 1,
+                                         std::min(max_key_chunks, std::max<std::size_t>(blocks, 1)));
+  r.chunk_keys = (blocks + r.key_chunks - 1) / r.key_chunks * r.block_k;
+  r.key_chunks = std::max<std::size_t>(1, (pr.kv_len + r.chunk_keys - 1) / std::max<std::size_t>(r.chunk_keys, 1));
+  r.tasks = heads * r.key_chunks;
+  return r;
+}
+
 }  // namespace xattn

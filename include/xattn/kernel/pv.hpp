@@ -11,11 +11,17 @@ namespace xattn::kernel {
 
 namespace detail {
 
+/// Element (r, j) of the left operand: p[r, j], or p[j, r] when it is stored transposed (PT).
+template <bool PT>
+constexpr std::size_t p_at(std::size_t r, std::size_t j, std::size_t ldp) noexcept {
+  return PT ? j * ldp + r : r * ldp + j;
+}
+
 /// o[r, c0 + d] += sum_j p[r, j] * v[j, c0 + d] for one register block. The sum over this key block
 /// starts from zero and is added to o once: rounding error then grows with block_k, not with Skv.
 /// A row whose block sum is not finite is left untouched and flagged (bit r of the result): it may
 /// come from 0 * inf/NaN at a key the row gives weight 0, which pv_exact_row recomputes.
-template <std::size_t R, std::size_t CC, class Acc, class V>
+template <std::size_t R, std::size_t CC, bool PT = false, class Acc, class V>
 inline unsigned pv_micro(const Acc* p, std::size_t ldp, const V* v, std::size_t ldv, std::size_t keys, Acc* o,
                          std::size_t ldo) {
   constexpr std::size_t w = simd::width<Acc>;
@@ -25,7 +31,7 @@ inline unsigned pv_micro(const Acc* p, std::size_t ldp, const V* v, std::size_t 
     batch<Acc> vv[CC];
     each<CC>([&](auto c) { vv[c] = simd::load_as<Acc>(v + j * ldv + c * w); });
     each<R>([&](auto r) {
-      const batch<Acc> pr(p[r * ldp + j]);
+      const batch<Acc> pr(p[p_at<PT>(r, j, ldp)]);
       each<CC>([&](auto c) { acc[r][c] = xsimd::fma(pr, vv[c], acc[r][c]); });
     });
   }
@@ -44,26 +50,29 @@ inline unsigned pv_micro(const Acc* p, std::size_t ldp, const V* v, std::size_t 
 
 /// o[:width] += sum over j with p[j] != 0 of p[j] * v[j, :width]: keys of weight exactly 0 are skipped,
 /// so an inf or NaN in V reaches only the rows that give its key weight (as in the reference).
+/// p's keys are ps apart (1, or ldp when p is stored transposed).
 template <class Acc, class V>
-inline void pv_exact_row(const Acc* p, const V* v, std::size_t ldv, std::size_t keys, Acc* o, std::size_t width) {
+inline void pv_exact_row(const Acc* p, std::size_t ps, const V* v, std::size_t ldv, std::size_t keys, Acc* o,
+                         std::size_t width) {
   constexpr std::size_t w = simd::width<Acc>;
   for (std::size_t c = 0; c < width; c += w) {
     batch<Acc> acc(Acc(0));
     for (std::size_t j = 0; j < keys; ++j)
-      if (p[j] != Acc(0)) acc = xsimd::fma(batch<Acc>(p[j]), simd::load_as<Acc>(v + j * ldv + c), acc);
+      if (p[j * ps] != Acc(0)) acc = xsimd::fma(batch<Acc>(p[j * ps]), simd::load_as<Acc>(v + j * ldv + c), acc);
     simd::store(o + c, simd::load(o + c) + acc);
   }
 }
 
-template <std::size_t R, class Acc, class V>
+template <std::size_t R, bool PT = false, class Acc, class V>
 inline void pv_micro_rows(const Acc* p, std::size_t ldp, const V* v, std::size_t ldv, std::size_t keys, Acc* o,
                           std::size_t ldo, std::size_t dv_padded) {
   constexpr std::size_t w = simd::width<Acc>, C = blocking<Acc>::vecs;
   auto run = [&](auto cvecs, std::size_t c0) {
     constexpr std::size_t CC = decltype(cvecs)::value;
-    const unsigned flagged = pv_micro<R, CC>(p, ldp, v + c0, ldv, keys, o + c0, ldo);
+    const unsigned flagged = pv_micro<R, CC, PT>(p, ldp, v + c0, ldv, keys, o + c0, ldo);
     for (std::size_t r = 0; flagged != 0 && r < R; ++r)
-      if (flagged & (1u << r)) pv_exact_row(p + r * ldp, v + c0, ldv, keys, o + r * ldo + c0, CC * w);
+      if (flagged & (1u << r))
+        pv_exact_row(p + p_at<PT>(r, 0, ldp), PT ? ldp : 1, v + c0, ldv, keys, o + r * ldo + c0, CC * w);
   };
   std::size_t c = 0;
   // One or two rows (decoding) leave registers for twice the columns: D = 128 (fp32, AVX-512) then
@@ -84,6 +93,17 @@ void pv_tile(const Acc* p, std::size_t ldp, std::size_t rows, const V* v, std::s
              std::size_t ldo, std::size_t dv_padded) {
   detail::by_row_blocks<Acc>(rows, [&](auto R, std::size_t r) {
     detail::pv_micro_rows<decltype(R)::value>(p + r * ldp, ldp, v, ldv, keys, o + r * ldo, ldo, dv_padded);
+  });
+}
+
+/// o[r, :] += sum_j p[j, r] * v[j, :]: pv_tile with p stored transposed (keys x rows, ldp apart),
+/// the backward's dV += Pᵀ·dO and dK += dSᵀ·Q without a transpose: the microkernel broadcasts
+/// p's elements one at a time, so it reads them along either axis at the same cost.
+template <class Acc, class V>
+void pv_tile_transposed(const Acc* p, std::size_t ldp, std::size_t rows, const V* v, std::size_t ldv, std::size_t keys,
+                        Acc* o, std::size_t ldo, std::size_t dv_padded) {
+  detail::by_row_blocks<Acc>(rows, [&](auto R, std::size_t r) {
+    detail::pv_micro_rows<decltype(R)::value, true>(p + r, ldp, v, ldv, keys, o + r * ldo, ldo, dv_padded);
   });
 }
 

@@ -53,8 +53,11 @@ class additive_attention : public d2l_module<T> {
     detail::require_d2l_operand<T>(queries, who, "queries", "(batch, queries, query_size)");
     detail::require_d2l_operand<T>(keys, who, "keys", "(batch, kv, key_size)");
     detail::require_d2l_operand<T>(values, who, "values", "(batch, kv, dv)");
-    const auto scores = score(additive{w_q_.weight(), w_k_.weight(), w_v_.weight()}, ref(queries), ref(keys));
-    return this->run(scores, valid_lens, ref(values), training);
+    auto in = std::make_shared<const std::array<xt::xtensor<T, 3>, 3>>(
+        std::array<xt::xtensor<T, 3>, 3>{queries, keys, values});
+    const additive policy{w_q_.weight(), w_k_.weight(), w_v_.weight()};
+    return this->run([in, policy] { return score(policy, ref((*in)[0]), ref((*in)[1])); }, valid_lens,
+                     [in] { return ref((*in)[2]); }, training);
   }
 
  private:

@@ -11,6 +11,8 @@
 #include <xtensor/xtensor.hpp>
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -25,8 +27,19 @@ template <class S, class Lens>
 auto masked_softmax(S scores, const Lens& valid_lens) {
   if constexpr (is_none_v<Lens>)
     return softmax(std::move(scores));
+  else if constexpr (std::is_same_v<Lens, lengths_mask>)
+    return softmax(mask(std::move(scores), valid_lens));
   else
     return softmax(mask(std::move(scores), lengths(valid_lens)));
+}
+
+/// valid_lens as the module keeps it for backward: a lengths() mask holds its own copy.
+template <class Lens>
+auto owned_lengths(const Lens& valid_lens) {
+  if constexpr (is_none_v<Lens>)
+    return none;
+  else
+    return lengths(valid_lens);
 }
 
 template <class T, class E>
@@ -39,6 +52,12 @@ void require_d2l_operand(const E& x, const char* who, const char* what, const ch
 }
 
 }  // namespace detail
+
+/// The input gradients of a d2l module's backward.
+template <class T>
+struct input_gradients {
+  xt::xtensor<T, 3> d_queries, d_keys, d_values;
+};
 
 /// State shared by d2l's DotProductAttention and AdditiveAttention. Not thread-safe per module
 /// (forward advances the dropout counter and may store weights), like the PyTorch modules.
@@ -63,27 +82,54 @@ class d2l_module {
   /// Tiles and threads of the fused pass (default: threads.hpp).
   void set_schedule(const schedule& s) noexcept { sched_ = s; }
 
+  /// Gradients of the last forward call's output given d_out (batch, queries, dv): with the same
+  /// inputs (copied by forward) and the same dropout decisions.
+  input_gradients<T> backward(const xt::xtensor<T, 3>& d_out) const {
+    if (!backward_)
+      throw std::logic_error("xattn: " + name_ +
+                             ".backward(d_out): no forward call to differentiate; call forward first");
+    return detail::labelled(name_ + ".backward", [&] { return backward_(d_out); });
+  }
+
  protected:
   d2l_module(std::string name, float dropout, std::uint64_t seed)
       : name_(std::move(name)), p_(dropout), counter_(seed) {
     if (!(dropout >= 0.0f && dropout < 1.0f)) xattn::fail(name_, ": dropout must be in [0, 1), got ", dropout);
   }
 
-  /// masked_softmax(scores, valid_lens) [-> dropout] -> · values, in one fused pass.
-  template <class S, class Lens, class V>
-  xt::xtensor<T, 3> run(const S& scores, const Lens& valid_lens, const V& values, bool training) {
+  /// masked_softmax(scores(), valid_lens) [-> dropout] -> · values(), in one fused pass. scores and
+  /// values build the expressions from the module's own copies of the inputs, so that backward()
+  /// can rebuild the very same expression (with the same dropout key) later.
+  template <class ScoresFn, class Lens, class ValuesFn>
+  xt::xtensor<T, 3> run(ScoresFn scores, const Lens& valid_lens, ValuesFn values, bool training) {
     const std::string who = name_ + ".forward";
     const schedule sch = module_schedule(sched_);
     return detail::labelled(who, [&]() -> xt::xtensor<T, 3> {
       if (keep_) {
-        weights_ = eval(detail::masked_softmax(scores, valid_lens));
+        weights_ = eval(detail::masked_softmax(scores(), valid_lens));
         kept_ = true;
       }
-      const auto w = detail::masked_softmax(scores, valid_lens);
-      if (!(training && p_ > 0)) return eval(w * values, sch);
+      const bool drop = training && p_ > 0;
       const std::uint64_t n = counter_.calls();
+      const std::uint64_t key = drop ? counter_.next() : 0;
+      const float p = drop ? p_ : 0.0f;
+      auto lens = detail::owned_lengths(valid_lens);
+      auto expr = [=] { return xattn::dropout(detail::masked_softmax(scores(), lens), p, key) * values(); };
       try {
-        return eval(xattn::dropout(w, p_, counter_.next()) * values, sch);
+        auto f =
+            std::make_shared<const partial_attention<xt::xtensor<T, 3>, xt::xtensor<T, 2>>>(eval_with_lse(expr(), sch));
+        if constexpr (xattn::detail::has_fused_backward_v<decltype(make_plan(expr()))>) {
+          backward_ = [expr, f, sch](const xt::xtensor<T, 3>& d_out) {
+            auto g = grad(expr(), *f, d_out, sch);
+            return input_gradients<T>{std::move(g.dq), std::move(g.dk), std::move(g.dv)};
+          };
+        } else {
+          backward_ = [who = name_](const xt::xtensor<T, 3>&) -> input_gradients<T> {
+            throw std::logic_error("xattn: " + who +
+                                   ".backward: the fused backward does not cover this module's scoring policy yet");
+          };
+        }
+        return f->output;
       } catch (...) {
         counter_.rewind(n);  // a failed call does not use up a key
         throw;
@@ -99,6 +145,7 @@ class d2l_module {
   bool keep_ = false, kept_ = false;
   xt::xtensor<T, 3> weights_;
   std::optional<schedule> sched_{};
+  std::function<input_gradients<T>(const xt::xtensor<T, 3>&)> backward_;
 };
 
 }  // namespace xattn::nn

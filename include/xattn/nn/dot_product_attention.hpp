@@ -3,11 +3,14 @@
 //   xattn::nn::dot_product_attention attention(0.5f, /*seed*/ 42);
 //   auto out = attention.forward(queries, keys, values, valid_lens);          // eval mode
 //   auto out = attention.forward(queries, keys, values, valid_lens, true);    // training: dropout
+//   auto g = attention.backward(d_out);  // g.d_queries, g.d_keys, g.d_values of that call
 // Shapes: queries (batch, queries, d), keys (batch, kv, d), values (batch, kv, dv);
 // valid_lens (batch) or (batch, queries), any integer type, or xattn::nn::none.
 #include "d2l_module.hpp"
 
+#include <array>
 #include <cmath>
+#include <memory>
 
 namespace xattn::nn {
 
@@ -25,8 +28,11 @@ class dot_product_attention : public d2l_module<T> {
     detail::require_d2l_operand<T>(keys, who, "keys", "(batch, kv, d)");
     detail::require_d2l_operand<T>(values, who, "values", "(batch, kv, dv)");
     const double d = double(queries.shape()[2]);
-    const auto scores = ref(queries) * trans(ref(keys)) / std::sqrt(d);
-    return this->run(scores, valid_lens, ref(values), training);
+    // copies: backward() differentiates these inputs even if the caller's change
+    auto in = std::make_shared<const std::array<xt::xtensor<T, 3>, 3>>(
+        std::array<xt::xtensor<T, 3>, 3>{queries, keys, values});
+    return this->run([in, d] { return ref((*in)[0]) * trans(ref((*in)[1])) / std::sqrt(d); }, valid_lens,
+                     [in] { return ref((*in)[2]); }, training);
   }
 };
 

@@ -39,7 +39,8 @@ struct scaled_dot {
 
   template <class T>
   T operator()(std::span<const T> q, std::span<const T> k) const {
-    return dot{}(q, k) / std::sqrt(T(q.size()));
+    using std::sqrt;  // unqualified: runs on xattn::dual too (the reference's gradients)
+    return dot{}(q, k) / sqrt(T(q.size()));
   }
   void validate(std::size_t dq, std::size_t dk) const {
     if (dq != dk) fail("scaled_dot scores: queries have size ", dq, " but keys have size ", dk);

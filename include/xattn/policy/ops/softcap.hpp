@@ -19,7 +19,8 @@ struct softcap_op {
 
   template <class U>
   U operator()(U s, std::size_t, std::size_t, std::size_t, std::size_t) const {
-    return U(cap) * std::tanh(s / U(cap));
+    using std::tanh;  // unqualified: runs on xattn::dual too (the backward's derivative)
+    return U(cap) * tanh(s / U(cap));
   }
 
   template <class T>

@@ -1,0 +1,133 @@
+// The backward pass: xattn_bwd (grad() given the forward's output and log-sum-exp),
+// xattn_fwd_bwd (eval_with_lse then grad), and blas_unfused_bwd (OpenBLAS with the weights P
+// materialised, as autograd saves them: dV = Pᵀ·dO, dP = dO·Vᵀ, dS = P∘(dP − rowsum(P∘dP)),
+// dQ = c·dS·K, dK = c·dSᵀ·Q; P is computed once before timing), over the shapes of issue 17.
+// gflops counts FlashAttention-2's 2.5 x 4·B·H·Sq·Skv·D for a backward (causal: half), 3.5 x for
+// forward + backward -- the same count for every row, so ratios of gflops are ratios of time.
+#include "common.hpp"
+#include "row_softmax.hpp"
+#include "variants.hpp"
+
+#include <cblas.h>
+
+#include <xattn/xattn.hpp>
+#include <xtensor/xadapt.hpp>
+
+#include <cmath>
+
+namespace xattn_bench {
+
+namespace {
+
+inline constexpr std::array<attention_shape, 4> backward_shapes{{
+    {1, 8, 2048, 2048, 64, false},
+    {1, 8, 2048, 2048, 128, false},
+    {1, 8, 4096, 4096, 64, false},
+    {1, 8, 2048, 2048, 64, true},
+}};
+
+template <bool Forward>
+void run_backward(benchmark::State& state, const attention_shape& s, int threads) {
+  set_threads(threads);
+  attention_data data(s);
+  aligned_buffer d_out(elements_q(s));
+  fill_uniform(d_out.span(), 4);
+  auto adapt = [&](aligned_buffer& b, int seq) {
+    const std::array<std::size_t, 4> shape{std::size_t(s.batch), std::size_t(s.heads), std::size_t(seq),
+                                           std::size_t(s.head_dim)};
+    return xt::adapt(b.span().data(), b.span().size(), xt::no_ownership(), shape);
+  };
+  auto q = adapt(data.q, s.seq_q), k = adapt(data.k, s.seq_kv), v = adapt(data.v, s.seq_kv);
+  auto dout = adapt(d_out, s.seq_q);
+  auto Q = xattn::ref(q), K = xattn::ref(k), V = xattn::ref(v);
+  const float scale = 1.0f / std::sqrt(float(s.head_dim));
+  const xattn::schedule sch{.threads = threads};
+  auto measure = [&](const auto& e) {
+    auto f = xattn::eval_with_lse(e, sch);
+    const double flop = attention_flop(s) * (Forward ? 3.5 : 2.5);
+    run_timed(state, flop, [&] {
+      if constexpr (Forward) f = xattn::eval_with_lse(e, sch);
+      auto g = xattn::grad(e, f, dout, sch);
+      benchmark::DoNotOptimize(g.dq.data());
+    });
+  };
+  if (s.causal)
+    measure(softmax(mask(Q * trans(K) * scale, xattn::causal(xattn::align::bottom_right))) * V);
+  else
+    measure(softmax(Q * trans(K) * scale) * V);
+}
+
+/// One head of the unfused backward; p (Sq x Skv) holds the weights, dp is scratch of that size.
+void unfused_head_backward(const attention_shape& s, const float* q, const float* k, const float* v, const float* d_out,
+                           const float* p, float* dp, float* dq, float* dk, float* dv) {
+  const int sq = s.seq_q, skv = s.seq_kv, d = s.head_dim;
+  const float c = 1.0f / std::sqrt(float(d));
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, skv, d, sq, 1.0f, p, skv, d_out, d, 0.0f, dv, d);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, sq, skv, d, 1.0f, d_out, d, v, d, 0.0f, dp, skv);
+  for (int i = 0; i < sq; ++i) {
+    const float* pr = p + std::size_t(i) * skv;
+    float* g = dp + std::size_t(i) * skv;
+    float delta = 0;
+    for (int j = 0; j < skv; ++j) delta += pr[j] * g[j];
+    for (int j = 0; j < skv; ++j) g[j] = pr[j] * (g[j] - delta);
+  }
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, sq, d, skv, c, dp, skv, k, d, 0.0f, dq, d);
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, skv, d, sq, c, dp, skv, q, d, 0.0f, dk, d);
+}
+
+void blas_unfused_bwd(benchmark::State& state, const attention_shape& s, int threads) {
+  set_threads(threads);
+  openblas_set_num_threads(1);  // heads in parallel by OpenMP, as blas_unfused does
+  attention_data data(s);
+  aligned_buffer d_out(elements_q(s)), dq(elements_q(s)), dk(elements_kv(s)), dv(elements_kv(s));
+  fill_uniform(d_out.span(), 4);
+  const int heads = s.batch * s.heads;
+  const std::size_t plane = std::size_t(s.seq_q) * s.seq_kv;
+  aligned_buffer p(plane * std::size_t(heads)), scratch(plane * std::size_t(threads));
+  const float c = 1.0f / std::sqrt(float(s.head_dim));
+  for (int bh = 0; bh < heads; ++bh) {  // the forward's weights, saved (not timed)
+    const int b = bh / s.heads, h = bh % s.heads;
+    float* w = p.data() + plane * std::size_t(bh);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, s.seq_q, s.seq_kv, s.head_dim, c,
+                data.q.data() + data.head_offset(b, h, s.seq_q), s.head_dim,
+                data.k.data() + data.head_offset(b, h, s.seq_kv), s.head_dim, 0.0f, w, s.seq_kv);
+    for (int i = 0; i < s.seq_q; ++i) {
+      float* row = w + std::size_t(i) * s.seq_kv;
+      const float inv = softmax_row_unnormalised(row, causal_visible_keys(s, i), s.seq_kv);
+      for (int j = 0; j < s.seq_kv; ++j) row[j] *= inv;
+    }
+  }
+  run_timed(state, attention_flop(s) * 2.5, [&] {
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int bh = 0; bh < heads; ++bh) {
+      const int b = bh / s.heads, h = bh % s.heads;
+      const std::size_t oq = data.head_offset(b, h, s.seq_q), okv = data.head_offset(b, h, s.seq_kv);
+      unfused_head_backward(s, data.q.data() + oq, data.k.data() + okv, data.v.data() + okv, d_out.data() + oq,
+                            p.data() + plane * std::size_t(bh),
+                            scratch.data() + plane * std::size_t(omp_get_thread_num()), dq.data() + oq, dk.data() + okv,
+                            dv.data() + okv);
+    }
+  });
+}
+
+}  // namespace
+
+void register_backward() {
+  for (const attention_shape& s : backward_shapes)
+    for (int threads : thread_counts) {
+      benchmark::RegisterBenchmark(bench_name("xattn_bwd", s, threads).c_str(),
+                                   [s, threads](benchmark::State& st) { run_backward<false>(st, s, threads); })
+          ->UseRealTime()
+          ->Unit(benchmark::kMillisecond);
+      benchmark::RegisterBenchmark(bench_name("xattn_fwd_bwd", s, threads).c_str(),
+                                   [s, threads](benchmark::State& st) { run_backward<true>(st, s, threads); })
+          ->UseRealTime()
+          ->Unit(benchmark::kMillisecond);
+      benchmark::RegisterBenchmark(bench_name("blas_unfused_bwd", s, threads).c_str(),
+                                   [s, threads](benchmark::State& st) { blas_unfused_bwd(st, s, threads); })
+          ->UseRealTime()
+          ->Unit(benchmark::kMillisecond);
+    }
+}
+
+}  // namespace xattn_bench

@@ -1,0 +1,159 @@
+#pragma once
+// grad(e, f, d_out): the fused backward of an attention expression. f = eval_with_lse(e) supplies
+// the output and each row's log-sum-exp; nothing of size Sq x Skv is allocated (except for the
+// gradient of a bias tensor, which is that size before its broadcast axes are summed).
+#include "backward.hpp"
+#include "eval.hpp"
+
+#include <type_traits>
+
+namespace xattn {
+
+/// A scoring policy without parameters (Q * trans(K)) has nothing to report.
+struct no_parameters {};
+
+template <class DQ, class DK, class DV, class DX, class DScore, class Acc>
+struct gradients {
+  DQ dq;                               // in the shape of Q (packed heads(): the packed shape); empty for score tensors
+  DK dk;                               // in the shape of K
+  DV dv;                               // in the shape of V
+  DX dx;                               // score tensor X's gradient, in its shape; empty for Q, K
+  DScore dscore;                       // the scoring policy's parameter gradients
+  std::vector<xt::xarray<Acc>> dbias;  // one per bias(t) term, in order, in t's shape
+};
+
+namespace detail {
+
+template <class Acc, class Ops>
+inline constexpr bool all_dual_v = false;
+template <class Acc, class... Op>
+inline constexpr bool all_dual_v<Acc, hana::tuple<Op...>> = (modifies_in<Op, dual<Acc>> && ...);
+
+template <class Plan>
+constexpr bool scores_have_fused_backward() {
+  using base_t = decltype(std::declval<Plan>().base);
+  if constexpr (base_t::tensor_scores)
+    return true;
+  else
+    return std::is_same_v<typename base_t::policy_type, dot>;
+}
+
+/// Whether grad() runs on plans of this type (check_backward says why not).
+template <class Plan>
+inline constexpr bool has_fused_backward_v = Plan::has_values&& scores_have_fused_backward<Plan>() &&
+                                             all_dual_v<acc_t<Plan>, std::decay_t<decltype(std::declval<Plan>().ops)>>;
+
+template <class Plan, class Acc>
+constexpr bool check_backward() {
+  static_assert(Plan::has_values,
+                "xattn: grad(e, f, d_out) needs an attention expression softmax(...) * V (f = eval_with_lse(e))");
+  using base_t = decltype(std::declval<Plan>().base);
+  if constexpr (!base_t::tensor_scores) {
+    using P = typename base_t::policy_type;
+    static_assert(std::is_same_v<P, dot>,
+                  "xattn: grad(e, f, d_out): the fused backward runs Q * trans(K) scores and score tensors X; "
+                  "for score(policy, Q, K) use reference_grad(make_plan(e), d_out) for now");
+  }
+  static_assert(all_dual_v<Acc, std::decay_t<decltype(std::declval<Plan>().ops)>>,
+                "xattn: grad(e): a score modifier must be a template over the score type U, calling math "
+                "functions unqualified (using std::tanh; tanh(s)), so that it runs on xattn::dual");
+  return true;
+}
+
+template <class X>
+void check_gradient_input(const X& x, const std::vector<std::size_t>& want, const char* what) {
+  const std::vector<std::size_t> got(x.shape().begin(), x.shape().end());
+  if (got != want) fail("grad(e, f, d_out): ", what, " has shape ", shape_str(got), " but e gives ", shape_str(want));
+  if (x.layout() != xt::layout_type::row_major) fail("grad(e, f, d_out): ", what, " must be row-major");
+}
+
+/// The gradient tensors' types: Q's, K's, V's and X's result types (empty 4-D ones where absent).
+template <class Plan, class Acc>
+struct gradient_types {
+  using base_t = decltype(std::declval<Plan>().base);
+  using none = xt::xtensor<Acc, 4>;
+  template <class T>
+  using like = result_t<Acc, std::decay_t<T>::rank>;
+  static auto pick() {
+    if constexpr (base_t::tensor_scores)
+      return hana::make_tuple(hana::type_c<none>, hana::type_c<none>, hana::type_c<like<decltype(base_t::x)>>);
+    else
+      return hana::make_tuple(hana::type_c<like<decltype(base_t::q)>>, hana::type_c<like<decltype(base_t::k)>>,
+                              hana::type_c<none>);
+  }
+  using types = decltype(pick());
+  using dq = typename std::decay_t<decltype(hana::at_c<0>(std::declval<types>()))>::type;
+  using dk = typename std::decay_t<decltype(hana::at_c<1>(std::declval<types>()))>::type;
+  using dx = typename std::decay_t<decltype(hana::at_c<2>(std::declval<types>()))>::type;
+  using dv = like<decltype(std::declval<Plan>().v)>;
+  using type = gradients<dq, dk, dv, dx, no_parameters, Acc>;
+};
+
+/// A zeroed gradient tensor for an operand of form `how` and kernel shape `shape`, and its layout.
+template <class R>
+layout<4> zero_gradient(R& r, form how, const std::array<std::size_t, 4>& shape) {
+  layout<4> at;
+  std::tie(r, at) = allocate_in<R>(how, shape);
+  std::fill(r.begin(), r.end(), typename R::value_type(0));  // blocks masks hide are never visited
+  return at;
+}
+
+template <class Acc, class Plan, class F, class DOut>
+auto run_grad(const Plan& p, const F& f, const DOut& d_out, const schedule& sch) {
+  using DO = std::remove_cv_t<typename DOut::value_type>;
+  using O = std::remove_cv_t<typename decltype(f.output)::value_type>;
+  using L = std::remove_cv_t<typename decltype(f.lse)::value_type>;
+  static_assert(is_element_v<DO> && is_element_v<O>,
+                "xattn: grad(e, f, d_out): d_out and f.output hold float or double");
+  static_assert(std::is_same_v<L, Acc>,
+                "xattn: grad(e, f, d_out): f must be eval_with_lse(e): its lse holds e's accumulator type");
+  using base_t = decltype(p.base);
+  const auto& lt = lead_terminal(p.base);
+  const problem pr = resolve(p);
+  const formed of = in_form(lt.how, {pr.batch, pr.q_heads, pr.q_len, pr.v_dim});
+  check_gradient_input(d_out, of.user_shape, "d_out");
+  check_gradient_input(f.output, of.user_shape, "f.output (f must be eval_with_lse(e))");
+  const auto [lse_shape, lse_at] = lse_form(lt.how, pr);
+  check_gradient_input(f.lse, lse_shape, "f.lse (f must be eval_with_lse(e))");
+
+  typename gradient_types<Plan, Acc>::type g;
+  layout<4> dq_at, dk_at, dx_at;
+  if constexpr (base_t::tensor_scores) {
+    dx_at = zero_gradient(g.dx, lt.how, {pr.batch, pr.q_heads, pr.q_len, pr.kv_len});
+  } else {
+    dq_at = zero_gradient(g.dq, lt.how, {pr.batch, pr.q_heads, pr.q_len, pr.q_dim});
+    dk_at = zero_gradient(g.dk, p.base.k.how, {pr.batch, pr.kv_heads, pr.kv_len, pr.k_dim});
+  }
+  const layout<4> dv_at = zero_gradient(g.dv, p.v.how, {pr.batch, pr.kv_heads, pr.kv_len, pr.v_dim});
+
+  const backward_schedule bs = resolve_backward(sch, pr, base_t::tensor_scores ? 0 : pr.q_dim, simd::width<Acc>);
+  const backward_report rep =
+      run_backward<Acc>(p, pr, bs, strided_view<const DO>{d_out.data(), of.at},
+                        strided_view<const O>{f.output.data(), of.at}, strided_view<const Acc, 3>{f.lse.data(), lse_at},
+                        strided_view<Acc>{g.dq.data(), dq_at}, strided_view<Acc>{g.dk.data(), dk_at},
+                        strided_view<Acc>{g.dv.data(), dv_at}, strided_view<Acc>{g.dx.data(), dx_at}, g.dbias);
+  // the probabilities recomputed from f.lse must sum to 1: a log-sum-exp of another expression
+  // (or other inputs) would give silently wrong gradients
+  const double tol = std::is_same_v<Acc, float> ? 1e-3 : 1e-9;
+  if (rep.worst_row_sum_error > tol)
+    fail("grad(e, f, d_out): f.lse does not belong to e: with it a row's probabilities sum to 1 +- ",
+         rep.worst_row_sum_error, "; f must be eval_with_lse(e) of this expression and these inputs");
+  return g;
+}
+
+}  // namespace detail
+
+/// Gradients of sum(d_out ∘ output) with respect to Q, K, V (or X), bias tensors and the scoring
+/// policy's parameters, given f = eval_with_lse(e). Results hold the accumulator type, each in
+/// the shape (and form) of its operand.
+template <expression E, class F, class DOut>
+auto grad(const E& e, const F& f, const DOut& d_out, const schedule& sch = {}) {
+  if constexpr (check_grammar<E>()) {
+    const auto p = make_plan(e);
+    using P = std::decay_t<decltype(p)>;
+    using Acc = detail::acc_t<P>;
+    if constexpr (detail::check_backward<P, Acc>()) return detail::run_grad<Acc>(p, f, d_out, sch);
+  }
+}
+
+}  // namespace xattn

@@ -1,0 +1,184 @@
+#pragma once
+// The reference backward: gradients of any expression in double precision, materialised, from
+// the reference forward -- the oracle of the backward tests. The softmax and P·V are differentiated
+// by hand (dS = P ∘ (dP − rowsum(P ∘ dP))); modifiers by running them on dual numbers; the scoring
+// policy's operator() by one dual evaluation per input feature (so any policy written generically
+// in its scalar type differentiates here, whatever its speed). Masked scores are constants: a
+// filled or excluded score gets no gradient, as in d2l's masked fill.
+#include "../dual.hpp"
+#include "../policy/ops/bias.hpp"
+#include "reference.hpp"
+
+#include <xtensor/xarray.hpp>
+
+#include <span>
+#include <vector>
+
+namespace xattn {
+
+struct reference_gradients {
+  xt::xtensor<double, 4> dq;              // (B, Hq, Sq, Dq); empty for tensor scores
+  xt::xtensor<double, 4> dk;              // (B, Hkv, Skv, Dk); empty for tensor scores
+  xt::xtensor<double, 4> dv;              // (B, Hkv, Skv, Dv)
+  xt::xtensor<double, 4> dx;              // (B, Hq, Sq, Skv) for tensor scores X, else empty
+  std::vector<xt::xarray<double>> dbias;  // one per bias(t) term, in order, in t's shape
+};
+
+template <class Op>
+inline constexpr bool is_tensor_bias_v = false;
+template <class T>
+inline constexpr bool is_tensor_bias_v<tensor_bias<T>> = true;
+
+/// Number of bias(t) terms among a plan's modifiers.
+template <class Ops>
+constexpr std::size_t count_biases() {
+  return decltype(hana::count_if(std::declval<Ops>(), [](const auto& op) {
+    return hana::bool_c<is_tensor_bias_v<std::decay_t<decltype(op)>>>;
+  }))::value;
+}
+
+/// A zero tensor in the shape of bias term `op`'s tensor, and a (B, H, Sq, Skv) view of it with
+/// the bias's broadcast (stride 0 on broadcast axes): adding through the view sums over them.
+template <class A, class T>
+std::pair<xt::xarray<A>, strided_view<A>> bias_gradient(const tensor_bias<T>& op, const problem& pr) {
+  std::pair<xt::xarray<A>, strided_view<A>> r;
+  r.first = xt::zeros<A>(op.tensor.shape);
+  nd_ref<A> g{r.first.data(), op.tensor.shape, {r.first.strides().begin(), r.first.strides().end()}, {}};
+  const auto v = broadcast_to_scores(g, pr, "bias(tensor)");
+  r.second = {const_cast<A*>(v.data), v.at};
+  return r;
+}
+
+/// Whether no mask hides key j from query i.
+template <class Masks>
+bool all_visible(const Masks& masks, std::size_t b, std::size_t h, std::size_t i, std::size_t j) {
+  return hana::all_of(masks, [&](const auto& m) { return m.visible(b, h, i, j); });
+}
+
+namespace detail {
+
+template <class P>
+constexpr bool check_policy_gradient() {
+  static_assert(scores_in<P, dual<double>>,
+                "xattn: grad(e): the scoring policy has no gradient. Write its operator()(q, k) as a template "
+                "over the scalar type T, calling math functions unqualified (using std::sqrt; sqrt(x)), so that it "
+                "runs on xattn::dual<double>.");
+  return scores_in<P, dual<double>>;
+}
+
+/// Adds g · ∂score/∂q into dq and g · ∂score/∂k into dk for one pair, one dual evaluation per feature.
+template <class P>
+void add_pair_gradient(const P& policy, std::span<const double> q, std::span<const double> k, double g, double* dq,
+                       double* dk) {
+  using D = dual<double>;
+  std::vector<D> qd(q.begin(), q.end()), kd(k.begin(), k.end());
+  auto one = [&](std::vector<D>& x, std::size_t n) {
+    x[n].d = 1;
+    const double d = policy(std::span<const D>(qd), std::span<const D>(kd)).d;
+    x[n].d = 0;
+    return d;
+  };
+  for (std::size_t n = 0; n < q.size(); ++n) dq[n] += g * one(qd, n);
+  for (std::size_t n = 0; n < k.size(); ++n) dk[n] += g * one(kd, n);
+}
+
+}  // namespace detail
+
+/// Gradients of plan p's output (or weights, without values) given d_out, (B, Hq, Sq, Dv) -- or
+/// (B, Hq, Sq, Skv) for a weights expression.
+template <class Plan>
+reference_gradients reference_grad(const Plan& p, const xt::xtensor<double, 4>& d_out) {
+  using base_t = decltype(p.base);
+  if constexpr (!base_t::tensor_scores) detail::check_policy_gradient<typename base_t::policy_type>();
+  const problem pr = resolve(p);
+  const reference_result fwd = reference_eval(p);
+  const auto ops = bind_all(p.ops, pr);
+  const auto masks = bind_all(p.masks, pr);
+  const std::size_t B = pr.batch, H = pr.q_heads, Sq = pr.q_len, Skv = pr.kv_len, G = pr.q_heads / pr.kv_heads;
+  reference_gradients r;
+  if constexpr (base_t::tensor_scores) {
+    r.dx = xt::zeros<double>({B, H, Sq, Skv});
+  } else {
+    r.dq = xt::zeros<double>({B, H, Sq, pr.q_dim});
+    r.dk = xt::zeros<double>({B, pr.kv_heads, Skv, pr.k_dim});
+  }
+  // gradient views of the bias terms, by modifier index (reserved: the views point into dbias)
+  constexpr std::size_t n_ops = decltype(hana::length(ops))::value;
+  std::array<strided_view<double>, n_ops + 1> bias_views{};
+  r.dbias.reserve(count_biases<std::decay_t<decltype(ops)>>());
+  std::size_t op_index = 0;
+  hana::for_each(ops, [&](const auto& op) {
+    if constexpr (is_tensor_bias_v<std::decay_t<decltype(op)>>) {
+      auto [g, view] = bias_gradient<double>(op, pr);
+      r.dbias.push_back(std::move(g));
+      bias_views[op_index] = {r.dbias.back().data(), view.at};
+    }
+    ++op_index;
+  });
+
+  xt::xtensor<double, 4> dw;  // dL/d(weights after dropout)
+  if constexpr (Plan::has_values) {
+    const auto& v = p.v.view;
+    r.dv = xt::zeros<double>({B, pr.kv_heads, Skv, pr.v_dim});
+    dw = xt::zeros<double>({B, H, Sq, Skv});
+    for (std::size_t b = 0; b < B; ++b)
+      for (std::size_t h = 0; h < H; ++h)
+        for (std::size_t i = 0; i < Sq; ++i)
+          for (std::size_t j = 0; j < Skv; ++j) {
+            double s = 0;
+            const double w = fwd.weights(b, h, i, j);
+            for (std::size_t d = 0; d < pr.v_dim; ++d) {
+              s += d_out(b, h, i, d) * double(v(b, h / G, j, d));
+              r.dv(b, h / G, j, d) += w * d_out(b, h, i, d);
+            }
+            dw(b, h, i, j) = s;
+          }
+  } else {
+    dw = d_out;
+  }
+
+  std::vector<double> prob(Skv), dp(Skv), keep(Skv);
+  for (std::size_t b = 0; b < B; ++b)
+    for (std::size_t h = 0; h < H; ++h)
+      for (std::size_t i = 0; i < Sq; ++i) {
+        const double lse = fwd.lse(b, h, i);
+        if (std::isinf(lse)) continue;  // no visible key: weights 0, no gradient to the scores
+        std::fill(keep.begin(), keep.end(), 1.0);
+        if (p.drop.p > 0)
+          random::scale_row(p.drop, std::uint32_t(b), std::uint32_t(h), std::uint32_t(i), 0, Skv, keep.data());
+        double delta = 0;
+        for (std::size_t j = 0; j < Skv; ++j) {
+          prob[j] = std::exp(fwd.scores(b, h, i, j) - lse);
+          dp[j] = dw(b, h, i, j) * keep[j];
+          delta += prob[j] * dp[j];
+        }
+        for (std::size_t j = 0; j < Skv; ++j) {
+          if (!all_visible(masks, b, h, i, j)) continue;  // filled or excluded: a constant
+          // forward through the modifiers on duals, keeping each one's derivative
+          std::array<double, n_ops + 1> deriv{};
+          double s = p.scale * detail::base_score(p, pr, b, h, i, j);
+          std::size_t k = 0;
+          hana::for_each(ops, [&](const auto& op) {
+            const dual<double> y = op(dual<double>{s, 1.0}, b, h, i, j);
+            deriv[k++] = y.d;
+            s = y.v;
+          });
+          double g = prob[j] * (dp[j] - delta);
+          for (std::size_t m = n_ops; m-- > 0;) {
+            if (bias_views[m].data) bias_views[m](b, h, i, j) += g;
+            g *= deriv[m];
+          }
+          g *= p.scale;
+          if constexpr (base_t::tensor_scores) {
+            r.dx(b, h, i, j) += g;
+          } else {
+            const auto q = detail::row_as<double>(p.base.q.view, b, h, i);
+            const auto kr = detail::row_as<double>(p.base.k.view, b, h / G, j);
+            detail::add_pair_gradient(p.base.policy, q, kr, g, &r.dq(b, h, i, 0), &r.dk(b, h / G, j, 0));
+          }
+        }
+      }
+  return r;
+}
+
+}  // namespace xattn

@@ -1,0 +1,50 @@
+#pragma once
+// The backward pass's row operations (FlashAttention-2): probabilities recomputed from the saved
+// log-sum-exp and the softmax's gradient. Its products are the forward's microkernels: S and dP by
+// qk_tile, dQ by pv_tile, dV and dK by pv_tile_transposed.
+#include "rows.hpp"
+
+#include <cstddef>
+
+#pragma GCC diagnostic push  // GCC PR 105593, see simd/compat.hpp
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+namespace xattn::kernel {
+
+/// s[j] = e^(s[j] - shift - rel) over [0, n) (n a multiple of the batch size; natural scores, -inf
+/// gives 0): the softmax probabilities of a row from its log-sum-exp shift + rel, by the forward's
+/// exponential. Usually shift is the log-sum-exp and rel 0; for rows whose log-sum-exp is too large
+/// to resolve a probability (a row of d2l's -1e6 fills), shift is the row max and rel the log of
+/// the sum relative to it, so s - shift is exact. Returns the probabilities' sum (1 when these are
+/// the row's own statistics).
+template <class T>
+T probs_row(T* s, std::size_t n, T shift, T rel) {
+  constexpr std::size_t w = simd::width<T>;
+  const batch<T> sh(shift);
+  for (std::size_t j = 0; j < n; j += w) simd::store(s + j, simd::load(s + j) - sh);
+  to_base2_row(s, n);
+  return exp_row(s, n, rel * static_cast<T>(log2e));
+}
+
+/// dp[j] = c · p[j] · (dp[j] - delta) over [0, n) (n a multiple of the batch size): the gradient
+/// of the scores from that of the probabilities, delta = Σ_j p[j]·dp[j] = rowsum(dO ∘ O), times
+/// the score scale c (the chain rule through S = c·Q·Kᵀ, folded in here).
+template <class T>
+void softmax_grad_row(const T* p, T* dp, std::size_t n, T delta, T c) {
+  constexpr std::size_t w = simd::width<T>;
+  const batch<T> dv(delta), cv(c);
+  for (std::size_t j = 0; j < n; j += w) simd::store(dp + j, cv * simd::load(p + j) * (simd::load(dp + j) - dv));
+}
+
+/// Σ_d a[d]·b[d] over [0, n) for rows of any element types, in T.
+template <class T, class A, class B>
+T dot_row(const A* a, std::ptrdiff_t sa, const B* b, std::ptrdiff_t sb, std::size_t n) {
+  T s = 0;
+  for (std::size_t d = 0; d < n; ++d) s += T(a[std::ptrdiff_t(d) * sa]) * T(b[std::ptrdiff_t(d) * sb]);
+  return s;
+}
+
+}  // namespace xattn::kernel
+
+#pragma GCC diagnostic pop
