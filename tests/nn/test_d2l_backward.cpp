@@ -1,5 +1,7 @@
 // d2l modules' backward(d_out): DotProductAttention against PyTorch autograd's gradients on d2l's
 // own code (tests/data/goldens), dropout replaying the forward's decisions, and misuse.
+#include "support/goldens.hpp"
+
 #include <xattn/eval/reference_grad.hpp>
 #include <xattn/nn/nn.hpp>
 
@@ -8,48 +10,27 @@
 #include <xtensor/xview.hpp>
 
 #include <cmath>
-#include <fstream>
 
 using namespace xattn;
 
-namespace {
-
-template <class T>
-xt::xarray<T> tensor(const nlohmann::json& j) {
-  xt::xarray<T> a = xt::xarray<T>::from_shape(j.at("shape").get<std::vector<std::size_t>>());
-  const auto data = j.at("data").get<std::vector<double>>();
-  REQUIRE(a.size() == data.size());
-  std::copy(data.begin(), data.end(), a.begin());
-  return a;
-}
-
-template <class A>
-double worst(const A& got, const xt::xarray<double>& want) {
-  REQUIRE(got.size() == want.size());
-  double m = 0;
-  for (std::size_t n = 0; n < want.size(); ++n) m = std::max(m, std::abs(double(got.data()[n]) - want.flat(n)));
-  return m;
-}
-
-}  // namespace
+using testing::golden_tensor;
+using testing::worst_flat;
 
 TEST_CASE("nn::dot_product_attention::backward matches PyTorch autograd on d2l's DotProductAttention") {
-  std::ifstream in(std::string(XATTN_GOLDENS_DIR) + "/d2l_dot_product_attention.json");
-  REQUIRE(in.good());
-  const auto file = nlohmann::json::parse(in);
+  const auto file = testing::read_golden("d2l_dot_product_attention.json");
   for (const auto& c : file["cases"]) {
     INFO(c["name"].get<std::string>());
     nn::dot_product_attention<double> attention(0.5f);  // eval mode, as the goldens were made
-    const xt::xtensor<double, 3> q = tensor<double>(c["queries"]), k = tensor<double>(c["keys"]),
-                                 v = tensor<double>(c["values"]), d_out = tensor<double>(c["d_output"]);
-    const xt::xarray<long> lens = tensor<long>(c["valid_lens"]);
+    const xt::xtensor<double, 3> q = golden_tensor<double>(c["queries"]), k = golden_tensor<double>(c["keys"]),
+                                 v = golden_tensor<double>(c["values"]), d_out = golden_tensor<double>(c["d_output"]);
+    const xt::xarray<long> lens = golden_tensor<long>(c["valid_lens"]);
     const auto y = attention.forward(q, k, v, lens);
-    CHECK(worst(y, tensor<double>(c["output"])) < 1e-12);
+    CHECK(worst_flat(y, golden_tensor<double>(c["output"])) < 1e-12);
     const auto g = attention.backward(d_out);
     // same bound as tests/eval/test_goldens.cpp: a few ulp of the case's largest gradient
-    CHECK(worst(g.d_queries, tensor<double>(c["d_queries"])) < 1e-11);
-    CHECK(worst(g.d_keys, tensor<double>(c["d_keys"])) < 1e-11);
-    CHECK(worst(g.d_values, tensor<double>(c["d_values"])) < 1e-11);
+    CHECK(worst_flat(g.d_queries, golden_tensor<double>(c["d_queries"])) < 1e-11);
+    CHECK(worst_flat(g.d_keys, golden_tensor<double>(c["d_keys"])) < 1e-11);
+    CHECK(worst_flat(g.d_values, golden_tensor<double>(c["d_values"])) < 1e-11);
   }
 }
 
@@ -66,13 +47,13 @@ TEST_CASE("nn::dot_product_attention::backward replays the forward's dropout and
   const auto e =
       dropout(softmax(mask(ref(q) * trans(ref(k)) / 2.0, lengths(lens))), 0.4f, nn::call_seed(9, 0)) * ref(v);
   const auto want = reference_grad(make_plan(e), xt::xtensor<double, 4>(xt::view(d_out, xt::all(), xt::newaxis())));
-  CHECK(worst(g.d_queries, want.dq) < 1e-12);
-  CHECK(worst(g.d_keys, want.dk) < 1e-12);
-  CHECK(worst(g.d_values, want.dv) < 1e-12);
+  CHECK(worst_flat(g.d_queries, want.dq) < 1e-12);
+  CHECK(worst_flat(g.d_keys, want.dk) < 1e-12);
+  CHECK(worst_flat(g.d_values, want.dv) < 1e-12);
   // the module kept copies: changing the caller's tensors after forward changes nothing
   q.fill(0);
   const auto again = attention.backward(d_out);
-  CHECK(worst(again.d_queries, want.dq) < 1e-12);
+  CHECK(worst_flat(again.d_queries, want.dq) < 1e-12);
 }
 
 TEST_CASE("nn::dot_product_attention::backward misuse") {

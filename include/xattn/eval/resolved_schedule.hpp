@@ -14,6 +14,8 @@
 #include <algorithm>
 #include <cstddef>
 #include <string>
+#include <tuple>
+#include <utility>
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -76,6 +78,16 @@ inline constexpr std::size_t max_key_chunks = 8;
 
 inline std::size_t padded_to(std::size_t n, std::size_t lanes) { return (n + lanes - 1) / lanes * lanes; }
 
+/// Threads for `flop` of work, and why: as requested, else OpenMP's default, or one below
+/// serial_below_flop (waking a team costs more).
+inline std::pair<int, std::string> resolve_threads(const schedule& requested, double flop, const machine& m) {
+  const double serial_below = requested.serial_below_flop > 0 ? requested.serial_below_flop : default_serial_below_flop;
+  if (!m.openmp) return {1, "built without OpenMP"};
+  if (requested.threads > 0) return {requested.threads, "as requested"};
+  if (flop < serial_below) return {1, "auto: the work is below serial_below_flop"};
+  return {std::max(m.max_threads, 1), "auto: OpenMP's default"};
+}
+
 }  // namespace detail
 
 /// The schedule a run uses.
@@ -96,20 +108,7 @@ inline resolved_schedule resolve_schedule(const schedule& requested, const probl
   const std::size_t dv = kind == pass_kind::attention ? pr.v_dim : 0;
   r.flop = 2.0 * double(pr.batch * pr.q_heads * pr.q_len) * double(pr.kv_len) * double(path.width + dv);
 
-  const double serial_below = requested.serial_below_flop > 0 ? requested.serial_below_flop : default_serial_below_flop;
-  if (!m.openmp) {
-    r.threads = 1;
-    r.threads_reason = "built without OpenMP";
-  } else if (requested.threads > 0) {
-    r.threads = requested.threads;
-    r.threads_reason = "as requested";
-  } else if (r.flop < serial_below) {
-    r.threads = 1;
-    r.threads_reason = "auto: the work is below serial_below_flop";
-  } else {
-    r.threads = std::max(m.max_threads, 1);
-    r.threads_reason = "auto: OpenMP's default";
-  }
+  std::tie(r.threads, r.threads_reason) = resolve_threads(requested, r.flop, m);
 
   std::size_t bk = requested.block_k;
   if (bk == 0) {
@@ -161,20 +160,7 @@ inline backward_schedule resolve_backward(const schedule& requested, const probl
   using namespace detail;
   backward_schedule r;
   r.flop = 2.0 * double(pr.batch * pr.q_heads * pr.q_len) * double(pr.kv_len) * double(3 * width + 2 * pr.v_dim);
-  const double serial_below = requested.serial_below_flop > 0 ? requested.serial_below_flop : default_serial_below_flop;
-  if (!m.openmp) {
-    r.threads = 1;
-    r.threads_reason = "built without OpenMP";
-  } else if (requested.threads > 0) {
-    r.threads = requested.threads;
-    r.threads_reason = "as requested";
-  } else if (r.flop < serial_below) {
-    r.threads = 1;
-    r.threads_reason = "auto: the work is below serial_below_flop";
-  } else {
-    r.threads = std::max(m.max_threads, 1);
-    r.threads_reason = "auto: OpenMP's default";
-  }
+  std::tie(r.threads, r.threads_reason) = resolve_threads(requested, r.flop, m);
   r.block_k = padded_to(
       std::min<std::size_t>(requested.block_k ? requested.block_k : 128, std::max<std::size_t>(pr.kv_len, 1)), lanes);
   r.block_q = std::min<std::size_t>(requested.block_q ? requested.block_q : 120, std::max<std::size_t>(pr.q_len, 1));

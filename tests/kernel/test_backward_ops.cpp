@@ -1,0 +1,68 @@
+// The backward's tile operations against plain loops: pv_tile_transposed (dV += Pᵀ·dO, dK += dSᵀ·Q),
+// probs_row (P from a saved log-sum-exp, exact for rows of large fills), softmax_grad_row.
+#include "support/random.hpp"
+
+#include <xattn/kernel/tile_ops.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+using namespace xattn;
+using xattn::simd::padded;
+
+TEMPLATE_TEST_CASE("pv_tile_transposed accumulates Pᵀ V into O", "[kernel]", float, double) {
+  using T = TestType;
+  testing::rng r(12);
+  for (auto [rows, keys, dv] :
+       {std::tuple{1u, 1u, 1u}, {5u, 9u, 3u}, {13u, 64u, 70u}, {2u, 7u, 200u}, {128u, 120u, 64u}}) {
+    const std::size_t dvp = padded<T>(dv), ldp = rows + 3;  // p is keys x rows, ldp apart
+    const auto p = r.tensor<T>({keys, ldp}), o0 = r.tensor<T>({rows, dvp});
+    xt::xarray<T> v(std::vector<std::size_t>{keys, dvp}, T(0));
+    for (std::size_t j = 0; j < keys; ++j)
+      for (std::size_t d = 0; d < dv; ++d) v(j, d) = T(r.uniform(-1, 1));
+    xt::xarray<T> o = o0;
+    kernel::pv_tile_transposed(p.data(), ldp, rows, v.data(), dvp, keys, o.data(), dvp, dvp);
+    for (std::size_t i = 0; i < rows; ++i)
+      for (std::size_t d = 0; d < dv; ++d) {
+        double want = o0(i, d);
+        for (std::size_t j = 0; j < keys; ++j) want += double(p(j, i)) * double(v(j, d));
+        REQUIRE(o(i, d) == Approx(want).margin(1e-4));
+      }
+  }
+}
+
+TEMPLATE_TEST_CASE("probs_row: e^(s - shift - rel), -inf gives 0, large fills resolved", "[kernel]", float, double) {
+  using T = TestType;
+  const T ninf = -std::numeric_limits<T>::infinity();
+  const std::size_t n = padded<T>(21);
+  std::vector<T> s(n, ninf);
+  double lse_sum = 0;
+  for (std::size_t j = 0; j < 21; ++j) s[j] = T(std::sin(double(j)) * 3), lse_sum += std::exp(double(s[j]));
+  const double lse = std::log(lse_sum);
+  std::vector<T> p = s;
+  const T total = kernel::probs_row(p.data(), n, T(lse), T(0));
+  for (std::size_t j = 0; j < n; ++j)
+    REQUIRE(p[j] ==
+            Approx(j < 21 ? std::exp(double(s[j]) - lse) : 0.0).margin(std::is_same_v<T, float> ? 2e-6 : 1e-14));
+  REQUIRE(total == Approx(1.0).epsilon(1e-5));
+  // a row of d2l's fills: shift = the max (-1e6), rel = ln(count): uniform, even in float
+  std::vector<T> f(n, ninf);
+  std::fill(f.begin(), f.begin() + 21, T(-1e6));
+  REQUIRE(kernel::probs_row(f.data(), n, T(-1e6), T(std::log(21.0))) == Approx(1.0).epsilon(1e-6));
+  for (std::size_t j = 0; j < 21; ++j) REQUIRE(f[j] == Approx(1.0 / 21).epsilon(1e-6));
+}
+
+TEMPLATE_TEST_CASE("softmax_grad_row: c · p · (dp - delta)", "[kernel]", float, double) {
+  using T = TestType;
+  testing::rng r(13);
+  const std::size_t n = padded<T>(37);
+  std::vector<T> p(n), dp(n);
+  for (std::size_t j = 0; j < n; ++j) p[j] = T(r.uniform(0, 1)), dp[j] = T(r.uniform(-2, 2));
+  const std::vector<T> dp0 = dp;
+  kernel::softmax_grad_row(p.data(), dp.data(), n, T(0.3), T(0.125));
+  for (std::size_t j = 0; j < n; ++j)
+    REQUIRE(dp[j] == Approx(0.125 * double(p[j]) * (double(dp0[j]) - 0.3)).margin(1e-6));
+}
