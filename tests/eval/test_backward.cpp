@@ -10,7 +10,9 @@
 #include <catch2/catch.hpp>
 #include <xtensor/xview.hpp>
 
+#include <cmath>
 #include <cstring>
+#include <limits>
 
 using namespace xattn;
 using testing::max_abs_diff;
@@ -131,4 +133,16 @@ TEST_CASE("grad: bad input is named") {
   const auto other = eval_with_lse(softmax(ref(q) * trans(ref(k)) * 3.0f) * ref(v));  // another expression
   const xt::xtensor<float, 4> d_out = rng.tensor<float>({1, 2, 9, 3});
   CHECK_THROWS_WITH(grad(e, other, d_out), Catch::Contains("f.lse does not belong to e"));
+}
+
+TEST_CASE("grad: a NaN in Q makes its row's gradients NaN, not an error") {
+  testing::rng rng(25);
+  xt::xtensor<float, 4> q = rng.tensor<float>({1, 1, 5, 4}), k = rng.tensor<float>({1, 1, 6, 4}),
+                        v = rng.tensor<float>({1, 1, 6, 3});
+  q(0, 0, 2, 1) = std::numeric_limits<float>::quiet_NaN();
+  const auto e = softmax(ref(q) * trans(ref(k))) * ref(v);
+  const xt::xtensor<float, 4> d_out = rng.tensor<float>({1, 1, 5, 3});
+  const auto g = grad(e, eval_with_lse(e), d_out);
+  CHECK(std::isnan(g.dq(0, 0, 2, 0)));
+  CHECK(std::isfinite(g.dq(0, 0, 1, 0)));
 }

@@ -109,7 +109,6 @@ backward_report run_backward(const Plan& p, const problem& pr, const backward_sc
           }
         }
   }
-  k = 0;
   std::size_t bi = 0;
   hana::for_each(ops, [&](const auto& op) {
     if constexpr (is_tensor_bias_v<std::decay_t<decltype(op)>>) {
@@ -122,14 +121,14 @@ backward_report run_backward(const Plan& p, const problem& pr, const backward_sc
             for (std::size_t j = 0; j < pr.kv_len; ++j) view(b, h, i, j) += full[n++];
       dbias.push_back(std::move(g));
     }
-    ++k;
   });
 
   backward_report rep;
   for (std::size_t n = 0; n < rows; ++n) {
     Acc s = 0;
     for (std::size_t c = 0; c < chunks; ++c) s += row_sums[c * rows + n];
-    if (std::isinf(shift[n]) && shift[n] < 0) continue;  // no visible key
+    // no visible key, or a NaN score (the forward's row is NaN; so are its gradients)
+    if ((std::isinf(shift[n]) && shift[n] < 0) || std::isnan(shift[n])) continue;
     const double e = std::abs(double(s) - 1);
     rep.worst_row_sum_error =
         std::isnan(e) ? std::numeric_limits<double>::infinity() : std::max(rep.worst_row_sum_error, e);
