@@ -2,7 +2,9 @@
 // d2l's materialised form, written with xtensor as d2l writes it: features = tanh(q[:, :, None] +
 // k[:, None, :]) of shape (B, Sq, Skv, h), scores = features · w_v, masked softmax, bmm.
 // Names: additive/<form>/<B>/<Sq>/<Skv>/<d>/<h>/<threads>; counters: ms and scratch_mib, the
-// memory each form allocates beyond inputs and output.
+// memory each form allocates beyond inputs and output. Form fused_fwd_bwd is training: the forward
+// with log-sum-exp, then grad() (input and parameter gradients); bench/torch_d2l.py adds
+// torch_d2l_fwd_bwd, PyTorch 1.13 running d2l's AdditiveAttention forward and autograd backward.
 #include "common.hpp"
 #include "variants.hpp"
 
@@ -74,6 +76,23 @@ void register_additive() {
           const auto e = softmax(mask(score(xattn::additive{c.w_q, c.w_k, c.w_v}, Q, K), xattn::lengths(c.lens))) * V;
           const double s = run_timed(state, 0, [&] { benchmark::DoNotOptimize(xattn::eval(e, {.threads = threads})); });
           set_ms(state, s, double(c.B * (c.Sq + c.Skv) * c.h * sizeof(float)) * mib);
+        })
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark(
+        c.name("fused_fwd_bwd", threads).c_str(),
+        [threads](benchmark::State& state) {
+          set_threads(threads);
+          auto Q = xattn::ref(c.q), K = xattn::ref(c.k), V = xattn::ref(c.v);
+          const auto e = softmax(mask(score(xattn::additive{c.w_q, c.w_k, c.w_v}, Q, K), xattn::lengths(c.lens))) * V;
+          const xt::xtensor<float, 3> d_out = xt::ones<float>({c.B, c.Sq, c.d});
+          const xattn::schedule sch{.threads = threads};
+          const double s = run_timed(state, 0, [&] {
+            const auto f = xattn::eval_with_lse(e, sch);
+            benchmark::DoNotOptimize(xattn::grad(e, f, d_out, sch));
+          });
+          // features of queries and keys and their gradients
+          set_ms(state, s, double(2 * c.B * (c.Sq + c.Skv) * c.h * sizeof(float)) * mib);
         })
         ->UseRealTime()
         ->Unit(benchmark::kMillisecond);

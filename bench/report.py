@@ -260,6 +260,9 @@ def other_measurements(benchmarks):
         if "fused" in forms and "d2l_materialised" in forms:
             lines.append(f"| additive/{'/'.join(key)}: d2l_materialised / fused | "
                          f"{forms['d2l_materialised'] / forms['fused']:.1f}× |")
+        if "fused_fwd_bwd" in forms and "torch_d2l_fwd_bwd" in forms:
+            lines.append(f"| additive/{'/'.join(key)}: torch_d2l_fwd_bwd / fused_fwd_bwd (target ≥ 4) | "
+                         f"{forms['torch_d2l_fwd_bwd'] / forms['fused_fwd_bwd']:.1f}× |")
     for name, counters in rows.items():  # packed documents against dense, alternating in one loop
         if name.startswith("documents/") and "packed_over_dense" in counters:
             lines.append(f"| {name}: packed time / dense time (target ≤ 1/6 = 0.167) | "

@@ -5,7 +5,9 @@ PyTorch 1.13 (Debian's python3-torch) running d2l's DotProductAttention recipe -
 masked_softmax, bmm with the values -- forward and autograd backward, on the backward shapes of
 bench/backward.cpp, with 1 and 2 threads. Written as Google-Benchmark-like JSON rows
 "torch_d2l_fwd_bwd/<B>/<H>/<Sq>/<Skv>/<D>/<causal>/<threads>" with the same "gflops" count as
-xattn_fwd_bwd (3.5 x 4·B·H·Sq·Skv·D, causal half), for report.py to merge. Skipped without torch.
+xattn_fwd_bwd (3.5 x 4·B·H·Sq·Skv·D, causal half), for report.py to merge. Also d2l's
+AdditiveAttention forward + backward on bench/additive.cpp's shape, as
+"additive/torch_d2l_fwd_bwd/<B>/<Sq>/<Skv>/<d>/<h>/<threads>" with counter "ms". Skipped without torch.
 """
 import json
 import math
@@ -32,8 +34,51 @@ def d2l_attention(q, k, v, causal):
     return torch.bmm(torch.softmax(scores, dim=-1), v)
 
 
-def main(out_path):
+class AdditiveAttention(torch.nn.Module):
+    """d2l.ai's AdditiveAttention (PyTorch version, chapter "Attention Scoring Functions"; MIT-0)."""
+
+    def __init__(self, num_hiddens, dropout):
+        super().__init__()
+        self.W_k = torch.nn.LazyLinear(num_hiddens, bias=False)
+        self.W_q = torch.nn.LazyLinear(num_hiddens, bias=False)
+        self.w_v = torch.nn.LazyLinear(1, bias=False)
+        self.dropout = torch.nn.Dropout(dropout)
+
+    def forward(self, queries, keys, values, valid_lens):
+        queries, keys = self.W_q(queries), self.W_k(keys)
+        features = torch.tanh(queries.unsqueeze(2) + keys.unsqueeze(1))
+        scores = self.w_v(features).squeeze(-1)
+        # d2l's masked_softmax with 1-D lengths: -1e6 beyond each length
+        mask = torch.arange(scores.shape[-1])[None, None, :] >= valid_lens[:, None, None]
+        return torch.bmm(self.dropout(torch.softmax(scores.masked_fill(mask, -1e6), dim=-1)), values)
+
+
+def additive_rows():
+    b, sq, skv, d, h = 2, 256, 256, 64, 64  # bench/additive.cpp's case
     rows = []
+    for threads in (1, 2):
+        torch.set_num_threads(threads)
+        g = torch.Generator().manual_seed(3)
+        q, k, v = (torch.rand(b, n, d, generator=g) * 2 - 1 for n in (sq, skv, skv))
+        for t in (q, k, v):
+            t.requires_grad_(True)
+        lens = torch.tensor([skv, skv // 2])
+        model = AdditiveAttention(h, 0.0)
+        model(q, k, v, lens)  # materialise the lazy layers
+        d_out = torch.ones(b, sq, d)
+        best = math.inf
+        for rep in range(6):
+            start = time.perf_counter()
+            model(q, k, v, lens).backward(d_out)
+            best = min(best, time.perf_counter() - start) if rep > 0 else best
+        rows.append({"name": f"additive/torch_d2l_fwd_bwd/{b}/{sq}/{skv}/{d}/{h}/{threads}", "run_type": "iteration",
+                     "real_time": best * 1e3, "time_unit": "ms", "ms": best * 1e3})
+        print(rows[-1]["name"], f"{best * 1e3:.1f} ms", file=sys.stderr)
+    return rows
+
+
+def main(out_path):
+    rows = additive_rows()
     for (b, h, sq, skv, d, causal) in SHAPES:
         for threads in (1, 2):
             torch.set_num_threads(threads)

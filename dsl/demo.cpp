@@ -15,8 +15,10 @@
 #include "modules/equinox_mha.hpp"
 #include "modules/fused_vs_unfused.hpp"
 #include "seeds_example.hpp"
+#include "training_demo.hpp"
 
 #include <xattn/viz/heatmap.hpp>
+#include <xattn/viz/line_plot.hpp>
 
 #include <xtensor/xio.hpp>
 #include <xtensor/xrandom.hpp>
@@ -126,6 +128,29 @@ int main(int argc, char** argv) {
   const auto mha_png = out_dir / "equinox_mha_head_weights.png";
   viz::write_heatmap(mha_png, eqx.weights, mha_opt);
   std::cout << "per-head weights heatmap (zero above the diagonal: causal): " << mha_png.string() << "\n";
+
+  section("training: Nadaraya-Watson with a learnable kernel width (d2l), SGD on g.dscore.d_sigma");
+  const auto nw = dsl::training::fit_nadaraya_watson(/*sigma*/ 2.0, /*steps*/ 30, /*lr*/ 0.02);
+  for (std::size_t n = 0; n < nw.losses.size(); n += 5)
+    std::printf("  step %2zu  loss %8.4f  sigma %.4f\n", n, nw.losses[n], nw.sigmas[n]);
+  std::printf("  learned sigma %.4f (leave-one-out loss 0.5*sum (y_hat - y)^2 over 50 points)\n", nw.sigma);
+
+  section("training: d2l AdditiveAttention learns a lookup task (queries of size 4, keys of size 6), Adam");
+  const auto add = dsl::training::fit_additive_lookup(/*steps*/ 200, /*lr*/ 0.05f);
+  for (std::size_t n = 0; n < add.losses.size(); n += 40) std::printf("  step %3zu  loss %.5f\n", n, add.losses[n]);
+  std::printf("  step %3zu  loss %.5f\n", add.losses.size() - 1, add.losses.back());
+  const auto loss_png = out_dir / "training_loss.png";
+  viz::line_plot_options loss_opt;
+  loss_opt.log_y = true;
+  loss_opt.title = "training loss";
+  viz::write_line_plot(loss_png, {{"Nadaraya-Watson", nw.losses}, {"additive lookup", add.losses}}, loss_opt);
+  viz::heatmap_options add_opt;
+  add_opt.range = {{0.0, 1.0}};
+  add_opt.cell = 32;
+  const auto add_png = out_dir / "additive_learned_weights.png";
+  viz::write_heatmap(add_png, xt::xtensor<float, 2>(xt::view(add.weights, 0)), add_opt);
+  std::cout << "loss curves: " << loss_png.string()
+            << "\nlearned weights (query i reads keys 3i..3i+2, its type): " << add_png.string() << "\n";
 
   section("fused xattn vs unfused (sgemm, scalar-exp softmax, sgemm), (1, 8, S, 64), float, 2 threads each");
   const auto rows = dsl::fused_vs_unfused({256, 512, 1024, 2048}, 8, 64, 3, progress);

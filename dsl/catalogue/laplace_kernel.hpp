@@ -3,7 +3,7 @@
 // -|q - k|₁ / bandwidth (Nadaraya-Watson regression with a Laplacian kernel). It is not a dot
 // product of features, so it declares projections (q / bandwidth and k / bandwidth, once per row)
 // and combine(fq, fk), the only work done per (query, key) pair. operator() is the definition,
-// used by the reference evaluator.
+// used by the reference evaluator. All three are generic: grad() differentiates them on duals.
 #include <xattn/error.hpp>
 
 #include <cmath>
@@ -19,9 +19,10 @@ struct laplace_kernel {
 
   template <class T>
   T operator()(std::span<const T> q, std::span<const T> k) const {
-    double s = 0;
-    for (std::size_t d = 0; d < q.size(); ++d) s += std::abs(double(q[d]) - double(k[d]));
-    return T(-s / bandwidth);
+    using std::abs;  // generic: grad() differentiates it on xattn::dual
+    T s = 0;
+    for (std::size_t d = 0; d < q.size(); ++d) s += abs(q[d] - k[d]);
+    return -s / T(bandwidth);
   }
   void validate(std::size_t dq, std::size_t dk) const {
     if (dq != dk) xattn::fail("laplace_kernel: queries have size ", dq, " but keys have size ", dk);
@@ -30,7 +31,7 @@ struct laplace_kernel {
   std::size_t feature_size(std::size_t dq, std::size_t) const { return dq; }
   template <class T>
   T project_query(std::span<const T> q, std::span<T> fq) const {
-    for (std::size_t d = 0; d < q.size(); ++d) fq[d] = T(double(q[d]) / bandwidth);
+    for (std::size_t d = 0; d < q.size(); ++d) fq[d] = q[d] / T(bandwidth);
     return 0;  // per-query additive term
   }
   template <class T>
@@ -39,8 +40,9 @@ struct laplace_kernel {
   }
   template <class T>
   T combine(std::span<const T> fq, std::span<const T> fk) const {
+    using std::abs;
     T s = 0;
-    for (std::size_t d = 0; d < fq.size(); ++d) s -= std::abs(fq[d] - fk[d]);
+    for (std::size_t d = 0; d < fq.size(); ++d) s -= abs(fq[d] - fk[d]);
     return s;
   }
 };

@@ -55,6 +55,10 @@ struct dual {
   friend bool isinf(const dual& a) { return std::isinf(a.v); }
 };
 
+/// The type a generic policy accumulates in: double for float and double, the dual itself for duals.
+template <class T>
+using widened_t = std::conditional_t<std::is_floating_point_v<T>, double, T>;
+
 /// The value and derivative of f at x: f(dual{x, 1}).
 template <class T, class F>
 dual<T> derive(F&& f, T x) {

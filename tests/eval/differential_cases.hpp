@@ -41,8 +41,9 @@ struct cosine_scores {
 struct mixed_l1 {
   template <class T>
   T operator()(std::span<const T> q, std::span<const T> k) const {
+    using std::abs;  // generic: the backward differentiates it on dual numbers
     T s = q[0] * k[0];
-    for (std::size_t d = 1; d < std::min(q.size(), k.size()); ++d) s += std::abs(q[d] - k[d]);
+    for (std::size_t d = 1; d < std::min(q.size(), k.size()); ++d) s += abs(q[d] - k[d]);
     return s;
   }
   void validate(std::size_t, std::size_t) const {}

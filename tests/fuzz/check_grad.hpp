@@ -1,6 +1,6 @@
 #pragma once
-// The fused backward against the double reference's gradients, for pipelines grad() runs
-// (Q * trans(K) and score tensors): d_out uniform in [-1, 1] in the output's layout, then dq, dk,
+// The fused backward against the double reference's gradients, for every pipeline grad_checked()
+// names (pipelines.hpp): d_out uniform in [-1, 1] in the output's layout, then dq, dk,
 // dv (or dx) and every bias gradient element by element.
 //
 // Tolerance: a gradient element is a sum over at most max(Sq, Skv) products of P (<= 1), dP or

@@ -56,6 +56,27 @@ constexpr bool allowed(bool is_double, terminal t, std::size_t s, std::size_t m)
   return s == dot && (m == causal_masks || m == lengths_2d || m == softcap_bias || m == dead);
 }
 
+/// Which of those also check grad() against reference_grad(): every scorer with dot's and the
+/// tensors' full mask table; the policies (feature-space backward) with five families that cover
+/// its branches (none, zero-length rows, causal skips, modifiers with a bias, dead rows) -- the
+/// rest would add instantiations, not paths.
+/// (The sanitizer build of CI leaves the policies out, XATTN_FUZZ_POLICY_GRADS=0: test_grad runs
+/// every policy's backward under the sanitizers, and their instantiations would double its build.)
+constexpr bool grad_checked(terminal t, std::size_t s, std::size_t m) {
+  if (t == terminal::raw) return false;
+  if (s == dot || s == tensor) return true;
+  return XATTN_FUZZ_POLICY_GRADS &&
+         (m == no_masks || m == lengths_2d || m == causal_masks || m == softcap_bias || m == dead);
+}
+
+/// The reference differentiates a policy by one dual evaluation of its operator() per input
+/// element and pair, O(pairs · (Dq + Dk)²·h) for additive: policies are checked on the cases with
+/// at most 4096 (query, key) pairs over all heads, which keeps the fixed-seed slice
+/// in seconds.
+inline bool grad_affordable(std::size_t s, const testing::case_sizes& z) {
+  return s == dot || s == tensor || z.B * z.Hq() * z.Sq * z.Skv <= 4096;
+}
+
 constexpr bool needs_same_dim(std::size_t s) {
   bool same = false;
   std::size_t i = 0;

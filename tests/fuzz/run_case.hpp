@@ -1,7 +1,7 @@
 #pragma once
 // Build and check one case: operands in the drawn storage, the drawn pipeline over them, then
-// eval() under the drawn schedule against reference() of the same expression -- and, where grad()
-// runs (Q * trans(K), score tensors; rank-0 and packed terminals), its gradients against
+// eval() under the drawn schedule against reference() of the same expression -- and, for the
+// combinations grad_checked() names (rank-0 and packed terminals), its gradients against
 // reference_grad().
 #include "check.hpp"
 #include "check_grad.hpp"
@@ -25,8 +25,8 @@ verdict run_on(const fuzz_case& c, testing::rng& r) {
                              : c.sizes.three_d        ? out_layout::bsd
                                                       : out_layout::bhsd;
         v = compare<T>(got, l, want, c.sizes, 1.0);  // |V| <= 1 by construction
-        if constexpr ((s == dot || s == tensor) && Kind != terminal::raw)
-          if (v.ok) v = check_grad<T>(e, l, want, c.sizes, c.sch, r);
+        if constexpr (grad_checked(Kind, s, m) && xattn::detail::has_fused_backward_v<decltype(make_plan(e))>)
+          if (v.ok && grad_affordable(s, c.sizes)) v = check_grad<T>(e, l, want, c.sizes, c.sch, r);
       }
     });
   });

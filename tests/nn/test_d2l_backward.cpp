@@ -1,5 +1,6 @@
-// d2l modules' backward(d_out): DotProductAttention against PyTorch autograd's gradients on d2l's
-// own code (tests/data/goldens), dropout replaying the forward's decisions, and misuse.
+// d2l modules' backward(d_out): DotProductAttention and AdditiveAttention (input and parameter
+// gradients) against PyTorch autograd on d2l's own code (tests/data/goldens), dropout replaying the
+// forward's decisions, and misuse.
 #include "support/goldens.hpp"
 
 #include <xattn/eval/reference_grad.hpp>
@@ -69,10 +70,42 @@ TEST_CASE("nn::dot_product_attention::backward misuse") {
                     Catch::Contains("dot_product_attention.backward") && Catch::Contains("d_out has shape (1,2,4)"));
 }
 
-TEST_CASE("nn::additive_attention::backward says it is not available yet") {
-  nn::additive_attention<float> attention(3, 4, 5);
-  const xt::xtensor<float, 3> q = xt::ones<float>({1, 2, 4}), k = xt::ones<float>({1, 3, 3}),
-                              v = xt::ones<float>({1, 3, 2});
-  attention.forward(q, k, v);
-  CHECK_THROWS_AS(attention.backward(xt::xtensor<float, 3>(xt::zeros<float>({1, 2, 2}))), std::logic_error);
+TEMPLATE_TEST_CASE("nn::additive_attention::backward matches PyTorch autograd on d2l's AdditiveAttention", "", float,
+                   double) {
+  using T = TestType;
+  // double: the gradients are sums of O(10) terms computed in double: a few ulp of max(1, the
+  // largest gradient); float: single-precision features and tanh (relative 1e-6) through the same
+  // sums: 2e-5 of max(1, the largest). (The d2l example's keys are all ones: d_W_k is 0 there.)
+  const auto file = testing::read_golden("d2l_additive_attention.json");
+  for (const auto& c : file["cases"]) {
+    INFO(c["name"].get<std::string>());
+    const xt::xtensor<T, 3> q = golden_tensor<T>(c["queries"]), k = golden_tensor<T>(c["keys"]),
+                            v = golden_tensor<T>(c["values"]), d_out = golden_tensor<T>(c["d_output"]);
+    const xt::xtensor<T, 2> w_q = golden_tensor<T>(c["W_q"]), w_k = golden_tensor<T>(c["W_k"]),
+                            w_v = golden_tensor<T>(c["w_v"]);
+    const xt::xarray<long> lens = golden_tensor<long>(c["valid_lens"]);
+    nn::additive_attention<T> attention(k.shape()[2], q.shape()[2], w_q.shape()[0], 0.1f);
+    attention.set_weights(w_q, w_k, w_v);
+    const auto y = attention.forward(q, k, v, lens);  // eval mode, as the goldens were made
+    const auto want_y = golden_tensor<double>(c["output"]);
+    const auto tol = [&](const char* name) {
+      const auto g = golden_tensor<double>(c[name]);
+      return (std::is_same_v<T, double> ? 1e-12 : 2e-5) * std::max(1.0, xt::amax(xt::abs(g))());
+    };
+    CHECK(worst_flat(y, want_y) <
+          (std::is_same_v<T, double> ? 1e-12 : 1e-5) * std::max(1.0, xt::amax(xt::abs(want_y))()));
+    attention.zero_grad();
+    const auto g = attention.backward(d_out);
+    CHECK(worst_flat(g.d_queries, golden_tensor<double>(c["d_queries"])) < tol("d_queries"));
+    CHECK(worst_flat(g.d_keys, golden_tensor<double>(c["d_keys"])) < tol("d_keys"));
+    CHECK(worst_flat(g.d_values, golden_tensor<double>(c["d_values"])) < tol("d_values"));
+    CHECK(worst_flat(attention.w_q().weight_grad(), golden_tensor<double>(c["d_W_q"])) < tol("d_W_q"));
+    CHECK(worst_flat(attention.w_k().weight_grad(), golden_tensor<double>(c["d_W_k"])) < tol("d_W_k"));
+    CHECK(worst_flat(attention.w_v().weight_grad(), golden_tensor<double>(c["d_w_v"])) < tol("d_w_v"));
+    // gradients accumulate until zero_grad(), as PyTorch's .grad
+    attention.backward(d_out);
+    CHECK(worst_flat(attention.w_v().weight_grad(), 2.0 * golden_tensor<double>(c["d_w_v"])) < 2 * tol("d_w_v"));
+    attention.zero_grad();
+    CHECK(xt::amax(xt::abs(attention.w_q().weight_grad()))() == 0);
+  }
 }

@@ -1,8 +1,8 @@
 #!/usr/bin/python3
 """Golden gradients from PyTorch autograd, run on the seeds' own PyTorch code.
 
-The d2l.ai chapter "Attention Scoring Functions" (PyTorch version) defines masked_softmax and
-DotProductAttention; they are reproduced below as the chapter writes them (d2l.sequence_mask
+The d2l.ai chapter "Attention Scoring Functions" (PyTorch version) defines masked_softmax,
+DotProductAttention and AdditiveAttention; they are reproduced below as the chapter writes them (d2l.sequence_mask
 inlined). Everything runs in float64 with autograd; the inputs, the upstream gradient and the
 gradients PyTorch computes are written to small JSON files that the C++ tests read, so `make test`
 needs no torch. Regenerate with `make goldens` (Debian's python3-torch, run by /usr/bin/python3).
@@ -12,6 +12,7 @@ d2l.ai is licensed CC BY-SA 4.0 (text) and MIT-0 (code); see tests/data/goldens/
 import json
 import math
 import sys
+import warnings
 
 import torch
 from torch import nn
@@ -59,6 +60,33 @@ class DotProductAttention(nn.Module):
         scores = torch.bmm(queries, keys.transpose(1, 2)) / math.sqrt(d)
         self.attention_weights = masked_softmax(scores, valid_lens)
         return torch.bmm(self.dropout(self.attention_weights), values)
+
+
+class AdditiveAttention(nn.Module):
+    """Additive attention."""
+
+    def __init__(self, num_hiddens, dropout, **kwargs):
+        super(AdditiveAttention, self).__init__(**kwargs)
+        self.W_k = nn.LazyLinear(num_hiddens, bias=False)
+        self.W_q = nn.LazyLinear(num_hiddens, bias=False)
+        self.w_v = nn.LazyLinear(1, bias=False)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, queries, keys, values, valid_lens):
+        queries, keys = self.W_q(queries), self.W_k(keys)
+        # After dimension expansion, shape of queries: (batch_size, no. of
+        # queries, 1, num_hiddens) and shape of keys: (batch_size, 1, no. of
+        # key-value pairs, num_hiddens). Sum them up with broadcasting
+        features = queries.unsqueeze(2) + keys.unsqueeze(1)
+        features = torch.tanh(features)
+        # There is only one output of self.w_v, so we remove the last
+        # one-dimensional entry from the shape. Shape of scores: (batch_size,
+        # no. of queries, no. of key-value pairs)
+        scores = self.w_v(features).squeeze(-1)
+        self.attention_weights = masked_softmax(scores, valid_lens)
+        # Shape of values: (batch_size, no. of key-value pairs, value
+        # dimension)
+        return torch.bmm(self.dropout(self.attention_weights), values)
 # -------------------------------------------------------------------------------------------------
 
 
@@ -91,7 +119,58 @@ def dot_product_case(name, q, k, v, valid_lens, gen):
             "d_values": tensor(v.grad)}
 
 
+def additive_case(name, q, k, v, valid_lens, num_hiddens, gen):
+    q, k, v = (t.clone().requires_grad_(True) for t in (q, k, v))
+    attention = AdditiveAttention(num_hiddens=num_hiddens, dropout=0.1).double()
+    attention.eval()
+    attention(q, k, v, valid_lens)  # materialises the lazy layers (torch's default init)
+    for layer in (attention.W_q, attention.W_k, attention.w_v):  # then weights from our generator
+        with torch.no_grad():
+            layer.weight.copy_(torch.randn(layer.weight.shape, dtype=torch.float64, generator=gen) * 0.5)
+    out = attention(q, k, v, valid_lens)
+    d_out = torch.randn(out.shape, dtype=torch.float64, generator=gen)
+    out.backward(d_out)
+    return {"name": name, "queries": tensor(q), "keys": tensor(k), "values": tensor(v), "valid_lens": ints(valid_lens),
+            "W_q": tensor(attention.W_q.weight), "W_k": tensor(attention.W_k.weight),
+            "w_v": tensor(attention.w_v.weight), "output": tensor(out), "d_output": tensor(d_out),
+            "d_queries": tensor(q.grad), "d_keys": tensor(k.grad), "d_values": tensor(v.grad),
+            "d_W_q": tensor(attention.W_q.weight.grad), "d_W_k": tensor(attention.W_k.weight.grad),
+            "d_w_v": tensor(attention.w_v.weight.grad)}
+
+
+def mha_case(name, embed, heads, kdim, vdim, q, k, v, mask, gen):
+    """torch.nn.MultiheadAttention (batch_first, biases, kdim/vdim apart) in float64; mask: bool,
+    True = attend (equinox's and xattn's convention; torch's attn_mask is its negation)."""
+    q, k, v = (t.clone().requires_grad_(True) for t in (q, k, v))
+    mha = nn.MultiheadAttention(embed, heads, bias=True, batch_first=True, kdim=kdim, vdim=vdim).double()
+    with torch.no_grad():  # every parameter from our generator (torch's init leaves biases at zero)
+        for p in mha.parameters():
+            p.copy_(torch.randn(p.shape, dtype=torch.float64, generator=gen) * 0.4)
+    batch, sq, skv = q.shape[0], q.shape[1], k.shape[1]
+    attn_mask = None if mask is None else (~mask).reshape(batch * heads, sq, skv)
+    out, _ = mha(q, k, v, attn_mask=attn_mask, need_weights=False)
+    d_out = torch.randn(out.shape, dtype=torch.float64, generator=gen)
+    out.backward(d_out)
+    if mha._qkv_same_embed_dim:  # one packed in_proj_weight (3E, E)
+        w, dw = mha.in_proj_weight.split(embed), mha.in_proj_weight.grad.split(embed)
+    else:
+        w = (mha.q_proj_weight, mha.k_proj_weight, mha.v_proj_weight)
+        dw = tuple(t.grad for t in w)
+    b, db = mha.in_proj_bias.split(embed), mha.in_proj_bias.grad.split(embed)
+    case = {"name": name, "num_heads": heads, "query": tensor(q), "key": tensor(k), "value": tensor(v),
+            "W_o": tensor(mha.out_proj.weight), "b_o": tensor(mha.out_proj.bias), "output": tensor(out),
+            "d_output": tensor(d_out), "d_query": tensor(q.grad), "d_key": tensor(k.grad), "d_value": tensor(v.grad),
+            "d_W_o": tensor(mha.out_proj.weight.grad), "d_b_o": tensor(mha.out_proj.bias.grad)}
+    for n, x in enumerate("qkv"):
+        case.update({f"W_{x}": tensor(w[n]), f"b_{x}": tensor(b[n]), f"d_W_{x}": tensor(dw[n]),
+                     f"d_b_{x}": tensor(db[n])})
+    if mask is not None:
+        case["mask"] = ints(mask.to(torch.int64))
+    return case
+
+
 def main(out_dir):
+    warnings.filterwarnings("ignore", message="Lazy modules")  # d2l's LazyLinear, as the chapter writes it
     gen = torch.Generator().manual_seed(20261124)
     f64 = dict(dtype=torch.float64, generator=gen)
     cases = [
@@ -113,6 +192,32 @@ def main(out_dir):
                          torch.randn(2, 7, 5, **f64), torch.tensor([[1, 0, 7], [4, 2, 0]]), gen),
     ]
     with open(f"{out_dir}/d2l_dot_product_attention.json", "w") as f:
+        json.dump({"generator": "tools/goldens/make_grad_goldens.py", "torch": torch.__version__, "cases": cases}, f)
+    torch.manual_seed(20261124)  # the lazy layers' first initialisation (overwritten)
+    cases = [
+        # the chapter's example: queries (2, 1, 20), keys of ones (2, 10, 2), values 0..39, lengths [2, 6], 8 hiddens
+        additive_case("d2l example", torch.normal(0, 1, (2, 1, 20), **f64), torch.ones((2, 10, 2), dtype=torch.float64),
+                      torch.arange(40, dtype=torch.float64).reshape(1, 10, 4).repeat(2, 1, 1), torch.tensor([2, 6]),
+                      8, gen),
+        additive_case("1-D lens with a zero", torch.randn(2, 3, 4, **f64), torch.randn(2, 7, 5, **f64),
+                      torch.randn(2, 7, 3, **f64), torch.tensor([0, 5]), 6, gen),
+        additive_case("2-D lens with zeros", torch.randn(2, 3, 4, **f64), torch.randn(2, 7, 5, **f64),
+                      torch.randn(2, 7, 3, **f64), torch.tensor([[1, 0, 7], [4, 2, 0]]), 6, gen),
+    ]
+    with open(f"{out_dir}/d2l_additive_attention.json", "w") as f:
+        json.dump({"generator": "tools/goldens/make_grad_goldens.py", "torch": torch.__version__, "cases": cases}, f)
+    causal = torch.tril(torch.ones(5, 5, dtype=torch.bool)).expand(2, 2, 5, 5)  # every row sees a key
+    ragged = torch.rand(2, 4, 3, 6, generator=gen) < 0.6
+    ragged[..., 0] = True
+    cases = [
+        mha_case("no mask, kdim and vdim apart", 8, 2, 6, 5, torch.randn(2, 5, 8, **f64), torch.randn(2, 7, 6, **f64),
+                 torch.randn(2, 7, 5, **f64), None, gen),
+        mha_case("causal bool mask", 8, 2, 8, 8, torch.randn(2, 5, 8, **f64), torch.randn(2, 5, 8, **f64),
+                 torch.randn(2, 5, 8, **f64), causal, gen),
+        mha_case("random bool mask, 4 heads", 8, 4, 6, 3, torch.randn(2, 3, 8, **f64), torch.randn(2, 6, 6, **f64),
+                 torch.randn(2, 6, 3, **f64), ragged, gen),
+    ]
+    with open(f"{out_dir}/torch_multihead_attention.json", "w") as f:
         json.dump({"generator": "tools/goldens/make_grad_goldens.py", "torch": torch.__version__, "cases": cases}, f)
 
 

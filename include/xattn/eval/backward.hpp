@@ -19,23 +19,16 @@ struct backward_report {
 /// Beyond this a float log-sum-exp cannot resolve a probability to 1e-4 (its ulp is 1.2e-4).
 inline constexpr double large_lse = 1024;
 
-/// The row's max final score m and ln Σ e^(s - m), in double from the plan (a row of d2l's -1e6
-/// fills: its log-sum-exp -1e6 + ln Skv is stored to within 0.06 in float, but s - m is exact).
+/// The row's max final score m and ln Σ e^(s - m), in double from the plan's definition (a row
+/// of d2l's -1e6 fills: its log-sum-exp -1e6 + ln Skv is stored to within 0.06 in float, but
+/// s - m is exact).
 template <class Acc, class Plan, class Ops, class Masks>
 std::pair<Acc, Acc> exact_row_stats(const Plan& p, const problem& pr, const Ops& ops, const Masks& masks, std::size_t b,
                                     std::size_t h, std::size_t i) {
   std::vector<double> s(pr.kv_len);
   double m = -std::numeric_limits<double>::infinity();
   for (std::size_t j = 0; j < pr.kv_len; ++j) {
-    double x;
-    if constexpr (decltype(p.base)::tensor_scores) {
-      x = double(p.base.x.view(b, h, i, j));
-    } else {
-      const auto &q = p.base.q.view, &k = p.base.k.view;
-      x = kernel::dot_row<double>(q.row(b, h, i), q.inner_stride(), k.row(b, h / (pr.q_heads / pr.kv_heads), j),
-                                  k.inner_stride(), pr.q_dim);
-    }
-    x *= p.scale;
+    double x = p.scale * detail::base_score(p, pr, b, h, i, j);
     hana::for_each(ops, [&](const auto& op) { x = double(op(x, b, h, i, j)); });
     s[j] = masked_score(masks, x, b, h, i, j);
     m = std::max(m, s[j]);
@@ -45,34 +38,51 @@ std::pair<Acc, Acc> exact_row_stats(const Plan& p, const problem& pr, const Ops&
   return {Acc(m), Acc(std::log(l))};
 }
 
-template <class Acc, class Plan, class DO, class O, class DQ>
-backward_report run_backward(const Plan& p, const problem& pr, const backward_schedule& bs,
+/// Where the driver writes, in kernel coordinates (the views of what the source does not have stay empty).
+template <class Acc, class DQ>
+struct backward_out {
+  strided_view<DQ> dq;                    // (B, Hq, Sq, n): dQ, or the gradient at the query features
+  strided_view<Acc> dk, dv, dx;           // (B, Hkv, Skv, n), (B, Hkv, Skv, Dv), (B, Hq, Sq, Skv)
+  Acc* dalpha = nullptr;                  // (B, Hq, Sq) row-major: at the query terms
+  Acc* dbeta = nullptr;                   // (B, Hkv, Skv) row-major: at the key terms
+  std::vector<double>* dparams{};         // a combine policy's parameters
+  std::vector<xt::xarray<Acc>>* dbias{};  // one per bias(t) term
+};
+
+template <class Acc, class Plan, class Source, class DO, class O, class DQ>
+backward_report run_backward(const Plan& p, const problem& pr, const backward_schedule& bs, const Source& src,
                              const strided_view<const DO>& d_out, const strided_view<const O>& out,
-                             const strided_view<const Acc, 3>& lse, const strided_view<DQ>& dq,
-                             const strided_view<Acc>& dk, const strided_view<Acc>& dv, const strided_view<Acc>& dx,
-                             std::vector<xt::xarray<Acc>>& dbias) {
+                             const strided_view<const Acc, 3>& lse, const backward_out<Acc, DQ>& to) {
+  constexpr bool tensor_scores = std::is_same_v<Source, tensor_source>;
+  constexpr bool terms = !tensor_scores && (is_pair_source_v<Source> || is_separable_source_v<Source>);
   const auto ops = bind_all(p.ops, pr);
   const auto masks = bind_all(p.masks, pr);
   using Ops = std::decay_t<decltype(ops)>;
   constexpr std::size_t n_ops = decltype(hana::length(ops))::value;
   using IO = backward_io<Acc, DO, n_ops>;
-  const std::size_t rows = pr.batch * pr.q_heads * pr.q_len, dqp = simd::padded<Acc>(pr.q_dim);
+  const std::size_t n = tensor_scores ? 0 : to.dq.at.shape[3];
+  const std::size_t rows = pr.batch * pr.q_heads * pr.q_len, dqp = simd::padded<Acc>(n);
   std::vector<Acc> delta(rows), row_sums(bs.key_chunks * rows, Acc(0));
-  std::vector<Acc> dq_part(bs.key_chunks * rows * dqp, Acc(0));
-  for (std::size_t b = 0, n = 0; b < pr.batch; ++b)
+  std::vector<Acc> dq_part(bs.key_chunks * rows * dqp, Acc(0)), dalpha_part(terms ? bs.key_chunks * rows : 0, Acc(0));
+  std::size_t params = 0;
+  if constexpr (is_pair_source_v<Source>) params = src.params;
+  std::vector<Acc> dparams_part(bs.tasks * params, Acc(0));
+  for (std::size_t b = 0, r = 0; b < pr.batch; ++b)
     for (std::size_t h = 0; h < pr.q_heads; ++h)
-      for (std::size_t i = 0; i < pr.q_len; ++i, ++n)
-        delta[n] = kernel::dot_row<Acc>(d_out.row(b, h, i), d_out.inner_stride(), out.row(b, h, i), out.inner_stride(),
+      for (std::size_t i = 0; i < pr.q_len; ++i, ++r)
+        delta[r] = kernel::dot_row<Acc>(d_out.row(b, h, i), d_out.inner_stride(), out.row(b, h, i), out.inner_stride(),
                                         pr.v_dim);
   std::vector<Acc> shift(rows), rel(rows, Acc(0));
-  for (std::size_t b = 0, n = 0; b < pr.batch; ++b)
+  for (std::size_t b = 0, r = 0; b < pr.batch; ++b)
     for (std::size_t h = 0; h < pr.q_heads; ++h)
-      for (std::size_t i = 0; i < pr.q_len; ++i, ++n) {
-        shift[n] = lse(b, h, i);
-        if (std::abs(shift[n]) > large_lse && !std::isinf(shift[n]))
-          std::tie(shift[n], rel[n]) = exact_row_stats<Acc>(p, pr, ops, masks, b, h, i);
+      for (std::size_t i = 0; i < pr.q_len; ++i, ++r) {
+        shift[r] = lse(b, h, i);
+        if (std::abs(shift[r]) > large_lse && !std::isinf(shift[r]))
+          std::tie(shift[r], rel[r]) = exact_row_stats<Acc>(p, pr, ops, masks, b, h, i);
       }
-  IO io{d_out, shift.data(), rel.data(), delta.data(), dq_part.data(), row_sums.data(), dk, dv, dx, {}};
+  IO io{d_out,    shift.data(),        rel.data(),      delta.data(), dq_part.data(), dalpha_part.data(),
+        to.dbeta, dparams_part.data(), row_sums.data(), to.dk,        to.dv,          to.dx,
+        {}};
   // bias gradients: the full (B, Hq, Sq, Skv) gradient at each bias, reduced below
   std::vector<std::vector<Acc>> bias_full;
   bias_full.reserve(n_ops);
@@ -85,11 +95,11 @@ backward_report run_backward(const Plan& p, const problem& pr, const backward_sc
     ++k;
   });
 
-  using worker_t = backward_worker<Acc, Plan, Ops, std::decay_t<decltype(masks)>, IO>;
+  using worker_t = backward_worker<Acc, Plan, Ops, std::decay_t<decltype(masks)>, IO, Source>;
   const std::size_t chunks = bs.key_chunks;
 #pragma omp parallel num_threads(bs.threads) if (bs.threads > 1)
   {
-    worker_t wk(p, pr, ops, masks, bs, io);
+    worker_t wk(p, pr, ops, masks, bs, io, src);
 #pragma omp for schedule(dynamic, 1)
     for (std::size_t t = 0; t < bs.tasks; ++t) {
       const std::size_t c = t % chunks, bh = t / chunks;
@@ -97,38 +107,48 @@ backward_report run_backward(const Plan& p, const problem& pr, const backward_sc
     }
   }
 
-  if constexpr (!decltype(p.base)::tensor_scores) {
-    for (std::size_t b = 0, n = 0; b < pr.batch; ++b)
+  if constexpr (!tensor_scores) {
+    for (std::size_t b = 0, r = 0; b < pr.batch; ++b)
       for (std::size_t h = 0; h < pr.q_heads; ++h)
-        for (std::size_t i = 0; i < pr.q_len; ++i, ++n) {
-          DQ* dst = dq.row(b, h, i);
-          for (std::size_t d = 0; d < pr.q_dim; ++d) {
+        for (std::size_t i = 0; i < pr.q_len; ++i, ++r) {
+          DQ* dst = to.dq.row(b, h, i);
+          for (std::size_t d = 0; d < n; ++d) {
             Acc s = 0;
-            for (std::size_t c = 0; c < chunks; ++c) s += dq_part[(c * rows + n) * dqp + d];
-            dst[std::ptrdiff_t(d) * dq.inner_stride()] = DQ(s);
+            for (std::size_t c = 0; c < chunks; ++c) s += dq_part[(c * rows + r) * dqp + d];
+            dst[std::ptrdiff_t(d) * to.dq.inner_stride()] = DQ(s);
+          }
+          if constexpr (terms) {
+            Acc s = 0;
+            for (std::size_t c = 0; c < chunks; ++c) s += dalpha_part[c * rows + r];
+            to.dalpha[r] = s;
           }
         }
+  }
+  if (params) {  // summed in task order, in double
+    to.dparams->assign(params, 0.0);
+    for (std::size_t t = 0; t < bs.tasks; ++t)
+      for (std::size_t k = 0; k < params; ++k) (*to.dparams)[k] += double(dparams_part[t * params + k]);
   }
   std::size_t bi = 0;
   hana::for_each(ops, [&](const auto& op) {
     if constexpr (is_tensor_bias_v<std::decay_t<decltype(op)>>) {
       auto [g, view] = bias_gradient<Acc>(op, pr);
       const std::vector<Acc>& full = bias_full[bi++];
-      std::size_t n = 0;
+      std::size_t at = 0;
       for (std::size_t b = 0; b < pr.batch; ++b)
         for (std::size_t h = 0; h < pr.q_heads; ++h)
           for (std::size_t i = 0; i < pr.q_len; ++i)
-            for (std::size_t j = 0; j < pr.kv_len; ++j) view(b, h, i, j) += full[n++];
-      dbias.push_back(std::move(g));
+            for (std::size_t j = 0; j < pr.kv_len; ++j) view(b, h, i, j) += full[at++];
+      to.dbias->push_back(std::move(g));
     }
   });
 
   backward_report rep;
-  for (std::size_t n = 0; n < rows; ++n) {
+  for (std::size_t r = 0; r < rows; ++r) {
     Acc s = 0;
-    for (std::size_t c = 0; c < chunks; ++c) s += row_sums[c * rows + n];
+    for (std::size_t c = 0; c < chunks; ++c) s += row_sums[c * rows + r];
     // no visible key, or a NaN score (the forward's row is NaN; so are its gradients)
-    if ((std::isinf(shift[n]) && shift[n] < 0) || std::isnan(shift[n])) continue;
+    if ((std::isinf(shift[r]) && shift[r] < 0) || std::isnan(shift[r])) continue;
     const double e = std::abs(double(s) - 1);
     rep.worst_row_sum_error =
         std::isnan(e) ? std::numeric_limits<double>::infinity() : std::max(rep.worst_row_sum_error, e);

@@ -7,14 +7,18 @@
 //   dQ_chunk += scale·dS·K
 // dK and dV of the key block stay in this worker until every query has been seen (no races); dQ
 // goes to the chunk's own partial, summed in chunk order afterwards. Filled and excluded scores
-// are constants (dS = 0 there); modifiers are differentiated on dual numbers.
+// are constants (dS = 0 there); modifiers are differentiated on dual numbers. With a scoring
+// policy, Q and K above are its projected features (and α, β its terms, whose gradients are dS's
+// row and column sums); a combine policy pairs features one by one instead of the microkernels.
 #include "../dual.hpp"
 #include "../kernel/aligned.hpp"
 #include "../kernel/backward.hpp"
 #include "../kernel/pack.hpp"
 #include "../kernel/pv.hpp"
 #include "../kernel/qk.hpp"
+#include "../policy/gradient.hpp"
 #include "../random/philox_dropout.hpp"
+#include "backward_sources.hpp"
 #include "mask_eval.hpp"
 #include "resolved_schedule.hpp"
 
@@ -32,27 +36,33 @@ struct backward_io {
   const Acc* shift = nullptr;              // (B, Hq, Sq) row-major: P = e^(S - shift - rel) (see probs_row);
   const Acc* rel = nullptr;                //   shift = -inf: the row sees no key
   const Acc* delta = nullptr;              // (B, Hq, Sq) row-major: rowsum(dO ∘ O)
-  Acc* dq_part = nullptr;                  // (chunks, B, Hq, Sq, dq_pad)
+  Acc* dq_part = nullptr;                  // (chunks, B, Hq, Sq, n_pad): dQ, or dfq of a policy's features
+  Acc* dalpha_part = nullptr;              // (chunks, B, Hq, Sq): gradient at α (policies with terms)
+  Acc* dbeta = nullptr;                    // (B, Hkv, Skv): gradient at β
+  Acc* dparams_part = nullptr;             // (tasks, params): a combine policy's parameter gradients
   Acc* row_sums = nullptr;                 // (chunks, B, Hq, Sq): Σ P, 1 per row when lse is this expression's
-  strided_view<Acc> dk, dv;                // (B, Hkv, Skv, Dk), (B, Hkv, Skv, Dv)
+  strided_view<Acc> dk, dv;                // (B, Hkv, Skv, n), (B, Hkv, Skv, Dv)
   strided_view<Acc> dx;                    // tensor scores: (B, Hq, Sq, Skv)
   std::array<Acc*, NOps + 1> bias_full{};  // per modifier: (B, Hq, Sq, Skv) row-major gradient at a bias, or null
 };
 
-template <class Acc, class Plan, class Ops, class Masks, class IO>
+template <class Acc, class Plan, class Ops, class Masks, class IO, class Source>
 class backward_worker {
-  using base_t = decltype(std::declval<Plan>().base);
-  static constexpr bool tensor_scores = base_t::tensor_scores;
+  static constexpr bool tensor_scores = std::is_same_v<Source, tensor_source>;
+  static constexpr bool pairs = is_pair_source_v<Source>;
+  static constexpr bool terms = pairs || is_separable_source_v<Source>;
   static constexpr std::size_t n_ops = decltype(hana::length(std::declval<Ops>()))::value;
   static constexpr Acc ninf = -std::numeric_limits<Acc>::infinity();
 
  public:
   backward_worker(const Plan& p, const problem& pr, const Ops& ops, const Masks& masks, const backward_schedule& bs,
-                  const IO& io)
-      : p_(p), pr_(pr), ops_(ops), masks_(masks), bs_(bs), io_(io) {
+                  const IO& io, const Source& src)
+      : p_(p), pr_(pr), ops_(ops), masks_(masks), bs_(bs), io_(io), src_(src) {
     bq_ = bs.block_q;
     lds_ = simd::padded<Acc>(bs.block_k);
-    dqp_ = simd::padded<Acc>(pr.q_dim);
+    if constexpr (!tensor_scores) std::tie(n_, nk_) = widths();
+    dqp_ = simd::padded<Acc>(n_);
+    dkp_ = simd::padded<Acc>(nk_);
     dvp_ = simd::padded<Acc>(pr.v_dim);
     const std::size_t bk = bs.block_k;
     q_.assign(bq_ * dqp_, Acc(0));
@@ -62,11 +72,13 @@ class backward_worker {
     if constexpr (n_ops > 0) s0_.assign(bq_ * lds_, Acc(0));
     vis_.assign(bq_ * lds_, Acc(0));
     z_.assign(bq_ * lds_, Acc(0));
-    kp_.assign(kernel::packed_kt_size<Acc>(bk, std::max<std::size_t>(pr.q_dim, 1)), Acc(0));
+    kp_.assign(kernel::packed_kt_size<Acc>(bk, std::max<std::size_t>(n_, 1)), Acc(0));
     vp_.assign(kernel::packed_kt_size<Acc>(bk, std::max<std::size_t>(pr.v_dim, 1)), Acc(0));
-    kr_.assign(bk * dqp_, Acc(0));
-    dk_.assign(bk * dqp_, Acc(0));
+    kr_.assign(bk * dkp_, Acc(0));
+    dk_.assign(bk * dkp_, Acc(0));
     dv_.assign(bk * dvp_, Acc(0));
+    dbeta_.assign(bk, Acc(0));
+    if constexpr (pairs) dparams_.assign(src.params, Acc(0));
     dead_.assign(bq_, 0);
     partial_.assign(bq_, 0);
   }
@@ -74,22 +86,58 @@ class backward_worker {
   /// Task (b, hk, chunk): keys [chunk · chunk_keys, ...) of key head hk, every query head of its group.
   void run(std::size_t b, std::size_t hk, std::size_t chunk) {
     const std::size_t c0 = chunk * bs_.chunk_keys, c1 = std::min(pr_.kv_len, c0 + bs_.chunk_keys);
+    if constexpr (pairs) std::fill(dparams_.begin(), dparams_.end(), Acc(0));
     for (std::size_t j0 = c0; j0 < c1; j0 += bs_.block_k) key_block(b, hk, chunk, j0, std::min(bs_.block_k, c1 - j0));
+    if constexpr (pairs) {
+      const std::size_t task = (b * pr_.kv_heads + hk) * bs_.key_chunks + chunk;
+      std::copy(dparams_.begin(), dparams_.end(), io_.dparams_part + task * dparams_.size());
+    }
   }
 
  private:
+  /// The rows the score products read as Q and K (the plan's, or the policy's features).
+  const auto& q_view() const {
+    if constexpr (terms)
+      return src_.f.q;
+    else
+      return src_.q;
+  }
+  const auto& k_view() const {
+    if constexpr (terms)
+      return src_.f.k;
+    else
+      return src_.k;
+  }
+  /// Row lengths of the rows read as Q and K (equal, except for a pair policy on raw rows).
+  std::pair<std::size_t, std::size_t> widths() const {
+    if constexpr (terms)
+      return {src_.f.n, src_.f.nk};
+    else
+      return {src_.n, src_.n};
+  }
+
+  /// A pair policy's score of one (features) pair: combine, or operator() on raw rows.
+  Acc pair_score(std::span<const Acc> fq, std::span<const Acc> fk) const {
+    if constexpr (declares_features<std::remove_cvref_t<decltype(*src_.policy)>>)
+      return Acc(src_.policy->combine(fq, fk));
+    else
+      return Acc((*src_.policy)(fq, fk));
+  }
+
   void key_block(std::size_t b, std::size_t hk, std::size_t chunk, std::size_t j0, std::size_t cols) {
     const std::size_t group = pr_.q_heads / pr_.kv_heads;
     const auto& v = p_.v.view;
     kernel::pack_kt<Acc>([&](std::size_t c) { return v.row(b, hk, j0 + c); }, cols, pr_.v_dim, v.inner_stride(),
                          vp_.data());
     if constexpr (!tensor_scores) {
-      const auto& k = p_.base.k.view;
-      kernel::pack_kt<Acc>([&](std::size_t c) { return k.row(b, hk, j0 + c); }, cols, pr_.q_dim, k.inner_stride(),
-                           kp_.data());
+      const auto& k = k_view();
+      if constexpr (!pairs)
+        kernel::pack_kt<Acc>([&](std::size_t c) { return k.row(b, hk, j0 + c); }, cols, n_, k.inner_stride(),
+                             kp_.data());
       for (std::size_t c = 0; c < cols; ++c)
-        kernel::scaled_copy(k.row(b, hk, j0 + c), k.inner_stride(), pr_.q_dim, Acc(1), kr_.data() + c * dqp_, 1);
+        kernel::scaled_copy(k.row(b, hk, j0 + c), k.inner_stride(), nk_, Acc(1), kr_.data() + c * dkp_, 1);
       std::fill(dk_.begin(), dk_.end(), Acc(0));
+      std::fill(dbeta_.begin(), dbeta_.end(), Acc(0));
     }
     std::fill(dv_.begin(), dv_.end(), Acc(0));
     for (std::size_t h = hk * group; h < (hk + 1) * group; ++h)
@@ -103,8 +151,8 @@ class backward_worker {
       kernel::scaled_copy(dv_.data() + c * dvp_, 1, pr_.v_dim, Acc(1), io_.dv.row(b, hk, j0 + c),
                           io_.dv.inner_stride());
       if constexpr (!tensor_scores)
-        kernel::scaled_copy(dk_.data() + c * dqp_, 1, pr_.q_dim, Acc(1), io_.dk.row(b, hk, j0 + c),
-                            io_.dk.inner_stride());
+        kernel::scaled_copy(dk_.data() + c * dkp_, 1, nk_, Acc(1), io_.dk.row(b, hk, j0 + c), io_.dk.inner_stride());
+      if constexpr (terms) io_.dbeta[(b * pr_.kv_heads + hk) * pr_.kv_len + j0 + c] = dbeta_[c];
     }
   }
 
@@ -122,7 +170,7 @@ class backward_worker {
     return {buf, np};
   }
 
-  /// The score of (i, j0 + c) before modifiers: scale · (Q·Kᵀ or X).
+  /// The score of (i, j0 + c) before modifiers: scale · (Q·Kᵀ, c(fq, fk), or X) (+ α_i + β_j).
   void scores(std::size_t b, std::size_t h, std::size_t i0, std::size_t rows, std::size_t j0, std::size_t cols) {
     const std::size_t colsp = simd::padded<Acc>(cols);
     const Acc scale = Acc(p_.scale);
@@ -131,8 +179,23 @@ class backward_worker {
       for (std::size_t r = 0; r < rows; ++r)
         kernel::scaled_copy(&x(b, h, i0 + r, j0), x.inner_stride(), cols, scale, s_.data() + r * lds_, 1);
     } else {
-      std::tie(q_rows_, ldq_) = rows_of(p_.base.q.view, b, h, i0, rows, pr_.q_dim, dqp_, q_.data());
-      kernel::qk_tile(q_rows_, ldq_, rows, kp_.data(), pr_.q_dim, colsp, s_.data(), lds_);
+      std::tie(q_rows_, ldq_) = rows_of(q_view(), b, h, i0, rows, n_, dqp_, q_.data());
+      if constexpr (pairs) {
+        for (std::size_t r = 0; r < rows; ++r) {
+          const std::span<const Acc> fq(q_rows_ + r * ldq_, n_);
+          for (std::size_t c = 0; c < cols; ++c)
+            s_[r * lds_ + c] = pair_score(fq, std::span<const Acc>(kr_.data() + c * dkp_, nk_));
+        }
+      } else {
+        kernel::qk_tile(q_rows_, ldq_, rows, kp_.data(), n_, colsp, s_.data(), lds_);
+      }
+      if constexpr (terms) {
+        const std::size_t hk = h / (pr_.q_heads / pr_.kv_heads);
+        const Acc* alpha = src_.f.alpha + (b * pr_.q_heads + h) * pr_.q_len + i0;
+        const Acc* beta = src_.f.beta + (b * pr_.kv_heads + hk) * pr_.kv_len + j0;
+        for (std::size_t r = 0; r < rows; ++r)
+          for (std::size_t c = 0; c < cols; ++c) s_[r * lds_ + c] += alpha[r] + beta[c];
+      }
       for (std::size_t r = 0; r < rows; ++r) kernel::scale_row(s_.data() + r * lds_, colsp, scale);
     }
   }
@@ -200,11 +263,35 @@ class backward_worker {
       if constexpr (tensor_scores)
         kernel::scaled_copy(dp, 1, cols, Acc(1), &io_.dx(b, h, i, j0), io_.dx.inner_stride());
     }
-    if constexpr (!tensor_scores) {
+    if constexpr (!tensor_scores) gradient_products(b, h, chunk, i0, rows, cols);
+  }
+
+  /// dQ (or dfq), dK (or dfk), and the terms' and combine parameters' gradients from dS = dp_.
+  void gradient_products(std::size_t b, std::size_t h, std::size_t chunk, std::size_t i0, std::size_t rows,
+                         std::size_t cols) {
+    const std::size_t row0 = (b * pr_.q_heads + h) * pr_.q_len + i0, rows_total = pr_.batch * pr_.q_heads * pr_.q_len;
+    Acc* dq = io_.dq_part + (chunk * rows_total + row0) * dqp_;
+    if constexpr (terms) {  // α_i and β_j enter every score of their row and column
+      Acc* dalpha = io_.dalpha_part + chunk * rows_total + row0;
+      for (std::size_t r = 0; r < rows; ++r)
+        for (std::size_t c = 0; c < cols; ++c) {
+          dalpha[r] += dp_[r * lds_ + c];
+          dbeta_[c] += dp_[r * lds_ + c];
+        }
+    }
+    if constexpr (pairs) {
+      for (std::size_t r = 0; r < rows; ++r) {
+        const std::span<const Acc> fq(q_rows_ + r * ldq_, n_);
+        for (std::size_t c = 0; c < cols; ++c)
+          if (const Acc g = dp_[r * lds_ + c]; g != Acc(0))
+            pair_backward(*src_.policy, fq, std::span<const Acc>(kr_.data() + c * dkp_, nk_), g,
+                          std::span<Acc>(dq + r * dqp_, n_), std::span<Acc>(dk_.data() + c * dkp_, nk_),
+                          std::span<Acc>(dparams_));
+      }
+    } else {
       // dK += dSᵀ · Q, dQ_chunk += dS · K
       kernel::pv_tile_transposed(dp_.data(), lds_, cols, q_rows_, ldq_, rows, dk_.data(), dqp_, dqp_);
-      Acc* dq = io_.dq_part + (chunk * rows_total + row0) * dqp_;
-      kernel::pv_tile(dp_.data(), lds_, rows, kr_.data(), dqp_, cols, dq, dqp_, dqp_);
+      kernel::pv_tile(dp_.data(), lds_, rows, kr_.data(), dkp_, cols, dq, dqp_, dqp_);
     }
   }
 
@@ -234,10 +321,12 @@ class backward_worker {
   const Masks& masks_;
   const backward_schedule& bs_;
   const IO& io_;
-  std::size_t bq_ = 0, lds_ = 0, dqp_ = 0, dvp_ = 0;
+  const Source& src_;
+  std::size_t n_ = 0, nk_ = 0, bq_ = 0, lds_ = 0, dqp_ = 0, dkp_ = 0, dvp_ = 0;
   const Acc* q_rows_ = nullptr;  // this query block's rows (in place or in q_), ldq_ apart
   std::size_t ldq_ = 0;
   kernel::aligned_vector<Acc> q_, do_, s_, s0_, dp_, vis_, z_, kp_, vp_, kr_, dk_, dv_;
+  std::vector<Acc> dbeta_, dparams_;  // this key block's gradient at β; this task's at combine's parameters
   std::vector<char> dead_, partial_;
 };
 

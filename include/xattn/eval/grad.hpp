@@ -4,13 +4,11 @@
 // gradient of a bias tensor, which is that size before its broadcast axes are summed).
 #include "backward.hpp"
 #include "eval.hpp"
+#include "policy_backward.hpp"
 
 #include <type_traits>
 
 namespace xattn {
-
-/// A scoring policy without parameters (Q * trans(K)) has nothing to report.
-struct no_parameters {};
 
 template <class DQ, class DK, class DV, class DX, class DScore, class Acc>
 struct gradients {
@@ -18,7 +16,7 @@ struct gradients {
   DK dk;                               // in the shape of K
   DV dv;                               // in the shape of V
   DX dx;                               // score tensor X's gradient, in its shape; empty for Q, K
-  DScore dscore;                       // the scoring policy's parameter gradients
+  DScore dscore;                       // the scoring policy's parameter gradients (policy/gradient.hpp)
   std::vector<xt::xarray<Acc>> dbias;  // one per bias(t) term, in order, in t's shape
 };
 
@@ -35,7 +33,7 @@ constexpr bool scores_have_fused_backward() {
   if constexpr (base_t::tensor_scores)
     return true;
   else
-    return std::is_same_v<typename base_t::policy_type, dot>;
+    return differentiable_in<typename base_t::policy_type, acc_t<Plan>>();
 }
 
 /// Whether grad() runs on plans of this type (check_backward says why not).
@@ -50,9 +48,11 @@ constexpr bool check_backward() {
   using base_t = decltype(std::declval<Plan>().base);
   if constexpr (!base_t::tensor_scores) {
     using P = typename base_t::policy_type;
-    static_assert(std::is_same_v<P, dot>,
-                  "xattn: grad(e, f, d_out): the fused backward runs Q * trans(K) scores and score tensors X; "
-                  "for score(policy, Q, K) use reference_grad(make_plan(e), d_out) for now");
+    static_assert(differentiable_in<P, Acc>(),
+                  "xattn: grad(e, f, d_out): the scoring policy has no gradient. Either write operator()(q, k) "
+                  "(and project_query/project_key/combine, if it has them) as templates over the scalar type T, "
+                  "calling math functions unqualified (using std::sqrt; sqrt(x)), so that they run on xattn::dual, "
+                  "or give it the analytic backward members listed in <xattn/policy/gradient.hpp>");
   }
   static_assert(all_dual_v<Acc, std::decay_t<decltype(std::declval<Plan>().ops)>>,
                 "xattn: grad(e): a score modifier must be a template over the score type U, calling math "
@@ -86,7 +86,13 @@ struct gradient_types {
   using dk = typename std::decay_t<decltype(hana::at_c<1>(std::declval<types>()))>::type;
   using dx = typename std::decay_t<decltype(hana::at_c<2>(std::declval<types>()))>::type;
   using dv = like<decltype(std::declval<Plan>().v)>;
-  using type = gradients<dq, dk, dv, dx, no_parameters, Acc>;
+  static auto parameters() {
+    if constexpr (base_t::tensor_scores)
+      return std::type_identity<no_parameters>{};
+    else
+      return std::type_identity<parameter_gradients_t<typename base_t::policy_type>>{};
+  }
+  using type = gradients<dq, dk, dv, dx, typename decltype(parameters())::type, Acc>;
 };
 
 /// A zeroed gradient tensor for an operand of form `how` and kernel shape `shape`, and its layout.
@@ -126,12 +132,25 @@ auto run_grad(const Plan& p, const F& f, const DOut& d_out, const schedule& sch)
   }
   const layout<4> dv_at = zero_gradient(g.dv, p.v.how, {pr.batch, pr.kv_heads, pr.kv_len, pr.v_dim});
 
-  const backward_schedule bs = resolve_backward(sch, pr, base_t::tensor_scores ? 0 : pr.q_dim, simd::width<Acc>);
-  const backward_report rep =
-      run_backward<Acc>(p, pr, bs, strided_view<const DO>{d_out.data(), of.at},
-                        strided_view<const O>{f.output.data(), of.at}, strided_view<const Acc, 3>{f.lse.data(), lse_at},
-                        strided_view<Acc>{g.dq.data(), dq_at}, strided_view<Acc>{g.dk.data(), dk_at},
-                        strided_view<Acc>{g.dv.data(), dv_at}, strided_view<Acc>{g.dx.data(), dx_at}, g.dbias);
+  const strided_view<const DO> dov{d_out.data(), of.at};
+  const strided_view<const O> ov{f.output.data(), of.at};
+  const strided_view<const Acc, 3> lv{f.lse.data(), lse_at};
+  const strided_view<Acc> dq{g.dq.data(), dq_at}, dk{g.dk.data(), dk_at}, dv{g.dv.data(), dv_at},
+      dx{g.dx.data(), dx_at};
+  backward_report rep;
+  if constexpr (base_t::tensor_scores) {
+    const backward_schedule bs = resolve_backward(sch, pr, 0, simd::width<Acc>);
+    rep = run_backward<Acc>(p, pr, bs, tensor_source{}, dov, ov, lv,
+                            backward_out<Acc, Acc>{{}, {}, dv, dx, {}, {}, {}, &g.dbias});
+  } else if constexpr (std::is_same_v<typename base_t::policy_type, dot>) {
+    const backward_schedule bs = resolve_backward(sch, pr, pr.q_dim, simd::width<Acc>);
+    const dot_source<decltype(p.base.q.view), decltype(p.base.k.view)> src{p.base.q.view, p.base.k.view, pr.q_dim};
+    rep = run_backward<Acc>(p, pr, bs, src, dov, ov, lv, backward_out<Acc, Acc>{dq, dk, dv, {}, {}, {}, {}, &g.dbias});
+  } else {
+    const std::size_t n = std::max(pr.q_dim, pr.k_dim);  // the features' width is not known here; a cost guess
+    const backward_schedule bs = resolve_backward(sch, pr, n, simd::width<Acc>);
+    rep = run_policy_backward<Acc>(p, pr, bs, dov, ov, lv, dq, dk, dv, g.dbias, g.dscore);
+  }
   // the probabilities recomputed from f.lse must sum to 1: a log-sum-exp of another expression
   // (or other inputs) would give silently wrong gradients
   const double tol = std::is_same_v<Acc, float> ? 1e-3 : 1e-9;

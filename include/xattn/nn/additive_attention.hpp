@@ -3,7 +3,8 @@
 //   score(q, k) = w_v · tanh(W_q q + W_k k), W_q (h, query_size), W_k (h, key_size), w_v (1, h),
 // no biases, evaluated by score(additive{W_q, W_k, w_v}, Q, K) in the fused pass (d2l's
 // (batch, queries, kv, h) feature tensor is never built). Parameters start uniform(±1/sqrt(fan_in))
-// as PyTorch's Linear does, drawn from `seed` (seeding.hpp), and can be replaced.
+// as PyTorch's Linear does, drawn from `seed` (seeding.hpp), and can be replaced. backward(d_out)
+// adds d_W_q, d_W_k, d_w_v to the layers' weight_grad() (one fused backward, policy/additive.hpp).
 #include "d2l_module.hpp"
 #include "linear.hpp"
 
@@ -27,6 +28,13 @@ class additive_attention : public d2l_module<T> {
   const linear<T>& w_q() const noexcept { return w_q_; }
   const linear<T>& w_k() const noexcept { return w_k_; }
   const linear<T>& w_v() const noexcept { return w_v_; }
+
+  /// Resets the three layers' accumulated gradients (PyTorch's zero_grad()).
+  void zero_grad() {
+    w_q_.zero_grad();
+    w_k_.zero_grad();
+    w_v_.zero_grad();
+  }
 
   /// Replace the parameters; w_v may be given as (num_hiddens) or (1, num_hiddens).
   template <class Wq, class Wk, class Wv>
@@ -57,7 +65,13 @@ class additive_attention : public d2l_module<T> {
         std::array<xt::xtensor<T, 3>, 3>{queries, keys, values});
     const additive policy{w_q_.weight(), w_k_.weight(), w_v_.weight()};
     return this->run([in, policy] { return score(policy, ref((*in)[0]), ref((*in)[1])); }, valid_lens,
-                     [in] { return ref((*in)[2]); }, training);
+                     [in] { return ref((*in)[2]); }, training,
+                     [](d2l_module<T>& self, const additive_gradients& g) {
+                       auto& m = static_cast<additive_attention&>(self);
+                       m.w_q_.accumulate_grad(g.d_w_q);
+                       m.w_k_.accumulate_grad(g.d_w_k);
+                       m.w_v_.accumulate_grad(g.d_w_v);
+                     });
   }
 
  private:

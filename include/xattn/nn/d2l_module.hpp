@@ -83,13 +83,16 @@ class d2l_module {
   void set_schedule(const schedule& s) noexcept { sched_ = s; }
 
   /// Gradients of the last forward call's output given d_out (batch, queries, dv): with the same
-  /// inputs (copied by forward) and the same dropout decisions.
-  input_gradients<T> backward(const xt::xtensor<T, 3>& d_out) const {
+  /// inputs and parameters (copied by forward) and the same dropout decisions. The parameters'
+  /// gradients are added to their layers' weight_grad() (PyTorch's .grad) until zero_grad().
+  input_gradients<T> backward(const xt::xtensor<T, 3>& d_out) {
     if (!backward_)
       throw std::logic_error("xattn: " + name_ +
                              ".backward(d_out): no forward call to differentiate; call forward first");
-    return detail::labelled(name_ + ".backward", [&] { return backward_(d_out); });
+    return detail::labelled(name_ + ".backward", [&] { return backward_(d_out, *this); });
   }
+  /// A module without parameters has nothing to reset (additive_attention hides this).
+  void zero_grad() noexcept {}
 
  protected:
   d2l_module(std::string name, float dropout, std::uint64_t seed)
@@ -99,9 +102,12 @@ class d2l_module {
 
   /// masked_softmax(scores(), valid_lens) [-> dropout] -> · values(), in one fused pass. scores and
   /// values build the expressions from the module's own copies of the inputs, so that backward()
-  /// can rebuild the very same expression (with the same dropout key) later.
-  template <class ScoresFn, class Lens, class ValuesFn>
-  xt::xtensor<T, 3> run(ScoresFn scores, const Lens& valid_lens, ValuesFn values, bool training) {
+  /// can rebuild the very same expression (with the same dropout key) later; backward hands the
+  /// scoring policy's parameter gradients to on_params(module, g.dscore).
+  template <class ScoresFn, class Lens, class ValuesFn, class OnParams = void (*)(d2l_module&, const no_parameters&)>
+  xt::xtensor<T, 3> run(
+      ScoresFn scores, const Lens& valid_lens, ValuesFn values, bool training,
+      OnParams on_params = [](d2l_module&, const no_parameters&) {}) {
     const std::string who = name_ + ".forward";
     const schedule sch = module_schedule(sched_);
     return detail::labelled(who, [&]() -> xt::xtensor<T, 3> {
@@ -118,17 +124,11 @@ class d2l_module {
       try {
         auto f =
             std::make_shared<const partial_attention<xt::xtensor<T, 3>, xt::xtensor<T, 2>>>(eval_with_lse(expr(), sch));
-        if constexpr (xattn::detail::has_fused_backward_v<decltype(make_plan(expr()))>) {
-          backward_ = [expr, f, sch](const xt::xtensor<T, 3>& d_out) {
-            auto g = grad(expr(), *f, d_out, sch);
-            return input_gradients<T>{std::move(g.dq), std::move(g.dk), std::move(g.dv)};
-          };
-        } else {
-          backward_ = [who = name_](const xt::xtensor<T, 3>&) -> input_gradients<T> {
-            throw std::logic_error("xattn: " + who +
-                                   ".backward: the fused backward does not cover this module's scoring policy yet");
-          };
-        }
+        backward_ = [expr, f, sch, on_params](const xt::xtensor<T, 3>& d_out, d2l_module& self) {
+          auto g = grad(expr(), *f, d_out, sch);
+          on_params(self, g.dscore);
+          return input_gradients<T>{std::move(g.dq), std::move(g.dk), std::move(g.dv)};
+        };
         return f->output;
       } catch (...) {
         counter_.rewind(n);  // a failed call does not use up a key
@@ -145,7 +145,7 @@ class d2l_module {
   bool keep_ = false, kept_ = false;
   xt::xtensor<T, 3> weights_;
   std::optional<schedule> sched_{};
-  std::function<input_gradients<T>(const xt::xtensor<T, 3>&)> backward_;
+  std::function<input_gradients<T>(const xt::xtensor<T, 3>&, d2l_module&)> backward_;
 };
 
 }  // namespace xattn::nn

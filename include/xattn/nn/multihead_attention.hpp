@@ -11,7 +11,9 @@
 // takes the module's next one (seeding.hpp) where equinox raises; masks may be broadcastable
 // rather than exactly (num_heads, Sq, Skv); kv_heads is an addition; process_heads is not offered.
 // Threads: OpenMP in the fused pass, OpenBLAS in the GEMMs; run with OMP_WAIT_POLICY=passive
-// (threads.hpp).
+// (threads.hpp). backward(d_out) differentiates the last forward call (same inputs, weights, mask
+// and dropout decisions): the output projection's GEMMs, one fused attention backward (grad), the
+// three input projections' GEMMs; weight and bias gradients accumulate until zero_grad().
 #include "../xattn.hpp"
 #include "errors.hpp"
 #include "linear.hpp"
@@ -26,7 +28,10 @@
 #include <xtensor/xtensor.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <type_traits>
 #include <vector>
@@ -53,6 +58,12 @@ struct result_of_rank<T, SIZE_MAX, Extra> {
 struct mha_call {
   std::optional<std::uint64_t> key{};  // dropout key of this call; unset: the module's next (seeding.hpp)
   std::optional<bool> inference{};     // overrides the module's inference flag for this call
+};
+
+/// The input gradients of multihead_attention::backward, each in its input's shape.
+template <class T>
+struct mha_gradients {
+  xt::xarray<T> d_query, d_key, d_value;
 };
 
 template <class T = float>
@@ -112,13 +123,52 @@ class multihead_attention {
     if (cfg_.dropout_p > 0 && !call.inference.value_or(cfg_.inference))
       drop_key = call.key ? *call.key : counter_.next();
 
-    const auto qp = project(query_proj_, q), kp = project(key_proj_, k), vp = project(value_proj_, v);
-    const auto heads_out = detail::labelled(who, [&] { return attend(qp, kp, vp, mask, drop_key); });
-    auto out = xattn::allocate<result_for<Q, 0>>(q.user_shape.size() == 3
-                                                     ? std::vector<std::size_t>{q.batch, q.seq, cfg_.output_size}
-                                                     : std::vector<std::size_t>{q.seq, cfg_.output_size});
-    output_proj_.apply(heads_out.data(), q.rows(), heads_out.shape()[2], out.data(), cfg_.output_size);
+    auto st = std::make_shared<saved>();
+    st->q = copy_rows(q), st->k = copy_rows(k), st->v = copy_rows(v);
+    st->qp = project(query_proj_, q), st->kp = project(key_proj_, k), st->vp = project(value_proj_, v);
+    st->shapes = {q.user_shape, k.user_shape, v.user_shape};
+    st->out_shape = q.user_shape.size() == 3 ? std::vector<std::size_t>{q.batch, q.seq, cfg_.output_size}
+                                             : std::vector<std::size_t>{q.seq, cfg_.output_size};
+    detail::labelled(who, [&] { attend(st, mask, drop_key); });
+    auto out = xattn::allocate<result_for<Q, 0>>(st->out_shape);
+    output_proj_.apply(st->heads_out.data(), q.rows(), st->heads_out.shape()[2], out.data(), cfg_.output_size);
+    saved_ = std::move(st);
     return out;
+  }
+
+  /// Gradients of the last forward call's output given d_out (in the output's shape): d_query,
+  /// d_key, d_value in the inputs' shapes; the four projections' weight_grad() and bias_grad()
+  /// grow by theirs. Before any forward: std::logic_error.
+  mha_gradients<T> backward(const xt::xarray<T>& d_out) {
+    const char* who = "multihead_attention.backward";
+    if (!saved_)
+      throw std::logic_error(std::string("xattn: ") + who +
+                             "(d_out): no forward call to differentiate; call forward first");
+    const saved& st = *saved_;
+    const std::vector<std::size_t> got(d_out.shape().begin(), d_out.shape().end());
+    if (got != st.out_shape)
+      xattn::fail(who, ": d_out has shape ", xattn::shape_str(got), " but the last forward's output has shape ",
+                  xattn::shape_str(st.out_shape));
+    const std::size_t rows = st.heads_out.shape()[0] * st.heads_out.shape()[1], width = st.heads_out.shape()[2];
+    xt::xtensor<T, 3> d_heads = xt::xtensor<T, 3>::from_shape(st.heads_out.shape());
+    output_proj_.backward(st.heads_out.data(), rows, width, d_out.data(), cfg_.output_size, d_heads.data());
+    const auto d_proj = detail::labelled(who, [&] { return st.attention_backward(d_heads); });
+    mha_gradients<T> g;
+    auto input_grad = [&](linear<T>& lin, const xt::xtensor<T, 3>& x, const xt::xtensor<T, 3>& dy,
+                          const std::vector<std::size_t>& shape) {
+      xt::xarray<T> dx = xt::xarray<T>::from_shape(shape);
+      lin.backward(x.data(), x.shape()[0] * x.shape()[1], x.shape()[2], dy.data(), lin.out_features(), dx.data());
+      return dx;
+    };
+    g.d_query = input_grad(query_proj_, st.q, d_proj[0], st.shapes[0]);
+    g.d_key = input_grad(key_proj_, st.k, d_proj[1], st.shapes[1]);
+    g.d_value = input_grad(value_proj_, st.v, d_proj[2], st.shapes[2]);
+    return g;
+  }
+
+  /// Resets the four projections' accumulated gradients (PyTorch's zero_grad()).
+  void zero_grad() {
+    for (auto* lin : {&query_proj_, &key_proj_, &value_proj_, &output_proj_}) lin->zero_grad();
   }
 
   template <class Q, class K, class V, class M = none_t>
@@ -168,16 +218,54 @@ class multihead_attention {
       return f(xattn::mask(s, lowest_fill(m)));
   }
 
-  /// (B, Sq, H * vo): per head softmax(q kᵀ / sqrt(qk) [masked]) [dropped] v, one fused pass.
+  /// What backward needs of a forward call.
+  struct saved {
+    xt::xtensor<T, 3> q, k, v, qp, kp, vp, heads_out;  // inputs as (B, S, size) rows, projections, attention output
+    std::array<std::vector<std::size_t>, 3> shapes;    // of query, key_, value as given
+    std::vector<std::size_t> out_shape;
+    // d heads_out -> d qp, d kp, d vp (the fused backward of the call's own expression)
+    std::function<std::array<xt::xtensor<T, 3>, 3>(const xt::xtensor<T, 3>&)> attention_backward;
+  };
+
+  static xt::xtensor<T, 3> copy_rows(const row_block<T>& x) {
+    auto r = xt::xtensor<T, 3>::from_shape({x.batch, x.seq, x.width});
+    for (std::size_t n = 0; n < x.rows(); ++n)
+      std::copy(x.data + n * x.ld, x.data + n * x.ld + x.width, r.data() + n * x.width);
+    return r;
+  }
+
+  /// st->heads_out (B, Sq, H * vo): per head softmax(q kᵀ / sqrt(qk) [masked]) [dropped] v, one
+  /// fused pass; st->attention_backward differentiates it later (the mask is copied).
   template <class M>
-  xt::xtensor<T, 3> attend(const xt::xtensor<T, 3>& qp, const xt::xtensor<T, 3>& kp, const xt::xtensor<T, 3>& vp,
-                           const M& m, std::optional<std::uint64_t> drop_key) const {
-    const auto v = heads(vp, cfg_.kv_heads);
+  void attend(const std::shared_ptr<saved>& st, const M& m, std::optional<std::uint64_t> drop_key) const {
     const schedule sch = module_schedule(sched_);
-    return with_mask(scores(qp, kp), m, [&](const auto& s) -> xt::xtensor<T, 3> {
-      if (drop_key) return eval(xattn::dropout(softmax(s), cfg_.dropout_p, *drop_key) * v, sch);
-      return eval(softmax(s) * v, sch);
-    });
+    const std::size_t H = cfg_.num_heads, Hkv = cfg_.kv_heads;
+    const double root = std::sqrt(double(cfg_.qk_size));  // as scores(): the same rounding
+    const float p = drop_key ? cfg_.dropout_p : 0.0f;
+    const std::uint64_t key = drop_key.value_or(0);
+    auto mk = [&] {
+      if constexpr (is_none_v<M>)
+        return none;
+      else
+        return std::make_shared<const xt::xarray<bool>>(xt::cast<bool>(m));
+    }();
+    const saved* s = st.get();  // the closure lives in *st: a raw pointer, no ownership cycle
+    auto expr = [s, H, Hkv, root, p, key, mk] {
+      auto sc = heads(s->qp, H) * trans(heads(s->kp, Hkv)) / root;
+      auto w = [&] {
+        if constexpr (is_none_v<decltype(mk)>)
+          return softmax(sc);
+        else
+          return softmax(xattn::mask(sc, lowest_fill(*mk)));
+      }();
+      return xattn::dropout(w, p, key) * heads(s->vp, Hkv);
+    };
+    auto f = std::make_shared<const decltype(eval_with_lse(expr(), sch))>(eval_with_lse(expr(), sch));
+    st->heads_out = f->output;
+    st->attention_backward = [expr, f, sch](const xt::xtensor<T, 3>& d_heads) {
+      auto g = grad(expr(), *f, d_heads, sch);
+      return std::array<xt::xtensor<T, 3>, 3>{std::move(g.dq), std::move(g.dk), std::move(g.dv)};
+    };
   }
 
   void check_qk(const row_block<T>& q, const row_block<T>& k, const char* who) const {
@@ -224,6 +312,7 @@ class multihead_attention {
   dropout_counter counter_;
   linear<T> query_proj_, key_proj_, value_proj_, output_proj_;
   std::optional<schedule> sched_{};
+  std::shared_ptr<const saved> saved_;
 };
 
 }  // namespace xattn::nn

@@ -3,8 +3,11 @@
 // different sizes. Not separable, so the kernel projects every query and key once (O((Sq+Skv) h))
 // and evaluates the h-term sum per pair inside the fused loop; d2l's (B, Sq, Skv, h) tensor is
 // never built.
+#include "../dual.hpp"
 #include "../simd/compat.hpp"
 #include "matrix.hpp"
+
+#include <xtensor/xtensor.hpp>
 
 #include <cmath>
 #include <span>
@@ -16,9 +19,16 @@
 
 namespace xattn {
 
+/// grad(e).dscore of an additive policy.
+struct additive_gradients {
+  xt::xtensor<double, 2> d_w_q, d_w_k;  // (h, dq), (h, dk)
+  xt::xtensor<double, 1> d_w_v;         // (h)
+};
+
 struct additive {
   weights w_q, w_k, w_v;  // (h, dq), (h, dk), (h)
   std::vector<float> w_v_f;
+  using parameter_gradients = additive_gradients;
 
   template <class Wq, class Wk, class Wv>
   additive(const Wq& q, const Wk& k, const Wv& v) : w_q(q), w_k(k), w_v(v), w_v_f(w_v.v.begin(), w_v.v.end()) {}
@@ -32,11 +42,15 @@ struct additive {
 
   template <class T>
   T operator()(std::span<const T> q, std::span<const T> k) const {
-    std::vector<double> a(w_q.rows), b(w_k.rows);
-    w_q.apply(q.data(), a.data());
-    w_k.apply(k.data(), b.data());
-    double s = 0;
-    for (std::size_t h = 0; h < a.size(); ++h) s += w_v.v[h] * std::tanh(a[h] + b[h]);
+    using std::tanh;  // generic (runs on dual numbers: the reference's gradients)
+    using W = widened_t<T>;
+    W s = 0;
+    for (std::size_t h = 0; h < w_q.rows; ++h) {
+      W a = 0;
+      for (std::size_t c = 0; c < w_q.cols; ++c) a += w_q(h, c) * W(q[c]);
+      for (std::size_t c = 0; c < w_k.cols; ++c) a += w_k(h, c) * W(k[c]);
+      s += w_v.v[h] * tanh(a);
+    }
     return T(s);
   }
 
@@ -65,7 +79,61 @@ struct additive {
     return s;
   }
 
+  // ---- analytic gradients (policy/gradient.hpp) ----
+  additive_gradients zero_gradients() const {
+    return {xt::zeros<double>({w_q.rows, w_q.cols}), xt::zeros<double>({w_k.rows, w_k.cols}),
+            xt::zeros<double>({w_v.cols})};
+  }
+  template <class T>
+  void project_query_backward(std::span<const T> q, std::span<const T> dfq, T, std::span<T> dq,
+                              additive_gradients& g) const {
+    linear_backward(w_q, g.d_w_q, q, dfq, dq);
+  }
+  template <class T>
+  void project_key_backward(std::span<const T> k, std::span<const T> dfk, T, std::span<T> dk,
+                            additive_gradients& g) const {
+    linear_backward(w_k, g.d_w_k, k, dfk, dk);
+  }
+  std::size_t combine_parameter_count() const { return w_v.cols; }
+  /// t = tanh(fq + fk): ∂/∂fq = ∂/∂fk = w_v (1 - t²), ∂/∂w_v = t.
+  template <class T>
+  void combine_backward(std::span<const T> fq, std::span<const T> fk, T ds, std::span<T> dfq, std::span<T> dfk,
+                        std::span<T> dw_v) const {
+    constexpr std::size_t w = simd::width<T>;
+    const std::size_t n = fq.size();
+    const T* wv = weights_as<T>();
+    const simd::batch<T> g(ds), one(T(1));
+    std::size_t h = 0;
+    for (; h + w <= n; h += w) {
+      const auto t = xsimd::tanh(simd::load(fq.data() + h) + simd::load(fk.data() + h));
+      const auto u = g * simd::load(wv + h) * (one - t * t);
+      simd::store(dfq.data() + h, simd::load(dfq.data() + h) + u);
+      simd::store(dfk.data() + h, simd::load(dfk.data() + h) + u);
+      simd::store(dw_v.data() + h, xsimd::fma(g, t, simd::load(dw_v.data() + h)));
+    }
+    for (; h < n; ++h) {
+      const T t = std::tanh(fq[h] + fk[h]), u = ds * wv[h] * (T(1) - t * t);
+      dfq[h] += u;
+      dfk[h] += u;
+      dw_v[h] += ds * t;
+    }
+  }
+  void add_combine_gradients(std::span<const double> dw_v, additive_gradients& g) const {
+    for (std::size_t h = 0; h < dw_v.size(); ++h) g.d_w_v(h) += dw_v[h];
+  }
+
  private:
+  /// f = W x: dx = Wᵀ df, dW += df ⊗ x.
+  template <class T>
+  static void linear_backward(const weights& m, xt::xtensor<double, 2>& dm, std::span<const T> x, std::span<const T> df,
+                              std::span<T> dx) {
+    m.apply_transposed(df.data(), dx.data());
+    for (std::size_t r = 0; r < m.rows; ++r) {
+      const double d = double(df[r]);
+      double* row = dm.data() + r * m.cols;
+      for (std::size_t c = 0; c < m.cols; ++c) row[c] += d * double(x[c]);
+    }
+  }
   template <class T>
   const T* weights_as() const {
     if constexpr (std::is_same_v<T, float>)

@@ -5,6 +5,7 @@
 #include "../error.hpp"
 #include "identity.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <span>
@@ -55,6 +56,16 @@ struct scaled_dot {
   template <class T>
   T project_key(std::span<const T> k, std::span<T> out) const {
     return identity_projection(k, out);
+  }
+  // analytic gradients (policy/gradient.hpp): fq = q/√d, fk = k
+  template <class T, class G>
+  void project_query_backward(std::span<const T> q, std::span<const T> dfq, T, std::span<T> dq, G&) const {
+    const T c = T(1) / std::sqrt(T(q.size()));
+    for (std::size_t d = 0; d < q.size(); ++d) dq[d] = dfq[d] * c;
+  }
+  template <class T, class G>
+  void project_key_backward(std::span<const T>, std::span<const T> dfk, T, std::span<T> dk, G&) const {
+    std::copy(dfk.begin(), dfk.end(), dk.begin());
   }
 };
 
