@@ -147,9 +147,7 @@ auto run_grad(const Plan& p, const F& f, const DOut& d_out, const schedule& sch)
     const dot_source<decltype(p.base.q.view), decltype(p.base.k.view)> src{p.base.q.view, p.base.k.view, pr.q_dim};
     rep = run_backward<Acc>(p, pr, bs, src, dov, ov, lv, backward_out<Acc, Acc>{dq, dk, dv, {}, {}, {}, {}, &g.dbias});
   } else {
-    const std::size_t n = std::max(pr.q_dim, pr.k_dim);  // the features' width is not known here; a cost guess
-    const backward_schedule bs = resolve_backward(sch, pr, n, simd::width<Acc>);
-    rep = run_policy_backward<Acc>(p, pr, bs, dov, ov, lv, dq, dk, dv, g.dbias, g.dscore);
+    rep = run_policy_backward<Acc>(p, pr, sch, dov, ov, lv, dq, dk, dv, g.dbias, g.dscore);
   }
   // the probabilities recomputed from f.lse must sum to 1: a log-sum-exp of another expression
   // (or other inputs) would give silently wrong gradients

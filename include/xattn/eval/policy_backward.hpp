@@ -25,18 +25,6 @@ struct feature_buffers {
   features<Acc> view() const { return {{fq.data(), q_at}, {fk.data(), k_at}, n, nk, alpha.data(), beta.data()}; }
 };
 
-namespace detail {
-
-/// Row (b, h, s) of view x (d elements) in T.
-template <class T, class View>
-std::vector<T> row_in(const View& x, std::size_t b, std::size_t h, std::size_t s, std::size_t d) {
-  std::vector<T> r(d);
-  kernel::scaled_copy(x.row(b, h, s), x.inner_stride(), d, T(1), r.data(), 1);
-  return r;
-}
-
-}  // namespace detail
-
 /// Step 1: every query and key projected (or copied, for a policy with operator() only).
 template <class Acc, class Plan>
 feature_buffers<Acc> project_features(const Plan& p, const problem& pr) {
@@ -53,12 +41,12 @@ feature_buffers<Acc> project_features(const Plan& p, const problem& pr) {
   fb.fk.assign(fb.k_at.size(), Acc(0));
   fb.alpha.assign(pr.batch * pr.q_heads * pr.q_len, Acc(0));
   fb.beta.assign(pr.batch * pr.kv_heads * pr.kv_len, Acc(0));
-  auto project = [&](const auto& view, std::size_t heads, std::size_t len, std::size_t d, std::size_t n, bool keys,
+  auto project = [&](const auto& view, std::size_t heads, std::size_t len, std::size_t n, bool keys,
                      std::vector<Acc>& f, std::vector<Acc>& term) {
     for (std::size_t b = 0, r = 0; b < pr.batch; ++b)
       for (std::size_t h = 0; h < heads; ++h)
         for (std::size_t s = 0; s < len; ++s, ++r) {
-          const std::vector<Acc> x = detail::row_in<Acc>(view, b, h, s, d);
+          const std::vector<Acc> x = detail::row_as<Acc>(view, b, h, s);
           const std::span<Acc> out(f.data() + r * n, n);
           if constexpr (declares_features<P>)
             term[r] = Acc(keys ? policy.project_key(std::span<const Acc>(x), out)
@@ -67,8 +55,8 @@ feature_buffers<Acc> project_features(const Plan& p, const problem& pr) {
             std::copy(x.begin(), x.end(), out.begin());
         }
   };
-  project(p.base.q.view, pr.q_heads, pr.q_len, pr.q_dim, fb.n, false, fb.fq, fb.alpha);
-  project(p.base.k.view, pr.kv_heads, pr.kv_len, pr.k_dim, fb.nk, true, fb.fk, fb.beta);
+  project(p.base.q.view, pr.q_heads, pr.q_len, fb.n, false, fb.fq, fb.alpha);
+  project(p.base.k.view, pr.kv_heads, pr.kv_len, fb.nk, true, fb.fk, fb.beta);
   fb.dfq.assign(fb.fq.size(), Acc(0));
   fb.dfk.assign(fb.fk.size(), Acc(0));
   fb.dalpha.assign(fb.alpha.size(), Acc(0));
@@ -90,7 +78,7 @@ void project_backward_all(const P& policy, const problem& pr, const feature_buff
         for (std::size_t s = 0; s < len; ++s, ++r) {
           const std::span<const Acc> dfr(df.data() + r * n, n);
           if constexpr (declares_features<P>) {
-            const std::vector<Acc> x = detail::row_in<Acc>(view, b, h, s, d);
+            const std::vector<Acc> x = detail::row_as<Acc>(view, b, h, s);
             project_backward(policy, keys, std::span<const Acc>(x), dfr, dterm[r], std::span<Acc>(dx), g);
           } else {
             std::copy(dfr.begin(), dfr.end(), dx.begin());
@@ -104,7 +92,7 @@ void project_backward_all(const P& policy, const problem& pr, const feature_buff
 
 /// The whole backward of a score(policy, Q, K) plan: steps 1-3; dq, dk in kernel coordinates.
 template <class Acc, class Plan, class DO, class O>
-backward_report run_policy_backward(const Plan& p, const problem& pr, const backward_schedule& bs,
+backward_report run_policy_backward(const Plan& p, const problem& pr, const schedule& sch,
                                     const strided_view<const DO>& d_out, const strided_view<const O>& out,
                                     const strided_view<const Acc, 3>& lse, const strided_view<Acc>& dq,
                                     const strided_view<Acc>& dk, const strided_view<Acc>& dv,
@@ -112,6 +100,7 @@ backward_report run_policy_backward(const Plan& p, const problem& pr, const back
                                     parameter_gradients_t<typename decltype(p.base)::policy_type>& g) {
   using P = typename decltype(p.base)::policy_type;
   feature_buffers<Acc> fb = project_features<Acc>(p, pr);
+  const backward_schedule bs = resolve_backward(sch, pr, fb.n, simd::width<Acc>);
   std::vector<double> dparams;
   backward_out<Acc, Acc> to{{fb.dfq.data(), fb.q_at}, {fb.dfk.data(), fb.k_at}, dv,       {},
                             fb.dalpha.data(),         fb.dbeta.data(),          &dparams, &dbias};
