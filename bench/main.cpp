@@ -34,10 +34,12 @@ int main(int argc, char** argv) {
   add_context();
   xattn_bench::register_memory();  // first: later baselines raise the resident high-water mark
   xattn_bench::register_peak_fma();
+  xattn_bench::register_peak_bf16();
   xattn_bench::register_peak_read();
   xattn_bench::register_blas_unfused();
   xattn_bench::register_xtensor_eager();
   xattn_bench::register_xattn_variant();
+  xattn_bench::register_sixteen_bit();
   xattn_bench::register_additive();
   xattn_bench::register_documents();
   xattn_bench::register_tile_ops();

@@ -18,6 +18,11 @@ FUSED = "xattn"
 BASELINES = ["blas_unfused", "xtensor_eager", "ort"]
 OTHER = ("additive", "documents", "memory", "compile", "tile", "bandwidth")  # measurements outside the shape table
 PEAK = "peak_fma"
+PEAK_BF16 = "peak_bf16"
+# 16-bit operands (issue 18): their own table over the same shapes, and grouped-query decode rows
+# "<variant>_gqa/<B>/<Hq>/<Hkv>/<Sq>/<Skv>/<D>/<threads>" with a gbytes_per_s counter.
+SIXTEEN = ["xattn_bf16", "xattn_f16"]
+GQA = ["xattn_gqa", "xattn_bf16_gqa", "xattn_f16_gqa"]
 # The backward pass (issue 17): its own table, same shape fields, FlashAttention-2's flop count.
 BACKWARD = ["xattn_bwd", "blas_unfused_bwd", "xattn_fwd_bwd", "torch_d2l_fwd_bwd"]
 SHAPE_FIELDS = ["B", "H", "Sq", "Skv", "D", "causal", "threads"]
@@ -65,8 +70,8 @@ def split(results):
         variant, rest = parts[0], parts[1:]
         if variant == PEAK and len(rest) == 1:
             peaks[int(rest[0])] = value
-        elif variant in BACKWARD:
-            continue  # backward_table
+        elif variant in BACKWARD or variant in SIXTEEN or variant in GQA or variant == PEAK_BF16:
+            continue  # their own tables
         elif len(rest) == len(SHAPE_FIELDS) and all(p.isdigit() for p in rest):
             table.setdefault(tuple(int(p) for p in rest), {})[variant] = value
             if variant not in variants:
@@ -151,28 +156,84 @@ def backward_table(results, peaks):
     return "\n".join(lines) + "\n"
 
 
-def decode_bandwidth(table, benchmarks):
-    """Decode rows (Sq = 1) must read K and V once: their bytes per second against
-    bandwidth/read/<threads> (median) from the same run."""
+def counter_medians(benchmarks, counter):
+    """{registered name parts (tuple): median of `counter` over the non-aggregate runs}."""
+    runs = {}
+    for b in benchmarks:
+        if b.get("run_type") != "aggregate" and counter in b and not b.get("error_occurred"):
+            runs.setdefault(tuple(registered_name(b.get("run_name", b["name"]))), []).append(b[counter])
+    return {k: statistics.median(v) for k, v in runs.items()}
+
+
+def sixteen_table(results, peaks):
+    """16-bit operands against fp32 over the same shapes: GFLOP/s, the ratios the targets name, and
+    bf16 against peak_bf16 (an error row where the CPU has no AVX512-BF16)."""
+    rows, peak16 = {}, {}
+    for parts, value in results.items():
+        if parts[0] == PEAK_BF16 and len(parts) == 2:
+            peak16[int(parts[1])] = value
+        elif parts[0] in SIXTEEN + [FUSED] and len(parts) == len(SHAPE_FIELDS) + 1 and all(p.isdigit() for p in parts[1:]):
+            rows.setdefault(tuple(int(p) for p in parts[1:]), {})[parts[0]] = value
+    rows = {k: r for k, r in rows.items() if any(v in r for v in SIXTEEN)}
+    if not rows:
+        return ""
+    lines = ["", "## 16-bit operands (fp32 accumulation and output)", ""]
+    if peak16:
+        lines += [", ".join(f"{PEAK_BF16}/{t} = {cell(v)}" + ("" if number(v) else f" ({v})")
+                            for t, v in sorted(peak16.items())), ""]
+    header = SHAPE_FIELDS + ["xattn fp32 GFLOP/s", "xattn_bf16 GFLOP/s", "xattn_f16 GFLOP/s", "bf16 / fp32",
+                             "f16 / fp32", "bf16 % of peak_bf16", "bf16 % of peak_fma", "fp32 % of peak_fma"]
+    lines += ["| " + " | ".join(header) + " |", "|" + "|".join(["---:"] * len(header)) + "|"]
+    for shape, row in rows.items():
+        fp32, bf16, f16 = row.get(FUSED), row.get("xattn_bf16"), row.get("xattn_f16")
+        pct16, pctb, pct32 = (ratio(bf16, peak16.get(shape[-1])), ratio(bf16, peaks.get(shape[-1])),
+                              ratio(fp32, peaks.get(shape[-1])))
+        lines.append("| " + " | ".join([str(x) for x in shape] + [cell(fp32), cell(bf16), cell(f16)] + [
+            cell(ratio(bf16, fp32), "{:.2f}×"), cell(ratio(f16, fp32), "{:.2f}×"),
+            cell(None if pct16 is None else 100 * pct16, "{:.0f} %"),
+            cell(None if pctb is None else 100 * pctb, "{:.0f} %"),
+            cell(None if pct32 is None else 100 * pct32, "{:.0f} %")]) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def decode_bandwidth(results, benchmarks):
+    """Decode rows (Sq = 1) must read K and V once: their bytes per second (4 per fp32 element, 2 per
+    16-bit one) against bandwidth/read/<threads> (median) from the same run; grouped-query rows
+    report their own gbytes_per_s."""
     reads = {}
     for b in benchmarks:
         parts = registered_name(b.get("run_name", b["name"]))
         if parts[:2] == ["bandwidth", "read"] and b.get("run_type") != "aggregate" and "gbytes_per_s" in b:
             reads.setdefault(int(parts[2]), []).append(b["gbytes_per_s"])
     lines = []
-    for (bb, h, sq, skv, d, causal, threads), row in table.items():
-        fused, peak = row.get(FUSED), reads.get(threads)
-        if sq != 1 or not number(fused) or not peak:
-            continue
-        seconds = 4.0 * bb * h * sq * skv * d / (fused * 1e9)
-        gbps = 2.0 * bb * h * skv * d * 4 / seconds / 1e9  # K and V, fp32; Hkv = H in the shape table
-        read = statistics.median(peak)
-        lines.append(f"| {bb}/{h}/{sq}/{skv}/{d} | {threads} | {gbps:.1f} | {read:.1f} | {100 * gbps / read:.0f} % |")
+    for variant, bytes_per in [(FUSED, 4), ("xattn_bf16", 2), ("xattn_f16", 2)]:
+        for parts, fused in results.items():
+            if parts[0] != variant or len(parts) != len(SHAPE_FIELDS) + 1 or not all(p.isdigit() for p in parts[1:]):
+                continue
+            bb, h, sq, skv, d, causal, threads = (int(p) for p in parts[1:])
+            peak = reads.get(threads)
+            if sq != 1 or not number(fused) or not peak:
+                continue
+            seconds = 4.0 * bb * h * sq * skv * d / (fused * 1e9)
+            gbps = 2.0 * bb * h * skv * d * bytes_per / seconds / 1e9  # K and V; Hkv = H in the shape table
+            read = statistics.median(peak)
+            lines.append(f"| {variant}/{bb}/{h}/{sq}/{skv}/{d} | {threads} | {seconds * 1e3:.2f} | {gbps:.1f} | "
+                         f"{read:.1f} | {100 * gbps / read:.0f} % |")
+    for parts, gbps in counter_medians(benchmarks, "gbytes_per_s").items():
+        if parts[0] in GQA and len(parts) == 8:
+            threads, peak = int(parts[-1]), reads.get(int(parts[-1]))
+            if peak:
+                read = statistics.median(peak)
+                bb, hq, hkv, sq, skv, d = (int(p) for p in parts[1:7])
+                seconds = 2.0 * bb * hkv * skv * d * (4 if parts[0] == "xattn_gqa" else 2) / (gbps * 1e9)
+                lines.append(f"| {'/'.join(parts[:-1])} | {threads} | {seconds * 1e3:.2f} | {gbps:.1f} | {read:.1f} | "
+                             f"{100 * gbps / read:.0f} % |")
     if not lines:
         return ""
     return "\n".join(["", "## Decode: K and V read against the read bandwidth of the same run", "",
-                      "| B/H/Sq/Skv/D | threads | xattn GB/s | bandwidth/read GB/s | fraction |",
-                      "|---|---:|---:|---:|---:|", *lines]) + "\n"
+                      "Grouped-query rows: <variant>_gqa/B/Hq/Hkv/Sq/Skv/D.", "",
+                      "| variant/B/H/Sq/Skv/D | threads | ms | K+V GB/s | bandwidth/read GB/s | fraction |",
+                      "|---|---:|---:|---:|---:|---:|", *lines]) + "\n"
 
 
 def seqlen_series(table, variants):
@@ -283,7 +344,8 @@ def main(argv):
     results = collect(data.get("benchmarks", []))
     peaks, table, variants = split(results)
     md = (markdown(data.get("context", {}), peaks, table, variants) + backward_table(results, peaks)
-          + other_measurements(data.get("benchmarks", [])) + decode_bandwidth(table, data.get("benchmarks", [])))
+          + sixteen_table(results, peaks) + other_measurements(data.get("benchmarks", []))
+          + decode_bandwidth(results, data.get("benchmarks", [])))
     (out_dir / "results.md").write_text(md)
     print(md)
     print(f"wrote {out_dir / 'results.md'}")

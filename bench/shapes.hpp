@@ -25,6 +25,13 @@ inline constexpr std::array<attention_shape, 7> attention_shapes{{
     {1, 32, 1, 4096, 128, false},  // decode: one new query against a long KV cache
 }};
 
+// Shapes only the xattn variants run (fp32, bf16, float16): batched decoding and encoder-sized
+// batches (issue 18); the baselines' columns stay empty there.
+inline constexpr std::array<attention_shape, 2> xattn_only_shapes{{
+    {16, 32, 1, 2048, 128, false},  // batched decode
+    {32, 12, 128, 128, 64, false},  // encoder-sized batch
+}};
+
 inline constexpr std::array<int, 2> thread_counts{1, 2};
 
 // Work per call: QKᵀ and PV are 2·Sq·Skv·D FLOP each per head. Causal counts half, whatever the

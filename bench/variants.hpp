@@ -5,6 +5,7 @@
 #include "common.hpp"
 
 #include <functional>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -14,9 +15,11 @@ namespace xattn_bench {
 using attention_body = std::function<void(benchmark::State&, const attention_shape&, int threads)>;
 using shape_filter = std::function<bool(const attention_shape&)>;
 
-// Registers `variant` for every shape in attention_shapes (that `include` accepts) × thread_counts.
-inline void register_attention_variant(std::string_view variant, attention_body body, shape_filter include = {}) {
-  for (const attention_shape& s : attention_shapes) {
+// Registers `variant` for every shape in `shapes` (attention_shapes unless given) that `include`
+// accepts, × thread_counts.
+inline void register_attention_variant(std::string_view variant, attention_body body, shape_filter include = {},
+                                       std::span<const attention_shape> shapes = attention_shapes) {
+  for (const attention_shape& s : shapes) {
     if (include && !include(s)) continue;
     for (int threads : thread_counts) {
       benchmark::RegisterBenchmark(bench_name(variant, s, threads).c_str(),
@@ -37,6 +40,8 @@ inline void register_per_thread_count(std::string_view name, void (*body)(benchm
 }
 
 void register_peak_fma();
+void register_peak_bf16();
+void register_sixteen_bit();
 void register_peak_read();
 void register_blas_unfused();
 void register_xtensor_eager();

@@ -117,6 +117,22 @@ auto mixed_types(const QT& q, const KV& kv_cache) {
   return std::make_pair(out, out32);
 }
 
+/// 16-bit operands: float queries over a bfloat16 KV cache (both (B, H, S, D)), float output, and a
+/// bfloat16 one on request.
+template <class QT, class KV>
+auto sixteen_bit(const QT& q, const KV& k_cache, const KV& v_cache) {
+  using namespace xattn;
+  // [snippet sixteen_bit]
+  // k_cache, v_cache: xt::xtensor<xattn::bfloat16, 4>, e.g. xt::cast<xattn::bfloat16>(k) (one rounding)
+  auto Q = ref(q), K = ref(k_cache), V = ref(v_cache);  // read in place, 2 bytes per element
+  auto e = softmax(Q * trans(K) / 8.0f) * V;
+  xt::xtensor<float, 4> out = eval(e);     // accumulated in float, returned in float
+  auto out16 = eval<xattn::bfloat16>(e);   // the same, rounded once to bfloat16
+  float first = float(out16(0, 0, 0, 0));  // explicit conversion back
+  // [end sixteen_bit]
+  return std::make_tuple(out, out16, first);
+}
+
 /// The attention written into raw memory laid out as (B, Sq, H, Dv) -- packed heads -- by strides.
 template <class Tensor>
 void into_raw(const Tensor& q, const Tensor& k, const Tensor& v, float* out) {

@@ -174,6 +174,19 @@ TEST_CASE("guide: mixed operand types accumulate in double; eval<float> returns 
   REQUIRE(max_abs_diff(out32, xt::view(want, xt::all(), 0)) < 1e-7);
 }
 
+TEST_CASE("guide: float queries over a bfloat16 KV cache; a bfloat16 result on request") {
+  testing::rng r(13);
+  const xt::xtensor<float, 4> q = r.tensor<float>({1, 4, 3, 64}), k = r.tensor<float>({1, 4, 50, 64}),
+                              v = r.tensor<float>({1, 4, 50, 64});
+  const xt::xtensor<bfloat16, 4> kc = xt::cast<bfloat16>(k), vc = xt::cast<bfloat16>(v);
+  const auto [out, out16, first] = dsl::guide::sixteen_bit(q, kc, vc);
+  auto Q = ref(q);
+  auto K = ref(kc), V = ref(vc);
+  REQUIRE(max_abs_diff(out, reference(softmax(Q * trans(K) / 8.0f) * V).output) < 1e-6);
+  REQUIRE(first == float(bfloat16(out(0, 0, 0, 0))));
+  REQUIRE(out16(0, 1, 2, 3).bits() == bfloat16(out(0, 1, 2, 3)).bits());
+}
+
 TEST_CASE("guide: eval_into raw memory through strides (packed heads)") {
   testing::rng r(12);
   const xt::xtensor<float, 4> q = r.tensor<float>({2, 4, 16, 8}), k = r.tensor<float>({2, 4, 16, 8}),

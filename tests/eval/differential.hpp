@@ -7,7 +7,7 @@
 // which we bound by n·ε·(1 + max|s|) with n = max(D, h, 16). Softmax turns a score error δ into a
 // relative weight error of at most 2δ, and the output is a convex combination of V rows, so
 //     |out - ref| <= 8 · n · ε · (1 + max|s|) · max|V|      (8: exp, rescaling and P·V roundings)
-// with ε = 2^-24 (float) or 2^-53 (double).
+// with ε = 2^-24 (float, and 16-bit operands: exact in float, accumulated in float) or 2^-53 (double).
 #include "support/random.hpp"
 
 #include <xattn/xattn.hpp>
@@ -95,7 +95,7 @@ void differential(const char* name, std::uint64_t seed, int cases, bool same_qk_
         if (std::isfinite(x)) max_s = std::max(max_s, std::abs(x));
       for (auto x : ops.v) max_v = std::max(max_v, std::abs(double(x)));
       const double n = double(std::max<std::size_t>({s.Dq, s.Dk, 16}));
-      const double eps = std::is_same_v<T, float> ? 0x1p-24 : 0x1p-53;
+      const double eps = std::is_same_v<accumulator_t<T>, float> ? 0x1p-24 : 0x1p-53;
       const double tol = 8 * n * eps * (1 + max_s) * std::max(1.0, max_v);
       for (std::size_t b = 0; b < s.B; ++b)
         for (std::size_t h = 0; h < s.Hq(); ++h)

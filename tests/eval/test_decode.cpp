@@ -37,6 +37,55 @@ TEST_CASE("decode with split keys equals the reference under masks, GQA and drop
   REQUIRE(max_abs_diff(z, xt::zeros<float>(z.shape())) == 0);
 }
 
+namespace {
+
+// Float error grows with the scores' size (ALiBi makes them hundreds here): see docs/numerics.md.
+double max_finite_score(const reference_result& r) {
+  double m = 0;
+  for (double x : r.scores)
+    if (std::isfinite(x) && x > -1e5) m = std::max(m, std::abs(x));
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("grouped-query decoding: the group's heads as the rows of one task, per-row heads and queries") {
+  testing::rng r(3);
+  // 8 query heads over 2 kv heads (groups of 4) and 3 queries: 12 rows per task
+  const xt::xtensor<float, 4> q = r.tensor<float>({2, 8, 3, 32}), k = r.tensor<float>({2, 2, 2500, 32}),
+                              v = r.tensor<float>({2, 2, 2500, 16});
+  // the same keys and values repeated for every query head: no groups, one task per head
+  xt::xtensor<float, 4> k8 = xt::xtensor<float, 4>::from_shape({2, 8, 2500, 32}),
+                        v8 = xt::xtensor<float, 4>::from_shape({2, 8, 2500, 16});
+  for (std::size_t h = 0; h < 8; ++h) {
+    xt::view(k8, xt::all(), h) = xt::view(k, xt::all(), h / 4);
+    xt::view(v8, xt::all(), h) = xt::view(v, xt::all(), h / 4);
+  }
+  auto Q = ref(q), K = ref(k), V = ref(v), K8 = ref(k8), V8 = ref(v8);
+  const xt::xtensor<int, 2> lens = {{2500, 17, 1900}, {0, 2400, 1300}};  // per query: a row that sees nothing
+  auto check = [&](auto build) {
+    const auto e = build(K, V);
+    const auto plan = explain(e, {0, 0, 2}).schedule;
+    REQUIRE(plan.group_rows == 4);
+    REQUIRE(plan.tasks == 2 * 2 * plan.key_chunks);
+    REQUIRE(explain(build(K8, V8), {0, 0, 2}).schedule.group_rows == 0);
+    const auto want = reference(e);
+    const xt::xtensor<float, 4> one = eval(e, {0, 0, 1}), two = eval(e, {0, 0, 2});
+    REQUIRE((one == two));
+    REQUIRE((one == eval(build(K8, V8), {0, 0, 1})));  // the same sums in the same order, row by row
+    REQUIRE(max_abs_diff(one, want.output) < 2e-6 * (1 + max_finite_score(want)));
+    REQUIRE(max_abs_diff(eval_with_lse(e, {0, 0, 2}).lse, want.lse) < 1e-4 * (1 + max_finite_score(want)));
+  };
+  // ALiBi and dropout depend on the head, lengths and causal on the query row
+  check([&](auto K_, auto V_) {
+    return softmax(mask(alibi(Q * trans(K_) / std::sqrt(32.0f), alibi_op::standard_slopes(8)), lengths(lens))) * V_;
+  });
+  check([&](auto K_, auto V_) {
+    return dropout(softmax(mask(Q * trans(K_), causal(align::bottom_right))), 0.3f, 11) * V_;
+  });
+  check([&](auto K_, auto V_) { return softmax(mask(Q * trans(K_), window(40, 0, align::bottom_right))) * V_; });
+}
+
 TEST_CASE("decode: keys given as a strided view are still read correctly") {
   testing::rng r(2);
   const xt::xtensor<double, 4> q = r.tensor<double>({1, 3, 2, 8}), kk = r.tensor<double>({1, 3, 3000, 16}),

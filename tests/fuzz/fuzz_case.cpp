@@ -45,7 +45,12 @@ fuzz_case draw_case(testing::rng& r, std::uint64_t run_seed, std::uint64_t index
   fuzz_case c;
   c.run_seed = run_seed;
   c.index = index;
-  c.is_double = r.coin(0.3);
+  const double e = r.uniform(0, XATTN_FUZZ_16BIT ? 1 : 0.7);
+  c.elem = e < 0.45  ? element::f32
+           : e < 0.7 ? element::f64
+           : e < 0.8 ? element::bf16
+           : e < 0.9 ? element::f16
+                     : element::mixed;
   const double u = r.uniform(0, 1);
   c.kind = u < 0.35   ? storage::contiguous
            : u < 0.55 ? storage::strided
@@ -56,7 +61,7 @@ fuzz_case draw_case(testing::rng& r, std::uint64_t run_seed, std::uint64_t index
   do {
     c.scorer = r.size(0, scorer_names.size() - 1);
     c.masks = r.size(0, mask_names.size() - 1);
-  } while (!allowed(c.is_double, t, c.scorer, c.masks));
+  } while (!allowed(c.elem, t, c.scorer, c.masks));
 
   auto& s = c.sizes;
   s.three_d = t == terminal::rank0 && r.coin(0.3);
@@ -78,11 +83,10 @@ fuzz_case draw_case(testing::rng& r, std::uint64_t run_seed, std::uint64_t index
 std::string describe(const fuzz_case& c) {
   const auto& s = c.sizes;
   std::ostringstream os;
-  os << (c.is_double ? "double" : "float") << " " << scorer_names[c.scorer] << " / " << mask_names[c.masks] << ", "
-     << name(c.kind) << (s.three_d ? " rank-3" : "") << ", B=" << s.B << " Hq=" << s.Hq() << " Hkv=" << s.Hkv
-     << " Sq=" << s.Sq << " Skv=" << s.Skv << " Dq=" << s.Dq << " Dk=" << s.Dk << " Dv=" << s.Dv
-     << ", block_q=" << c.sch.block_q << " block_k=" << c.sch.block_k << " threads=" << c.sch.threads << ", |Q| x"
-     << c.q_amplitude;
+  os << name(c.elem) << " " << scorer_names[c.scorer] << " / " << mask_names[c.masks] << ", " << name(c.kind)
+     << (s.three_d ? " rank-3" : "") << ", B=" << s.B << " Hq=" << s.Hq() << " Hkv=" << s.Hkv << " Sq=" << s.Sq
+     << " Skv=" << s.Skv << " Dq=" << s.Dq << " Dk=" << s.Dk << " Dv=" << s.Dv << ", block_q=" << c.sch.block_q
+     << " block_k=" << c.sch.block_k << " threads=" << c.sch.threads << ", |Q| x" << c.q_amplitude;
   return os.str();
 }
 

@@ -36,9 +36,24 @@ inline const char* name(storage s) {
   }
 }
 
+inline const char* name(element e) {
+  switch (e) {
+    case element::f32:
+      return "float";
+    case element::f64:
+      return "double";
+    case element::bf16:
+      return "bfloat16";
+    case element::f16:
+      return "float16";
+    default:
+      return "mixed(float Q, bfloat16 K, float16 V)";
+  }
+}
+
 struct fuzz_case {
   std::uint64_t run_seed = 0, index = 0;
-  bool is_double = false;
+  element elem = element::f32;
   storage kind = storage::contiguous;
   std::size_t scorer = 0, masks = 0;
   testing::case_sizes sizes{};

@@ -48,22 +48,44 @@ inline constexpr std::size_t no_masks = 0, lengths_2d = 2, causal_masks = 3, sof
 
 enum class terminal { rank0, raw, packed };
 
-/// Which combinations exist (used at compile time to instantiate and at run time to draw).
-constexpr bool allowed(bool is_double, terminal t, std::size_t s, std::size_t m) {
+/// Operand element types: all float, all double, all bfloat16, all float16, or mixed (float
+/// queries, bfloat16 keys, float16 values: a 16-bit KV cache read by float queries).
+enum class element { f32, f64, bf16, f16, mixed };
+
+template <element E>
+struct element_types {
+  using q = std::conditional_t<
+      E == element::f64, double,
+      std::conditional_t<E == element::bf16, bfloat16, std::conditional_t<E == element::f16, float16, float>>>;
+  using k = std::conditional_t<E == element::mixed, bfloat16, q>;
+  using v = std::conditional_t<E == element::mixed, float16, q>;
+};
+
+constexpr bool is_16bit(element e) { return e == element::bf16 || e == element::f16 || e == element::mixed; }
+
+/// Which combinations exist (used at compile time to instantiate and at run time to draw). 16-bit
+/// operands only change how operands enter the tiles (widened in registers, when packed or read in
+/// place): every family with dot, every scorer without masks and with causal skips; mixed types
+/// with dot; other terminals with dot and causal.
+constexpr bool allowed(element e, terminal t, std::size_t s, std::size_t m) {
+  const bool is_double = e == element::f64;
+  if (is_16bit(e)) {
+    if (t != terminal::rank0) return s == dot && m == causal_masks;
+    return s == dot || (e != element::mixed && s != tensor && (m == no_masks || m == causal_masks));
+  }
   if (s == tensor) return t == terminal::rank0 && (!is_double || m == causal_masks || m == lengths_2d);
   if (!is_double) return t == terminal::rank0 || s == dot || m == causal_masks;
   if (t == terminal::rank0) return s == dot || m == causal_masks || m == no_masks;
   return s == dot && (m == causal_masks || m == lengths_2d || m == softcap_bias || m == dead);
 }
 
-/// Which of those also check grad() against reference_grad(): every scorer with dot's and the
-/// tensors' full mask table; the policies (feature-space backward) with five families that cover
-/// its branches (none, zero-length rows, causal skips, modifiers with a bias, dead rows) -- the
-/// rest would add instantiations, not paths.
-/// (The sanitizer build of CI leaves the policies out, XATTN_FUZZ_POLICY_GRADS=0: test_grad runs
-/// every policy's backward under the sanitizers, and their instantiations would double its build.)
-constexpr bool grad_checked(terminal t, std::size_t s, std::size_t m) {
-  if (t == terminal::raw) return false;
+/// Which of those also check grad() against reference_grad() (float and double operands): every scorer with dot's and
+/// the tensors' full mask table; the policies (feature-space backward) with five families that cover its branches
+/// (none, zero-length rows, causal skips, modifiers with a bias, dead rows) -- the rest would add instantiations, not
+/// paths. (The sanitizer build of CI leaves the policies out, XATTN_FUZZ_POLICY_GRADS=0: test_grad runs every policy's
+/// backward under the sanitizers, and their instantiations would double its build.)
+constexpr bool grad_checked(element e, terminal t, std::size_t s, std::size_t m) {
+  if (t == terminal::raw || is_16bit(e)) return false;
   if (s == dot || s == tensor) return true;
   return XATTN_FUZZ_POLICY_GRADS &&
          (m == no_masks || m == lengths_2d || m == causal_masks || m == softcap_bias || m == dead);

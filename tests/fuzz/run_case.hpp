@@ -9,14 +9,15 @@
 
 namespace xattn::fuzz {
 
-template <class T, terminal Kind>
+template <element E, terminal Kind>
 verdict run_on(const fuzz_case& c, testing::rng& r) {
+  using T = accumulator_t<typename element_types<E>::q, typename element_types<E>::k, typename element_types<E>::v>;
   verdict v{false, "combination not instantiated (generator and tables disagree)"};
-  const auto ops = operands<T, Kind>(c, r);
+  const auto ops = operands<E, Kind>(c, r);
   with_index<scorer_names.size()>(c.scorer, [&](auto S) {
     with_index<mask_names.size()>(c.masks, [&](auto M) {
       constexpr std::size_t s = decltype(S)::value, m = decltype(M)::value;
-      if constexpr (allowed(std::is_same_v<T, double>, Kind, s, m)) {
+      if constexpr (allowed(E, Kind, s, m)) {
         const auto scores = hana::at_c<s>(scorers)(ops.q, ops.k, c.sizes, r);
         const auto e = softmax(hana::at_c<m>(mask_families)(scores, c.sizes, r)) * ops.v;
         const auto want = reference(e);
@@ -25,7 +26,7 @@ verdict run_on(const fuzz_case& c, testing::rng& r) {
                              : c.sizes.three_d        ? out_layout::bsd
                                                       : out_layout::bhsd;
         v = compare<T>(got, l, want, c.sizes, 1.0);  // |V| <= 1 by construction
-        if constexpr (grad_checked(Kind, s, m) && xattn::detail::has_fused_backward_v<decltype(make_plan(e))>)
+        if constexpr (grad_checked(E, Kind, s, m) && xattn::detail::has_fused_backward_v<decltype(make_plan(e))>)
           if (v.ok && grad_affordable(s, c.sizes)) v = check_grad<T>(e, l, want, c.sizes, c.sch, r);
       }
     });
@@ -33,16 +34,34 @@ verdict run_on(const fuzz_case& c, testing::rng& r) {
   return v;
 }
 
-template <class T>
+template <element E>
 verdict run_typed(const fuzz_case& c, testing::rng& r);
 
-extern template verdict run_typed<float>(const fuzz_case&, testing::rng&);
-extern template verdict run_typed<double>(const fuzz_case&, testing::rng&);
+extern template verdict run_typed<element::f32>(const fuzz_case&, testing::rng&);
+extern template verdict run_typed<element::f64>(const fuzz_case&, testing::rng&);
+#if XATTN_FUZZ_16BIT  // off in CI's sanitizer build, to keep it within its time (run_16bit.cpp)
+extern template verdict run_typed<element::bf16>(const fuzz_case&, testing::rng&);
+extern template verdict run_typed<element::f16>(const fuzz_case&, testing::rng&);
+extern template verdict run_typed<element::mixed>(const fuzz_case&, testing::rng&);
+#endif
 
 /// Run case c, whose generator has already drawn the plan; exceptions become failures.
 inline verdict run_case(const fuzz_case& c, testing::rng& r) {
   try {
-    return c.is_double ? run_typed<double>(c, r) : run_typed<float>(c, r);
+    switch (c.elem) {
+      case element::f64:
+        return run_typed<element::f64>(c, r);
+#if XATTN_FUZZ_16BIT
+      case element::bf16:
+        return run_typed<element::bf16>(c, r);
+      case element::f16:
+        return run_typed<element::f16>(c, r);
+      case element::mixed:
+        return run_typed<element::mixed>(c, r);
+#endif
+      default:
+        return run_typed<element::f32>(c, r);
+    }
   } catch (const std::exception& e) {
     return {false, std::string("exception: ") + e.what()};
   }

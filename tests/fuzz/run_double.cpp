@@ -1,3 +1,3 @@
 #include "run_typed.hpp"
 
-template xattn::fuzz::verdict xattn::fuzz::run_typed<double>(const fuzz_case&, testing::rng&);
+template xattn::fuzz::verdict xattn::fuzz::run_typed<xattn::fuzz::element::f64>(const fuzz_case&, testing::rng&);

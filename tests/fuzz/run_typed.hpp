@@ -1,18 +1,18 @@
 #pragma once
-// run_typed<T>: dispatch on the terminal kind; each element type is compiled in its own file.
+// run_typed<E>: dispatch on the terminal kind; each element kind is compiled in its own file.
 #include "run_case.hpp"
 
 namespace xattn::fuzz {
 
-template <class T>
+template <element E>
 verdict run_typed(const fuzz_case& c, testing::rng& r) {
   switch (c.kind) {
     case storage::raw:
-      return run_on<T, terminal::raw>(c, r);
+      return run_on<E, terminal::raw>(c, r);
     case storage::packed:
-      return run_on<T, terminal::packed>(c, r);
+      return run_on<E, terminal::packed>(c, r);
     default:
-      return run_on<T, terminal::rank0>(c, r);
+      return run_on<E, terminal::rank0>(c, r);
   }
 }
 

@@ -16,14 +16,16 @@
 namespace xattn::fuzz {
 
 /// Q, K and V terminals plus the storage they view.
-template <class Terminal>
+template <class Q, class K, class V>
 struct operand_set {
-  Terminal q, k, v;
+  Q q;
+  K k;
+  V v;
   std::vector<std::shared_ptr<const void>> keep;
 };
 
 template <class T>
-constexpr T poison = std::numeric_limits<T>::quiet_NaN();
+const T poison = T(std::numeric_limits<float>::quiet_NaN());
 
 /// The user-facing shape of one operand: (B, S, D) for rank-3 cases, else (B, H, S, D).
 inline std::vector<std::size_t> logical_shape(const testing::case_sizes& z, std::size_t h, std::size_t s,
@@ -125,27 +127,30 @@ auto packed_operand(std::size_t batch, std::size_t heads_n, std::size_t seq, std
   return t;
 }
 
-/// Build Q, K, V for a terminal kind (compile time) and a storage (run time).
-template <class T, terminal Kind>
+/// Build Q, K, V of element kind E for a terminal kind (compile time) and a storage (run time).
+template <element E, terminal Kind>
 auto operands(const fuzz_case& c, testing::rng& r) {
+  using TQ = typename element_types<E>::q;
+  using TK = typename element_types<E>::k;
+  using TV = typename element_types<E>::v;
   const auto& z = c.sizes;
   if constexpr (Kind == terminal::rank0) {
-    operand_set<tensor_ref<T, 0>> o;
-    o.q = rank0_operand<T>(c.kind, logical_shape(z, z.Hq(), z.Sq, z.Dq), c.q_amplitude, r, o.keep);
-    o.k = rank0_operand<T>(c.kind, logical_shape(z, z.Hkv, z.Skv, z.Dk), 1, r, o.keep);
-    o.v = rank0_operand<T>(c.kind, logical_shape(z, z.Hkv, z.Skv, z.Dv), 1, r, o.keep);
+    operand_set<tensor_ref<TQ, 0>, tensor_ref<TK, 0>, tensor_ref<TV, 0>> o;
+    o.q = rank0_operand<TQ>(c.kind, logical_shape(z, z.Hq(), z.Sq, z.Dq), c.q_amplitude, r, o.keep);
+    o.k = rank0_operand<TK>(c.kind, logical_shape(z, z.Hkv, z.Skv, z.Dk), 1, r, o.keep);
+    o.v = rank0_operand<TV>(c.kind, logical_shape(z, z.Hkv, z.Skv, z.Dv), 1, r, o.keep);
     return o;
   } else if constexpr (Kind == terminal::raw) {
-    operand_set<tensor_ref<T, 4>> o;
-    o.q = raw_operand<T>({z.B, z.Hq(), z.Sq, z.Dq}, c.q_amplitude, r, o.keep);
-    o.k = raw_operand<T>({z.B, z.Hkv, z.Skv, z.Dk}, 1, r, o.keep);
-    o.v = raw_operand<T>({z.B, z.Hkv, z.Skv, z.Dv}, 1, r, o.keep);
+    operand_set<tensor_ref<TQ, 4>, tensor_ref<TK, 4>, tensor_ref<TV, 4>> o;
+    o.q = raw_operand<TQ>({z.B, z.Hq(), z.Sq, z.Dq}, c.q_amplitude, r, o.keep);
+    o.k = raw_operand<TK>({z.B, z.Hkv, z.Skv, z.Dk}, 1, r, o.keep);
+    o.v = raw_operand<TV>({z.B, z.Hkv, z.Skv, z.Dv}, 1, r, o.keep);
     return o;
   } else {
-    operand_set<tensor_ref<T, 3, true>> o;
-    o.q = packed_operand<T>(z.B, z.Hq(), z.Sq, z.Dq, c.q_amplitude, r, o.keep);
-    o.k = packed_operand<T>(z.B, z.Hkv, z.Skv, z.Dk, 1, r, o.keep);
-    o.v = packed_operand<T>(z.B, z.Hkv, z.Skv, z.Dv, 1, r, o.keep);
+    operand_set<tensor_ref<TQ, 3, true>, tensor_ref<TK, 3, true>, tensor_ref<TV, 3, true>> o;
+    o.q = packed_operand<TQ>(z.B, z.Hq(), z.Sq, z.Dq, c.q_amplitude, r, o.keep);
+    o.k = packed_operand<TK>(z.B, z.Hkv, z.Skv, z.Dk, 1, r, o.keep);
+    o.v = packed_operand<TV>(z.B, z.Hkv, z.Skv, z.Dv, 1, r, o.keep);
     return o;
   }
 }

@@ -15,8 +15,8 @@ namespace {
 testing::rng r(39);
 
 /// 4-D inputs: B=2, Hq=4, Hkv=2, Sq=3, Skv=5, head size 8.
-attention_inputs inputs_4d() {
-  attention_inputs in;
+attention_inputs<> inputs_4d() {
+  attention_inputs<> in;
   in.q = r.tensor<float>({2, 4, 3, 8});
   in.k = r.tensor<float>({2, 2, 5, 8});
   in.v = r.tensor<float>({2, 2, 5, 8});
@@ -24,8 +24,8 @@ attention_inputs inputs_4d() {
 }
 
 /// 3-D inputs of the same problem: (B, S, H*head).
-attention_inputs inputs_3d() {
-  attention_inputs in;
+attention_inputs<> inputs_3d() {
+  attention_inputs<> in;
   in.q = r.tensor<float>({2, 3, 32});
   in.k = r.tensor<float>({2, 5, 16});
   in.v = r.tensor<float>({2, 5, 16});
@@ -39,7 +39,7 @@ attention_attrs heads_attrs(int q, int kv) {
   return a;
 }
 
-std::string message(const attention_inputs& in, const attention_attrs& at, bool want_qk = false) {
+std::string message(const attention_inputs<>& in, const attention_attrs& at, bool want_qk = false) {
   return hardening::invalid_argument_message([&] { attention(in, at, false, want_qk); });
 }
 

@@ -35,6 +35,31 @@ TEMPLATE_TEST_CASE("qk_tile computes Q Kᵀ from packed keys", "[kernel]", float
   }
 }
 
+TEMPLATE_TEST_CASE("qk_direct computes Q Kᵀ from key rows in place, of any storage type", "[kernel]", float, double,
+                   bfloat16) {
+  using S = TestType;                                                      // the keys' storage type
+  using T = std::conditional_t<std::is_same_v<S, double>, double, float>;  // the accumulator
+  testing::rng r(9);
+  // cols around multiples of 4 (the keys processed together) and n around the SIMD width
+  for (auto [rows, cols, n] : {std::tuple{1u, 1u, 1u}, {1u, 4u, 16u}, {2u, 7u, 17u}, {3u, 9u, 128u}, {16u, 12u, 5u}}) {
+    const std::size_t lds = cols + 2;
+    const auto q = r.tensor<T>({rows, n});
+    xt::xtensor<S, 2> k = xt::xtensor<S, 2>::from_shape({cols, n});
+    for (auto& x : k) x = S(r.uniform(-1, 1));
+    std::vector<T> s(rows * lds, T(-7));
+    kernel::qk_direct(
+        q.data(), n, rows, [&](std::size_t c) { return &k(c, 0); }, cols, n, s.data(), lds);
+    for (std::size_t i = 0; i < rows; ++i) {
+      for (std::size_t c = 0; c < cols; ++c) {
+        double want = 0;
+        for (std::size_t d = 0; d < n; ++d) want += double(q(i, d)) * double(k(c, d));
+        REQUIRE(s[i * lds + c] == Approx(want).margin(1e-5));
+      }
+      REQUIRE(s[i * lds + cols] == T(-7));  // nothing written past the row's keys
+    }
+  }
+}
+
 TEMPLATE_TEST_CASE("pv_tile accumulates P V into O", "[kernel]", float, double) {
   using T = TestType;
   testing::rng r(2);

@@ -56,9 +56,10 @@ inline const tensor_blob& float_input(const onnx_case& c, int slot) {
   return *b;
 }
 
-inline std::optional<xt::xarray<float>> optional_float(const onnx_case& c, int slot) {
+template <class T>
+std::optional<xt::xarray<T>> optional_input(const onnx_case& c, int slot) {
   if (!c.input(slot)) return std::nullopt;
-  return to_xarray<float>(float_input(c, slot));
+  return to_xarray<T>(float_input(c, slot));
 }
 
 // Outputs are compared in their own dtype, so round once, from the widest value we have.
@@ -96,20 +97,22 @@ inline void check_attention_dtypes(const onnx_case& c) {
                        std::string(dtype_name(out.type)) + "; Attention outputs are float");
 }
 
-inline std::vector<actual_tensor> run_attention(const onnx_case& c) {
-  check_attention_dtypes(c);
-  onnx::attention_inputs in;  // float16 tensors (the mask too) are widened to float here
-  in.q = to_xarray<float>(*c.input(0));
-  in.k = to_xarray<float>(*c.input(1));
-  in.v = to_xarray<float>(*c.input(2));
+// T: the operands' type. float16 when Q, K, V (and the caches) are float16: read as stored,
+// outputs rounded once from the kernel's float accumulation; float otherwise.
+template <class T>
+std::vector<actual_tensor> run_attention_as(const onnx_case& c) {
+  onnx::attention_inputs<T> in;  // a float16 mask is a bias: widened to float
+  in.q = to_xarray<T>(*c.input(0));
+  in.k = to_xarray<T>(*c.input(1));
+  in.v = to_xarray<T>(*c.input(2));
   if (const tensor_blob* mask = c.input(3)) {
     if (mask->type == dtype::b8)
       in.attn_mask_bool = to_xarray<bool>(*mask);
     else
       in.attn_mask_float = to_xarray<float>(*mask);
   }
-  in.past_key = optional_float(c, 4);
-  in.past_value = optional_float(c, 5);
+  in.past_key = optional_input<T>(c, 4);
+  in.past_value = optional_input<T>(c, 5);
   if (const tensor_blob* n = c.input(6)) in.nonpad_kv_seqlen = to_xarray<std::int64_t>(*n);
 
   const auto int_attr = [&](const char* key) -> std::optional<int> {
@@ -131,14 +134,22 @@ inline std::vector<actual_tensor> run_attention(const onnx_case& c) {
 
   const bool want_present = c.output_requested(1) || c.output_requested(2);
   const bool want_qk = c.output_requested(3);
-  const onnx::attention_outputs out = onnx::attention(in, attrs, want_present, want_qk);
+  const onnx::attention_outputs<T> out = onnx::attention(in, attrs, want_present, want_qk);
 
   // Slots: 0 Y, 1 present_key, 2 present_value, 3 qk_matmul_output.
-  const xt::xarray<float>* by_slot[] = {&out.y, &out.present_key, &out.present_value, &out.qk_matmul_output};
+  const xt::xarray<T>* by_slot[] = {&out.y, &out.present_key, &out.present_value, &out.qk_matmul_output};
   std::vector<actual_tensor> results;
   for (int slot = 0; slot < 4; ++slot)
     if (c.output_requested(slot)) results.push_back(stored_as(c, from_xarray(slot, *by_slot[slot])));
   return results;
+}
+
+inline std::vector<actual_tensor> run_attention(const onnx_case& c) {
+  check_attention_dtypes(c);
+  bool all_f16 = true;
+  for (int slot : {0, 1, 2, 4, 5})
+    if (const tensor_blob* b = c.input(slot)) all_f16 = all_f16 && b->type == dtype::f16;
+  return all_f16 ? run_attention_as<float16>(c) : run_attention_as<float>(c);
 }
 
 }  // namespace detail

@@ -54,7 +54,7 @@ using out_t = std::conditional_t<std::is_void_v<Out>, acc_t<Plan>, Out>;
 template <class Out>
 constexpr bool check_output_type() {
   static_assert(std::is_void_v<Out> || is_element_v<Out>,
-                "xattn: eval<T>(e): the output type T must be float or double");
+                "xattn: eval<T>(e): the output type T must be float, double, xattn::bfloat16 or xattn::float16");
   return true;
 }
 
@@ -122,7 +122,8 @@ void eval_into(const E& e, Out&& out, const schedule& sch = {}) {
     using P = std::decay_t<decltype(p)>;
     static_assert(P::has_values, "xattn: eval_into needs an attention expression: softmax(...) * V");
     using O = std::remove_cv_t<typename std::decay_t<Out>::value_type>;
-    static_assert(is_element_v<O>, "xattn: eval_into(e, out): out must hold float or double");
+    static_assert(is_element_v<O>,
+                  "xattn: eval_into(e, out): out must hold float, double, xattn::bfloat16 or xattn::float16");
     if constexpr (P::has_values && is_element_v<O>) {
       const auto& lt = lead_terminal(p.base);
       const problem pr = resolve(p);

@@ -125,10 +125,15 @@ void describe_loop_nest(std::ostream& os, pass_kind kind, bool dropout, const ex
   if (rs.pack_panels)
     os << "  parallel for (b, kv head, key block) in " << pr.batch << " x " << pr.kv_heads << " x " << blocks
        << ": pack into panels of " << rs.block_k << " keys\n";
-  os << "  parallel for (b, h, query block" << (rs.key_chunks > 1 ? ", key chunk" : "") << ") in " << pr.batch << " x "
-     << pr.q_heads << " x " << rs.q_blocks << (rs.key_chunks > 1 ? " x " + std::to_string(rs.key_chunks) : "") << " = "
-     << rs.tasks << " tasks on " << rs.threads << " thread" << (rs.threads == 1 ? "" : "s")
-     << " (contiguous ranges, then stealing)\n";
+  const std::string chunks = rs.key_chunks > 1 ? " x " + std::to_string(rs.key_chunks) : "";
+  if (rs.group_rows > 0)
+    os << "  parallel for (b, kv head" << (rs.key_chunks > 1 ? ", key chunk" : "") << ") in " << pr.batch << " x "
+       << pr.kv_heads << chunks << " = " << rs.tasks << " tasks, each the " << rs.group_rows
+       << " query heads of the group as rows,";
+  else
+    os << "  parallel for (b, h, query block" << (rs.key_chunks > 1 ? ", key chunk" : "") << ") in " << pr.batch
+       << " x " << pr.q_heads << " x " << rs.q_blocks << chunks << " = " << rs.tasks << " tasks";
+  os << " on " << rs.threads << " thread" << (rs.threads == 1 ? "" : "s") << " (contiguous ranges, then stealing)\n";
   if (!Path::query_work.empty())
     os << "    " << Path::query_work << " " << rs.block_q << " query rows"
        << (rs.pack_panels || rs.keys_in_place ? ", scale folded in" : "") << "\n";

@@ -46,14 +46,22 @@ void run_tasks(const Plan& p, const problem& pr, const resolved_schedule& rs, pa
 #endif
 }
 
-/// Task t -> (batch, query head, first query row, key chunk), chunks fastest.
+/// Task t -> (batch, query head, first query row, key chunk): the query heads of a GQA group
+/// fastest, then chunks, so consecutive tasks read the same key panels. With grouped rows
+/// (rs.group_rows), h is the group's first query head and the task takes all of its heads.
 struct task_coords {
   std::size_t b, h, i0, chunk;
 };
 inline task_coords coords(std::size_t t, const problem& pr, const resolved_schedule& rs) {
-  const std::size_t c = t % rs.key_chunks, rest = t / rs.key_chunks;
-  const std::size_t qb = rest % rs.q_blocks, bh = rest / rs.q_blocks;
-  return {bh / pr.q_heads, bh % pr.q_heads, qb * rs.block_q, c};
+  if (rs.group_rows > 0) {
+    const std::size_t c = t % rs.key_chunks, bk = t / rs.key_chunks;
+    return {bk / pr.kv_heads, bk % pr.kv_heads * rs.group_rows, 0, c};
+  }
+  const std::size_t kv_heads = std::max<std::size_t>(pr.kv_heads, 1),
+                    group = std::max<std::size_t>(pr.q_heads / kv_heads, 1);
+  const std::size_t g = t % group, c = t / group % rs.key_chunks, rest = t / group / rs.key_chunks;
+  const std::size_t qb = rest % rs.q_blocks, bk = rest / rs.q_blocks;
+  return {bk / kv_heads, bk % kv_heads * group + g, qb * rs.block_q, c};
 }
 
 }  // namespace detail
@@ -65,7 +73,10 @@ void run_fused(const Plan& p, const problem& pr, const resolved_schedule& rs, co
   if (rs.key_chunks == 1) {
     detail::run_tasks<Acc>(p, pr, rs, pass_kind::attention, [&](auto& wk, std::size_t t) {
       const auto c = detail::coords(t, pr, rs);
-      wk.run(c.b, c.h, c.i0, 0, pr.kv_len, out, lse);
+      if (rs.group_rows > 0)
+        wk.run_group(c.b, c.h / rs.group_rows, rs.group_rows, 0, pr.kv_len, out, lse);
+      else
+        wk.run(c.b, c.h, c.i0, 0, pr.kv_len, out, lse);
     });
     return;
   }
@@ -84,7 +95,11 @@ void run_fused(const Plan& p, const problem& pr, const resolved_schedule& rs, co
     const strided_view<Acc, 3> l{
         part_lse.data() + c.chunk,
         {{pr.batch, pr.q_heads, pr.q_len}, {rows_at.stride[0], rows_at.stride[1], rows_at.stride[2]}}};
-    wk.run(c.b, c.h, c.i0, c.chunk * rs.chunk_keys, std::min(pr.kv_len, (c.chunk + 1) * rs.chunk_keys), o, l);
+    const std::size_t k0 = c.chunk * rs.chunk_keys, k1 = std::min(pr.kv_len, (c.chunk + 1) * rs.chunk_keys);
+    if (rs.group_rows > 0)
+      wk.run_group(c.b, c.h / rs.group_rows, rs.group_rows, k0, k1, o, l);
+    else
+      wk.run(c.b, c.h, c.i0, k0, k1, o, l);
   });
   for (std::size_t b = 0; b < pr.batch; ++b)
     for (std::size_t h = 0; h < pr.q_heads; ++h)

@@ -30,6 +30,15 @@ bool folds_log2e(const Ops&, const Masks& masks) {
   return decltype(hana::is_empty(std::declval<Ops>()))::value && excluding;
 }
 
+/// Which (head, query) each row of a task's tile is: rows of one head, queries i0 + r (per_head 0),
+/// or the query heads of a GQA group stacked, per_head rows each (head h0 + r / per_head, query
+/// r % per_head: grouped-query decoding, where each key is then loaded once for the whole group).
+struct row_map {
+  std::size_t h0 = 0, i0 = 0, per_head = 0;
+  std::size_t h(std::size_t r) const noexcept { return per_head ? h0 + r / per_head : h0; }
+  std::size_t i(std::size_t r) const noexcept { return per_head ? r % per_head : i0 + r; }
+};
+
 template <class Acc, class Path, class Plan, class Ops, class Masks>
 class fused_worker {
  public:
@@ -59,20 +68,15 @@ class fused_worker {
   template <class Out>
   void run(std::size_t b, std::size_t h, std::size_t i0, std::size_t k0, std::size_t k1, const strided_view<Out>& out,
            const strided_view<Acc, 3>& lse) {
-    const std::size_t rows = std::min(bq_, pr_.q_len - i0);
-    start(b, h, i0, rows);
-    std::fill(o_.begin(), o_.begin() + rows * dvp_, Acc(0));
-    for (std::size_t j0 = k0; j0 < k1; j0 += bk_) {
-      const part p = block_probabilities(b, h, i0, rows, j0, std::min(bk_, k1 - j0), true);
-      if (p.cols == 0) continue;
-      const auto [v_ptr, ldv] = values(b, kv_head(h), j0, p.cols);
-      kernel::pv_tile(s_.data() + p.r0 * lds_, lds_, p.r1 - p.r0, v_ptr, ldv, p.cols, o_.data() + p.r0 * dvp_, dvp_,
-                      dvp_);
-    }
-    for (std::size_t r = 0; r < rows; ++r) {
-      kernel::finalize_row(o_.data() + r * dvp_, pr_.v_dim, st_[r].l, out.row(b, h, i0 + r), out.inner_stride());
-      if (lse.data) lse(b, h, i0 + r) = kernel::row_lse(st_[r]);
-    }
+    run_rows(b, row_map{h, i0, 0}, std::min(bq_, pr_.q_len - i0), k0, k1, out, lse);
+  }
+
+  /// Every query of the query heads of kv head hk (a GQA group; group x Sq <= block_q rows) against
+  /// keys [k0, k1), as one tile.
+  template <class Out>
+  void run_group(std::size_t b, std::size_t hk, std::size_t group, std::size_t k0, std::size_t k1,
+                 const strided_view<Out>& out, const strided_view<Acc, 3>& lse) {
+    run_rows(b, row_map{hk * group, 0, pr_.q_len}, group * pr_.q_len, k0, k1, out, lse);
   }
 
   /// The softmax weights of queries [i0, i0 + block_q) against every key, into out (B, H, Sq, Skv):
@@ -80,13 +84,14 @@ class fused_worker {
   template <class Out>
   void run_weights(std::size_t b, std::size_t h, std::size_t i0, const strided_view<Out>& out) {
     const std::size_t rows = std::min(bq_, pr_.q_len - i0);
-    start(b, h, i0, rows);
+    const row_map m{h, i0, 0};
+    start(b, m, rows);
     for (std::size_t j0 = 0; j0 < pr_.kv_len; j0 += bk_)
-      block_probabilities(b, h, i0, rows, j0, std::min(bk_, pr_.kv_len - j0), false);
+      block_probabilities(b, m, rows, j0, std::min(bk_, pr_.kv_len - j0), false);
     for (std::size_t j0 = 0; j0 < pr_.kv_len; j0 += bk_) {
       const std::size_t all = std::min(bk_, pr_.kv_len - j0);
-      const part p = block_part(b, h, i0, rows, j0, all);
-      if (p.cols > 0) block_scores(b, h, i0, p, j0);
+      const part p = block_part(b, m, rows, j0, all);
+      if (p.cols > 0) block_scores(b, m, p, j0);
       for (std::size_t r = 0; r < rows; ++r) {
         Acc* s = s_.data() + r * lds_;
         const std::size_t cols = r >= p.r0 && r < p.r1 ? p.cols : 0;
@@ -112,7 +117,7 @@ class fused_worker {
     for (std::size_t j0 = 0; j0 < pr_.kv_len; j0 += bk_) {
       const std::size_t cols = std::min(bk_, pr_.kv_len - j0);
       const block_verdict v = classify_block(masks_, b, h, i0, i0 + rows, j0, j0 + cols);
-      if (!v.skip) block_scores(b, h, i0, part{cols, 0, rows, v.all_visible}, j0);
+      if (!v.skip) block_scores(b, row_map{h, i0, 0}, part{cols, 0, rows, v.all_visible}, j0);
       for (std::size_t r = 0; r < rows; ++r) {
         Acc* s = s_.data() + r * lds_;
         if (v.skip) std::fill(s, s + cols, -std::numeric_limits<Acc>::infinity());  // exclusion wins
@@ -124,8 +129,30 @@ class fused_worker {
  private:
   std::size_t kv_head(std::size_t h) const { return h / (pr_.q_heads / pr_.kv_heads); }
 
-  void start(std::size_t b, std::size_t h, std::size_t i0, std::size_t rows) {
-    tiles_.load_queries(b, h, i0, rows, sc_);
+  template <class Out>
+  void run_rows(std::size_t b, const row_map& m, std::size_t rows, std::size_t k0, std::size_t k1,
+                const strided_view<Out>& out, const strided_view<Acc, 3>& lse) {
+    start(b, m, rows);
+    std::fill(o_.begin(), o_.begin() + rows * dvp_, Acc(0));
+    for (std::size_t j0 = k0; j0 < k1; j0 += bk_) {
+      const part p = block_probabilities(b, m, rows, j0, std::min(bk_, k1 - j0), true);
+      if (p.cols == 0) continue;
+      with_values(b, kv_head(m.h0), j0, p.cols, p.r1 - p.r0, [&](const auto* v_ptr, std::size_t ldv) {
+        kernel::pv_tile(s_.data() + p.r0 * lds_, lds_, p.r1 - p.r0, v_ptr, ldv, p.cols, o_.data() + p.r0 * dvp_, dvp_,
+                        dvp_);
+      });
+    }
+    for (std::size_t r = 0; r < rows; ++r) {
+      kernel::finalize_row(o_.data() + r * dvp_, pr_.v_dim, st_[r].l, out.row(b, m.h(r), m.i(r)), out.inner_stride());
+      if (lse.data) lse(b, m.h(r), m.i(r)) = kernel::row_lse(st_[r]);
+    }
+  }
+
+  void start(std::size_t b, const row_map& m, std::size_t rows) {
+    if (m.per_head == 0)
+      tiles_.load_queries(b, m.h0, m.i0, rows, sc_);
+    else
+      for (std::size_t r = 0; r < rows; r += m.per_head) tiles_.load_queries(b, m.h(r), 0, m.per_head, sc_, r);
     std::fill(st_.begin(), st_.begin() + rows, kernel::row_state<Acc>{});
   }
 
@@ -147,8 +174,17 @@ class fused_worker {
     std::size_t cols = 0, r0 = 0, r1 = 0;
     bool all_visible = true;
   };
-  part block_part(std::size_t b, std::size_t h, std::size_t i0, std::size_t rows, std::size_t j0,
-                  std::size_t all) const {
+  part block_part(std::size_t b, const row_map& m, std::size_t rows, std::size_t j0, std::size_t all) const {
+    if (m.per_head != 0) {  // several heads: skipped if every head skips it, masked unless all see all of it
+      bool skip = true, all_visible = true;
+      for (std::size_t r = 0; r < rows; r += m.per_head) {
+        const block_verdict v = classify_block(masks_, b, m.h(r), 0, m.per_head, j0, j0 + all);
+        skip = skip && v.skip;
+        all_visible = all_visible && v.all_visible;
+      }
+      return skip ? part{} : part{all, 0, rows, all_visible};
+    }
+    const std::size_t h = m.h0, i0 = m.i0;
     const block_verdict v = classify_block(masks_, b, h, i0, i0 + rows, j0, j0 + all);
     if (skips(v, rows)) return {};
     if (v.all_visible) return {all, 0, rows, true};
@@ -162,33 +198,34 @@ class fused_worker {
   /// The score tile of key block [j0, j0 + cols) for rows [p.r0, p.r1), with modifiers and masks
   /// applied (masks only if some mask hides something in it), in natural units unless log2 e is
   /// folded into the scale.
-  void block_scores(std::size_t b, std::size_t h, std::size_t i0, const part& p, std::size_t j0) {
-    tiles_.scores(b, h, kv_head(h), i0 + p.r0, p.r1 - p.r0, j0, p.cols, simd::padded<Acc>(p.cols),
-                  s_.data() + p.r0 * lds_, lds_);
+  void block_scores(std::size_t b, const row_map& m, const part& p, std::size_t j0) {
+    // the tile's rows: queries i0 + r of one head, or rows of the stacked heads (loaded from row 0)
+    tiles_.scores(b, m.h(p.r0), kv_head(m.h0), m.per_head ? p.r0 : m.i0 + p.r0, p.r1 - p.r0, j0, p.cols,
+                  simd::padded<Acc>(p.cols), s_.data() + p.r0 * lds_, lds_);
     for (std::size_t r = p.r0; r < p.r1; ++r) {
       Acc* s = s_.data() + r * lds_;
-      apply_ops(s, p.cols, b, h, i0 + r, j0);
-      if (!p.all_visible) apply_masks(masks_, s, p.cols, b, h, i0 + r, j0);
+      apply_ops(s, p.cols, b, m.h(r), m.i(r), j0);
+      if (!p.all_visible) apply_masks(masks_, s, p.cols, b, m.h(r), m.i(r), j0);
     }
   }
 
   /// Scores of one key block turned into probabilities relative to each row's running max, the
   /// rows' states updated (and, for the attention output, the accumulators rescaled and the
   /// probabilities dropped out). Returns the part that takes part (cols 0: skipped).
-  part block_probabilities(std::size_t b, std::size_t h, std::size_t i0, std::size_t rows, std::size_t j0,
-                           std::size_t all, bool to_output) {
-    const part p = block_part(b, h, i0, rows, j0, all);
+  part block_probabilities(std::size_t b, const row_map& m, std::size_t rows, std::size_t j0, std::size_t all,
+                           bool to_output) {
+    const part p = block_part(b, m, rows, j0, all);
     if (p.cols == 0) return p;
     const std::size_t colsp = simd::padded<Acc>(p.cols);
-    block_scores(b, h, i0, p, j0);
+    block_scores(b, m, p, j0);
     for (std::size_t r = p.r0; r < p.r1; ++r) {
       Acc* s = s_.data() + r * lds_;
       if (!fold_log2e_) kernel::to_base2_row(s, colsp);  // padding is overwritten next
       std::fill(s + p.cols, s + colsp, -std::numeric_limits<Acc>::infinity());
       kernel::online_softmax_row(s, colsp, st_[r], to_output ? o_.data() + r * dvp_ : nullptr, dvp_);
       if (to_output && p_.drop.p > 0)  // after the running sum: dropout rescales what reaches V, not the normaliser
-        random::scale_row(p_.drop, std::uint32_t(b), std::uint32_t(h), std::uint32_t(i0 + r), std::uint32_t(j0), p.cols,
-                          s);
+        random::scale_row(p_.drop, std::uint32_t(b), std::uint32_t(m.h(r)), std::uint32_t(m.i(r)), std::uint32_t(j0),
+                          p.cols, s);
     }
     return p;
   }
@@ -202,20 +239,24 @@ class fused_worker {
     });
   }
 
-  /// V rows of the key block: in place when they hold Acc, contiguous and batch-aligned; else
-  /// converted into a zero-padded tile.
-  std::pair<const Acc*, std::size_t> values(std::size_t b, std::size_t hk, std::size_t j0, std::size_t cols) {
+  /// f(V rows, row stride) over the V rows of the key block: in place when they hold Acc, or when
+  /// they hold a 16-bit type and few query rows read them (decoding: widened in registers, so a
+  /// 16-bit KV cache is read once, at half the bytes), contiguous and batch-aligned; else converted
+  /// once into a zero-padded tile that every row block of the task reads.
+  template <class F>
+  void with_values(std::size_t b, std::size_t hk, std::size_t j0, std::size_t cols, std::size_t rows, F&& f) {
     const auto& vv = p_.v.view;
     using V = std::remove_cv_t<std::remove_pointer_t<decltype(vv.data)>>;
-    if constexpr (std::is_same_v<V, Acc>)
-      if (vv.inner_stride() == 1 && pr_.v_dim % w == 0 && vv.at.stride[2] >= std::ptrdiff_t(pr_.v_dim))
-        return {vv.row(b, hk, j0), std::size_t(vv.at.stride[2])};
+    if constexpr (std::is_same_v<V, Acc> || simd::detail::widens16_v<Acc, V>)
+      if ((std::is_same_v<V, Acc> || rows <= detail::max_decode_rows) && vv.inner_stride() == 1 && pr_.v_dim % w == 0 &&
+          vv.at.stride[2] >= std::ptrdiff_t(pr_.v_dim))
+        return f(vv.row(b, hk, j0), std::size_t(vv.at.stride[2]));
     for (std::size_t c = 0; c < cols; ++c) {
       Acc* dst = vb_.data() + c * dvp_;
       kernel::scaled_copy(vv.row(b, hk, j0 + c), vv.inner_stride(), pr_.v_dim, Acc(1), dst, 1);
       std::fill(dst + pr_.v_dim, dst + dvp_, Acc(0));
     }
-    return {vb_.data(), dvp_};
+    f(static_cast<const Acc*>(vb_.data()), dvp_);
   }
 
   template <class Out>

@@ -24,7 +24,8 @@ namespace xattn {
 /// an explicit head axis.
 template <class T, std::size_t Rank, bool Packed = false>
 struct tensor_ref : expr_base<tensor_ref<T, Rank, Packed>> {
-  static_assert(is_element_v<T>, "xattn: attention operands must hold float or double");
+  static_assert(is_element_v<T>,
+                "xattn: attention operands must hold float, double, xattn::bfloat16 or xattn::float16");
   using value_type = T;
   static constexpr std::size_t rank = Rank;
   static constexpr bool packed = Packed;
@@ -76,7 +77,7 @@ template <class E>
 auto make_ref(E&& x) {
   using D = std::decay_t<E>;
   using T = value_t<D>;
-  static_assert(is_element_v<T>, "xattn: ref() needs a tensor of float or double");
+  static_assert(is_element_v<T>, "xattn: ref() needs a tensor of float, double, xattn::bfloat16 or xattn::float16");
   constexpr std::size_t r = static_rank<D>();
   static_assert(r == 0 || r == 3 || r == 4,
                 "xattn: ref() takes rank 3 (batch, seq, dim) or rank 4 (batch, heads, seq, dim) tensors");

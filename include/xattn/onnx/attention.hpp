@@ -5,6 +5,8 @@
 // read as heads in place, masks broadcast to (B, Hq, Sq, T) with short masks padded as excluded,
 // causal offsets 0 / past length / nonpad_kv_seqlen[b] - Sq, softcap before the mask, GQA by
 // repeat-interleave, fully masked rows give zeros. Softmax always runs in float32 or wider.
+// T is the operands' type: float, or xattn::float16 for float16 models, whose Q, K, V and caches
+// are read as they are stored and whose outputs are rounded once from the float accumulation.
 #include "../xattn.hpp"
 #include "attention_mask.hpp"
 
@@ -19,11 +21,12 @@
 
 namespace xattn::onnx {
 
-struct attention_inputs {  // float tensors widened to float32, row-major
-  xt::xarray<float> q, k, v;
+template <class T = float>
+struct attention_inputs {  // row-major; a float mask is an additive bias, held in float
+  xt::xarray<T> q, k, v;
   std::optional<xt::xarray<float>> attn_mask_float;
   std::optional<xt::xarray<bool>> attn_mask_bool;
-  std::optional<xt::xarray<float>> past_key, past_value;
+  std::optional<xt::xarray<T>> past_key, past_value;
   std::optional<xt::xarray<std::int64_t>> nonpad_kv_seqlen;
 };
 
@@ -36,8 +39,9 @@ struct attention_attrs {
   std::optional<int> softmax_precision;
 };
 
+template <class T = float>
 struct attention_outputs {
-  xt::xarray<float> y, present_key, present_value, qk_matmul_output;
+  xt::xarray<T> y, present_key, present_value, qk_matmul_output;
 };
 
 namespace detail {
@@ -46,23 +50,28 @@ using xattn::fail;
 using xattn::shape_str;
 
 /// (B, S, H*d) -> (B, H, S, d), copied (the cache outputs are 4-D).
-inline xt::xarray<float> to_4d(const xt::xarray<float>& x, std::size_t h, const char* what) {
+template <class T>
+xt::xarray<T> to_4d(const xt::xarray<T>& x, std::size_t h, const char* what) {
   if (h == 0 || x.shape()[2] % h != 0)
     fail("Attention: ", what, " of shape ", shape_str(x.shape()), " cannot be split into ", h, " heads");
   auto r = xt::reshape_view(x, {x.shape()[0], x.shape()[1], h, x.shape()[2] / h});
   return xt::transpose(r, {0, 2, 1, 3});
 }
 
-/// [past ; new] along the sequence axis.
-inline xt::xarray<float> concat_cache(const std::optional<xt::xarray<float>>& past, xt::xarray<float> now,
-                                      const char* what) {
+/// [past ; new] along the sequence axis (by view assignment: xt::concatenate needs T + T, which the
+/// storage-only 16-bit types do not have).
+template <class T>
+xt::xarray<T> concat_cache(const std::optional<xt::xarray<T>>& past, xt::xarray<T> now, const char* what) {
   if (!past) return now;
   const auto& p = past->shape();
   const auto& n = now.shape();
   if (p.size() != 4 || p[0] != n[0] || p[1] != n[1] || p[3] != n[3])
     fail("Attention: ", what, " has shape ", shape_str(p), " but the new entries are ", shape_str(n),
          " (need (B, kv_heads, past, head_size) matching them)");
-  return xt::concatenate(xt::xtuple(*past, now), 2);
+  xt::xarray<T> out = xt::xarray<T>::from_shape({n[0], n[1], p[2] + n[2], n[3]});
+  xt::view(out, xt::all(), xt::all(), xt::range(0, p[2])) = *past;
+  xt::view(out, xt::all(), xt::all(), xt::range(p[2], p[2] + n[2])) = now;
+  return out;
 }
 
 /// A mask whose last axis is shorter than T gets the missing keys excluded (opset 24 rule).
@@ -81,27 +90,27 @@ xt::xarray<T> pad_keys(const xt::xarray<T>& m, std::size_t total, T excluded) {
   return out;
 }
 
-template <class QT, class KT, class VT>
-attention_outputs run(QT Q, KT K, VT V, double scale, const optional_softcap& cap, const optional_bias& bias,
-                      const attention_mask& m, int mode, bool want_qk) {
+template <class T, class QT, class KT, class VT>
+attention_outputs<T> run(QT Q, KT K, VT V, double scale, const optional_softcap& cap, const optional_bias& bias,
+                         const attention_mask& m, int mode, bool want_qk) {
   const auto base = Q * trans(K) * scale;
   const auto capped = modify(base, cap);
   const auto masked = mask(modify(capped, bias), m);
-  attention_outputs out;
-  out.y = eval(softmax(masked) * V);
+  attention_outputs<T> out;
+  out.y = eval<T>(softmax(masked) * V);
   if (want_qk) {
     switch (mode) {
       case 0:
-        out.qk_matmul_output = eval(base);
+        out.qk_matmul_output = eval<T>(base);
         break;
       case 1:
-        out.qk_matmul_output = eval(capped);
+        out.qk_matmul_output = eval<T>(capped);
         break;
       case 2:
-        out.qk_matmul_output = eval(masked);
+        out.qk_matmul_output = eval<T>(masked);
         break;
       case 3:
-        out.qk_matmul_output = eval(softmax(masked));
+        out.qk_matmul_output = eval<T>(softmax(masked));
         break;
       default:
         fail("Attention: qk_matmul_output_mode must be 0, 1, 2 or 3, got ", mode);
@@ -112,8 +121,9 @@ attention_outputs run(QT Q, KT K, VT V, double scale, const optional_softcap& ca
 
 }  // namespace detail
 
-inline attention_outputs attention(const attention_inputs& in, const attention_attrs& at, bool want_present,
-                                   bool want_qk) {
+template <class T>
+attention_outputs<T> attention(const attention_inputs<T>& in, const attention_attrs& at, bool want_present,
+                               bool want_qk) {
   using namespace detail;
   const std::size_t rank = in.q.dimension();
   if ((rank != 3 && rank != 4) || in.k.dimension() != rank || in.v.dimension() != rank)
@@ -138,11 +148,11 @@ inline attention_outputs attention(const attention_inputs& in, const attention_a
     hq = in.q.shape()[1];
     hkv = in.k.shape()[1];
   }
-  xt::xarray<float> k4 = rank == 3 ? to_4d(in.k, hkv, "K") : in.k;
-  xt::xarray<float> v4 = rank == 3 ? to_4d(in.v, hkv, "V") : in.v;
+  xt::xarray<T> k4 = rank == 3 ? to_4d(in.k, hkv, "K") : in.k;
+  xt::xarray<T> v4 = rank == 3 ? to_4d(in.v, hkv, "V") : in.v;
   const std::size_t past = in.past_key ? in.past_key->shape()[2] : 0;
-  xt::xarray<float> kt = concat_cache(in.past_key, std::move(k4), "past_key");
-  xt::xarray<float> vt = concat_cache(in.past_value, std::move(v4), "past_value");
+  xt::xarray<T> kt = concat_cache(in.past_key, std::move(k4), "past_key");
+  xt::xarray<T> vt = concat_cache(in.past_value, std::move(v4), "past_value");
   const std::size_t batch = in.q.shape()[0], sq = in.q.shape()[rank == 3 ? 1 : 2], total = kt.shape()[2];
   const std::size_t head = rank == 3 ? in.q.shape()[2] / hq : in.q.shape()[3];
   if (rank == 3 && in.q.shape()[2] % hq != 0)
@@ -168,9 +178,9 @@ inline attention_outputs attention(const attention_inputs& in, const attention_a
     m.causal = causal_offsets(off);
   }
 
-  attention_outputs out =
-      rank == 3 ? run(heads(in.q, hq), ref(kt), ref(vt), scale, cap, bias, m, at.qk_matmul_output_mode, want_qk)
-                : run(ref(in.q), ref(kt), ref(vt), scale, cap, bias, m, at.qk_matmul_output_mode, want_qk);
+  attention_outputs<T> out =
+      rank == 3 ? run<T>(heads(in.q, hq), ref(kt), ref(vt), scale, cap, bias, m, at.qk_matmul_output_mode, want_qk)
+                : run<T>(ref(in.q), ref(kt), ref(vt), scale, cap, bias, m, at.qk_matmul_output_mode, want_qk);
   if (want_present) {
     out.present_key = std::move(kt);
     out.present_value = std::move(vt);

@@ -1,91 +1,13 @@
 #pragma once
-// IEEE-754 binary16 <-> binary32/64 conversion, bit-exact and independent of F16C:
-// the conformance data stores float16 tensors as raw bit patterns, and a float16
-// expected output must be compared against an actual value rounded the same way.
-
-#include <bit>
-#include <cmath>
-#include <cstdint>
-#include <limits>
+// The conformance data's float16 tensors are raw bit patterns: the exact conversions of
+// xattn::float16, under the names the ONNX tools use.
+#include "../float16.hpp"
 
 namespace xattn::onnx {
 
-// Every half is exactly representable as a float, so this never rounds.
-constexpr float half_to_float(std::uint16_t h) noexcept {
-  const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
-  const std::uint32_t exp = (h >> 10) & 0x1fu;
-  std::uint32_t mant = h & 0x3ffu;
-
-  if (exp == 0x1f)  // inf or NaN; the payload is kept so NaN patterns survive a round trip
-    return std::bit_cast<float>(sign | 0x7f800000u | (mant << 13));
-  if (exp == 0) {
-    if (mant == 0) return std::bit_cast<float>(sign);
-    // Subnormal half = mant * 2^-24: normalise it, since it is a normal float.
-    int e = -14;
-    while ((mant & 0x400u) == 0) {
-      mant <<= 1;
-      --e;
-    }
-    return std::bit_cast<float>(sign | (static_cast<std::uint32_t>(e + 127) << 23) | ((mant & 0x3ffu) << 13));
-  }
-  return std::bit_cast<float>(sign | ((exp - 15 + 127) << 23) | (mant << 13));
-}
-
-// Round-to-nearest-even, with overflow to infinity and gradual underflow.
-constexpr std::uint16_t float_to_half(float f) noexcept {
-  const std::uint32_t u = std::bit_cast<std::uint32_t>(f);
-  const auto sign = static_cast<std::uint16_t>((u >> 16) & 0x8000u);
-  const std::uint32_t a = u & 0x7fffffffu;
-
-  if (a >= 0x7f800000u) {
-    if (a == 0x7f800000u) return static_cast<std::uint16_t>(sign | 0x7c00u);
-    // NaN: keep the top payload bits; if they are all zero, force the quiet bit
-    // so the result is still a NaN rather than an infinity.
-    std::uint32_t payload = (a >> 13) & 0x3ffu;
-    return static_cast<std::uint16_t>(sign | 0x7c00u | (payload != 0 ? payload : 0x200u));
-  }
-
-  const int e = static_cast<int>(a >> 23) - 127;
-  const std::uint32_t mant = a & 0x7fffffu;
-
-  if (e > 15) return static_cast<std::uint16_t>(sign | 0x7c00u);
-  if (e >= -14) {
-    // Normal range. A carry out of the mantissa correctly bumps the exponent,
-    // and out of the largest exponent it yields exactly the infinity pattern.
-    std::uint32_t h = (static_cast<std::uint32_t>(e + 15) << 10) | (mant >> 13);
-    const std::uint32_t rest = mant & 0x1fffu;
-    if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) ++h;
-    return static_cast<std::uint16_t>(sign | h);
-  }
-  if (e < -25)  // below half the smallest subnormal (2^-25): rounds to zero
-    return sign;
-
-  // Subnormal result in units of 2^-24; rounding up into 0x400 gives the smallest normal.
-  const std::uint32_t m = mant | 0x800000u;
-  const int shift = -(e + 1);  // 14..24
-  std::uint32_t h = m >> shift;
-  const std::uint32_t rest = m & ((1u << shift) - 1u);
-  const std::uint32_t halfway = 1u << (shift - 1);
-  if (rest > halfway || (rest == halfway && (h & 1u))) ++h;
-  return static_cast<std::uint16_t>(sign | h);
-}
-
-// double -> half in one correct rounding. Going through float with plain RNE could
-// round twice (e.g. 1 + 2^-11 + 2^-40 would land on the tie and then go to 1.0), so
-// the double is first narrowed with round-to-odd, which is safe because float keeps
-// more than two extra bits over half.
-inline std::uint16_t double_to_half(double d) noexcept {
-  if (std::isnan(d)) return float_to_half(static_cast<float>(d));
-  float f = static_cast<float>(d);
-  if (static_cast<double>(f) == d) return float_to_half(f);
-  if (std::fabs(static_cast<double>(f)) > std::fabs(d))  // truncate toward zero...
-    f = std::nextafter(f, 0.0f);
-  // ...then mark the lost bits as sticky in the last place.
-  return float_to_half(std::bit_cast<float>(std::bit_cast<std::uint32_t>(f) | 1u));
-}
-
-// The value a float16 tensor would hold after storing x.
-constexpr float round_to_half(float x) noexcept { return half_to_float(float_to_half(x)); }
-inline double round_to_half(double x) noexcept { return half_to_float(double_to_half(x)); }
+using detail::double_to_half;
+using detail::float_to_half;
+using detail::half_to_float;
+using detail::round_to_half;
 
 }  // namespace xattn::onnx

@@ -6,6 +6,9 @@
 // intrinsics) as uninitialized wherever such an intrinsic is inlined into our code, even though
 // the header is a system header (GCC PR 105593, fixed in 13). Every xattn header that runs SIMD
 // code brackets it with the pragmas below, so that users' -Wall -Wextra builds stay quiet.
+#include "../bfloat16.hpp"
+#include "../float16.hpp"
+
 #include <algorithm>
 #include <array>
 #include <cstddef>
@@ -61,12 +64,47 @@ inline batch<T> load(const T* p) noexcept {
   return batch<T>::load_unaligned(p);
 }
 
-/// One batch of T from storage of another element type E, converted lane by lane. The generic
-/// form goes through memory; a storage type with a fast conversion (16-bit floats) overloads it.
+namespace detail {
+
+// 16 (AVX-512) or 8 (AVX2) 16-bit floats widened to float in registers: bfloat16 is the top half
+// of a float (a shift), float16 has F16C's vcvtph2ps. Templates, so that only the ISA compiled
+// for is instantiated.
+template <class E, class B>
+inline B widen16(const E* p) noexcept {
+  if constexpr (std::is_same_v<E, bfloat16>) {
+    if constexpr (B::size == 16)
+      return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)p)), 16));
+    else
+      return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i*)p)), 16));
+  } else if constexpr (B::size == 16) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)p));
+  } else {
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)p));
+  }
+}
+
+#if defined(__F16C__)
+inline constexpr bool f16c = true;
+#else
+inline constexpr bool f16c = false;
+#endif
+
+template <class T, class E, class A = typename batch<float>::arch_type>
+inline constexpr bool widens16_v = std::is_same_v<T, float> &&
+                                   (std::is_base_of_v<xsimd::avx512f, A> ||
+                                    std::is_base_of_v<xsimd::avx2, A>)&&(std::is_same_v<E, bfloat16> ||
+                                                                         (std::is_same_v<E, float16> && f16c));
+
+}  // namespace detail
+
+/// One batch of T from storage of another element type E, converted lane by lane: 16-bit floats
+/// in registers; anything else through memory.
 template <class T, class E>
 inline batch<T> load_as(const E* p) noexcept {
   if constexpr (std::is_same_v<T, E>) {
     return load(p);
+  } else if constexpr (detail::widens16_v<T, E>) {
+    return detail::widen16<E, batch<T>>(p);
   } else {
     alignas(64) std::array<T, width<T>> lanes;
     for (std::size_t i = 0; i < width<T>; ++i) lanes[i] = T(p[i]);

@@ -56,13 +56,14 @@ struct dot_features_path {
           alpha_(rs.block_q),
           proj_(n_) {}
 
-    void load_queries(std::size_t b, std::size_t h, std::size_t i0, std::size_t rows, Acc scale) {
+    /// As dot_identity's: tile rows [at, at + rows).
+    void load_queries(std::size_t b, std::size_t h, std::size_t i0, std::size_t rows, Acc scale, std::size_t at = 0) {
       const auto& qv = b_.q.view;
       scale_ = scale;
-      i0_ = i0;
+      if (at == 0) i0_ = i0;
       auto project = [&](std::span<const S> x, std::span<S> out) { return b_.policy.project_query(x, out); };
       for (std::size_t r = 0; r < rows; ++r) {
-        Acc* dst = q_.data() + r * n_;
+        Acc* dst = q_.data() + (at + r) * n_;
         S* f = [&] {  // projected in place when the policy computes in Acc
           if constexpr (std::is_same_v<S, Acc>)
             return dst;
@@ -71,7 +72,7 @@ struct dot_features_path {
         }();
         const S a = project_row(qv.row(b, h, i0 + r), qv.inner_stride(), pr_.q_dim, raw_, f, n_, project);
         kernel::scaled_copy(f, 1, n_, scale, dst, 1);  // the dot path folds the scale into the queries
-        alpha_[r] = Acc(a) * scale;
+        alpha_[at + r] = Acc(a) * scale;
       }
     }
 

@@ -45,11 +45,13 @@ struct dot_identity_path {
     tiles(const Base& b, const problem& pr, const keys& k, const resolved_schedule& rs)
         : b_(b), k_(k), n_(pr.q_dim), bk_(rs.block_k), q_(rs.block_q * std::max<std::size_t>(n_, 1)) {}
 
-    void load_queries(std::size_t b, std::size_t h, std::size_t i0, std::size_t rows, Acc scale) {
+    /// Queries [i0, i0 + rows) of head h into tile rows [at, at + rows); at > 0 appends another
+    /// head's rows to the block loaded at 0 (grouped-query decoding).
+    void load_queries(std::size_t b, std::size_t h, std::size_t i0, std::size_t rows, Acc scale, std::size_t at = 0) {
       const auto& qv = b_.q.view;
-      i0_ = i0;
+      if (at == 0) i0_ = i0;
       for (std::size_t r = 0; r < rows; ++r)
-        kernel::scaled_copy(qv.row(b, h, i0 + r), qv.inner_stride(), n_, scale, q_.data() + r * n_, 1);
+        kernel::scaled_copy(qv.row(b, h, i0 + r), qv.inner_stride(), n_, scale, q_.data() + (at + r) * n_, 1);
     }
 
     void scores(std::size_t b, std::size_t, std::size_t hk, std::size_t i0, std::size_t rows, std::size_t j0,

@@ -44,13 +44,13 @@ struct pair_features_path {
           q_(rs.block_q * std::max<std::size_t>(n_, 1)),
           alpha_(rs.block_q) {}
 
-    void load_queries(std::size_t b, std::size_t h, std::size_t i0, std::size_t rows, Acc scale) {
+    void load_queries(std::size_t b, std::size_t h, std::size_t i0, std::size_t rows, Acc scale, std::size_t at = 0) {
       const auto& qv = b_.q.view;
       scale_ = scale;
-      i0_ = i0;
+      if (at == 0) i0_ = i0;
       for (std::size_t r = 0; r < rows; ++r)
-        alpha_[r] =
-            project_row(qv.row(b, h, i0 + r), qv.inner_stride(), pr_.q_dim, raw_, q_.data() + r * n_, n_,
+        alpha_[at + r] =
+            project_row(qv.row(b, h, i0 + r), qv.inner_stride(), pr_.q_dim, raw_, q_.data() + (at + r) * n_, n_,
                         [&](std::span<const S> x, std::span<S> out) { return b_.policy.project_query(x, out); });
     }
 

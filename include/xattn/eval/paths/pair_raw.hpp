@@ -42,12 +42,12 @@ struct pair_raw_path {
     tiles(const Base& b, const problem& pr, const keys& k, const resolved_schedule& rs)
         : b_(b), k_(k), dq_(pr.q_dim), dk_(pr.k_dim), scale_(1), q_(rs.block_q * std::max<std::size_t>(dq_, 1)) {}
 
-    void load_queries(std::size_t b, std::size_t h, std::size_t i0, std::size_t rows, Acc scale) {
+    void load_queries(std::size_t b, std::size_t h, std::size_t i0, std::size_t rows, Acc scale, std::size_t at = 0) {
       const auto& qv = b_.q.view;
       scale_ = scale;
-      i0_ = i0;
+      if (at == 0) i0_ = i0;
       for (std::size_t r = 0; r < rows; ++r)
-        kernel::scaled_copy(qv.row(b, h, i0 + r), qv.inner_stride(), dq_, S(1), q_.data() + r * dq_, 1);
+        kernel::scaled_copy(qv.row(b, h, i0 + r), qv.inner_stride(), dq_, S(1), q_.data() + (at + r) * dq_, 1);
     }
 
     void scores(std::size_t b, std::size_t, std::size_t hk, std::size_t i0, std::size_t rows, std::size_t j0,

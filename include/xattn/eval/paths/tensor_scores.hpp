@@ -26,7 +26,10 @@ struct tensor_scores_path {
    public:
     tiles(const Base& b, const problem&, const keys&, const resolved_schedule&) : b_(b), scale_(1) {}
 
-    void load_queries(std::size_t, std::size_t, std::size_t, std::size_t, Acc scale) { scale_ = scale; }
+    /// Scores are read by (head, row) in scores(): never run with rows of several heads.
+    void load_queries(std::size_t, std::size_t, std::size_t, std::size_t, Acc scale, std::size_t = 0) {
+      scale_ = scale;
+    }
 
     void scores(std::size_t b, std::size_t h, std::size_t, std::size_t i0, std::size_t rows, std::size_t j0,
                 std::size_t cols, std::size_t, Acc* s, std::size_t lds) const {
