@@ -131,9 +131,8 @@ inline resolved_schedule resolve_schedule(const schedule& requested, const probl
   const bool decoding = pr.q_len * (pr.q_heads / std::max<std::size_t>(pr.kv_heads, 1)) <= max_decode_rows;
   r.keys_in_place = path.dot_product && path.keys_in_place_ok && decoding;
   r.pack_panels = path.dot_product && !r.keys_in_place;
-  if (kind == pass_kind::attention && pr.q_len <= max_decode_rows && pr.kv_len >= 2 * min_chunk_keys) {
+  if (kind == pass_kind::attention && pr.q_len <= max_decode_rows && pr.kv_len >= 2 * min_chunk_keys)
     r.key_chunks = std::min(max_key_chunks, pr.kv_len / std::max(min_chunk_keys, r.block_k));
-  }
   r.key_chunks = std::max<std::size_t>(r.key_chunks, 1);
   r.chunk_keys = ((pr.kv_len + r.key_chunks - 1) / r.key_chunks + r.block_k - 1) / r.block_k * r.block_k;
   r.key_chunks = std::max<std::size_t>(1, (pr.kv_len + r.chunk_keys - 1) / std::max<std::size_t>(r.chunk_keys, 1));

@@ -29,8 +29,9 @@ inline unsigned pv_micro(const Acc* p, std::size_t ldp, const V* v, std::size_t 
   each<R * CC>([&](auto i) { acc[i / CC][i % CC] = batch<Acc>(Acc(0)); });
   for (std::size_t j = 0; j < keys; ++j) {
     if constexpr (R <= 4)  // few rows (decoding): values stream from memory, ask for those 16 keys ahead
-      for (std::size_t b = 0; b < CC * w * sizeof(V); b += 64)
-        __builtin_prefetch(reinterpret_cast<const char*>(v + (j + 16) * ldv) + b);  // never faults
+      if (j + 16 < keys)
+        for (std::size_t b = 0; b < CC * w * sizeof(V); b += 64)
+          __builtin_prefetch(reinterpret_cast<const char*>(v + (j + 16) * ldv) + b);
     batch<Acc> vv[CC];
     each<CC>([&](auto c) { vv[c] = simd::load_as<Acc>(v + j * ldv + c * w); });
     each<R>([&](auto r) {

@@ -89,11 +89,15 @@ inline constexpr bool f16c = true;
 inline constexpr bool f16c = false;
 #endif
 
-template <class T, class E, class A = typename batch<float>::arch_type>
-inline constexpr bool widens16_v = std::is_same_v<T, float> &&
-                                   (std::is_base_of_v<xsimd::avx512f, A> ||
-                                    std::is_base_of_v<xsimd::avx2, A>)&&(std::is_same_v<E, bfloat16> ||
-                                                                         (std::is_same_v<E, float16> && f16c));
+inline constexpr bool avx2_or_avx512 = std::is_base_of_v<xsimd::avx512f, batch<float>::arch_type> ||
+                                       std::is_base_of_v<xsimd::avx2, batch<float>::arch_type>;
+
+template <class E>
+inline constexpr bool is_widenable16 = std::is_same_v<E, bfloat16> || (std::is_same_v<E, float16> && f16c);
+
+/// Whether load_as<T>(const E*) widens in registers.
+template <class T, class E>
+inline constexpr bool widens16_v = std::is_same_v<T, float>&& avx2_or_avx512&& is_widenable16<E>;
 
 }  // namespace detail
 
