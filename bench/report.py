@@ -196,6 +196,32 @@ def sixteen_table(results, peaks):
     return "\n".join(lines) + "\n"
 
 
+def ring_table(results, benchmarks):
+    """Context parallelism (bench/mpi_ring.cpp): each row's time and GFLOP/s, the per-rank compute
+    imbalance, and the ratios the targets name against the one-process rows of the same shape."""
+    rows = {parts: value for parts, value in results.items() if parts[0] in ("xattn_ring", "xattn_ring_nocomm")}
+    if not rows:
+        return ""
+    imbalance = counter_medians(benchmarks, "compute_imbalance")
+    flop = lambda parts: 4.0 * int(parts[2]) * int(parts[1]) ** 2 * int(parts[3]) / (2 if parts[4] == "1" else 1)
+    seconds = {p: flop(p) / (v * 1e9) for p, v in rows.items() if number(v) and v > 0}
+    lines = ["", "## Context parallelism over MPI (forward; time = the slowest rank's)", "",
+             "| row | s | GFLOP/s | compute imbalance | vs single/1/1 | vs single/1/2 | vs nocomm |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    for parts, value in rows.items():
+        shape = parts[:5]
+        base1 = seconds.get(("xattn_ring",) + shape[1:] + ("single", "1", "1"))
+        base2 = seconds.get(("xattn_ring",) + shape[1:] + ("single", "1", "2"))
+        nocomm = seconds.get(("xattn_ring_nocomm",) + parts[1:])
+        t = seconds.get(parts)
+        lines.append("| " + " | ".join([
+            "/".join(parts), cell(t, "{:.2f}"), cell(value),
+            cell(None if parts not in imbalance else 100 * imbalance[parts], "{:.1f} %"),
+            cell(ratio(base1, t), "{:.2f}× faster"), cell(ratio(t, base2), "{:.2f}× the time"),
+            cell(None if parts[0] == "xattn_ring_nocomm" else ratio(t, nocomm), "{:.2f}× the time")]) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def decode_bandwidth(results, benchmarks):
     """Decode rows (Sq = 1) must read K and V once: their bytes per second (4 per fp32 element, 2 per
     16-bit one) against bandwidth/read/<threads> (median) from the same run; grouped-query rows
@@ -345,7 +371,8 @@ def main(argv):
     peaks, table, variants = split(results)
     md = (markdown(data.get("context", {}), peaks, table, variants) + backward_table(results, peaks)
           + sixteen_table(results, peaks) + other_measurements(data.get("benchmarks", []))
-          + decode_bandwidth(results, data.get("benchmarks", [])))
+          + decode_bandwidth(results, data.get("benchmarks", []))
+          + ring_table(results, data.get("benchmarks", [])))
     (out_dir / "results.md").write_text(md)
     print(md)
     print(f"wrote {out_dir / 'results.md'}")

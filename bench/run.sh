@@ -27,6 +27,18 @@ args=(
 
 "$exe" "${args[@]}" "$@"
 
+# Context parallelism: one process (the baselines), then two ranks of one thread each. Fixed
+# iterations (every rank must run the same ones), so no min_time; 3 repetitions, about 3.5 minutes.
+mpi_exe=$out/xattn-mpi-bench
+if [[ -x $mpi_exe ]] && command -v mpirun >/dev/null; then
+  root_flag=(); [[ $(id -u) == 0 ]] && root_flag=(--allow-run-as-root)
+  ring_args=(--benchmark_repetitions=3 --benchmark_display_aggregates_only=true --benchmark_out_format=json)
+  "$mpi_exe" "${ring_args[@]}" --benchmark_out="$out/ring_single.json" ||
+    echo "run.sh: xattn-mpi-bench (one process) failed; continuing" >&2
+  mpirun "${root_flag[@]}" -np 2 "$mpi_exe" "${ring_args[@]}" --benchmark_out="$out/ring_np2.json" ||
+    echo "run.sh: xattn-mpi-bench (2 ranks) failed; continuing" >&2
+fi
+
 # Build cost: one TU with five pipelines at -O2, the flags of the project's own builds. Best of
 # three: on this shared VM a single compile varied from 7.3 to 12 s within an hour.
 root=$(cd "$here/.." && pwd)
@@ -42,4 +54,5 @@ echo "{\"benchmarks\": [{\"name\": \"compile/five_pipelines_O2\", \"run_type\": 
 bash "$here/ort.sh" "$out/ort.json" || echo "run.sh: ONNX Runtime comparison failed; continuing" >&2
 
 /usr/bin/python3 "$here/torch_d2l.py" "$out/torch_d2l.json" || echo "run.sh: PyTorch comparison failed; continuing" >&2
-python3 "$here/report.py" "$out/results.json" "$out" "$out/compile.json" "$out/ort.json" "$out/torch_d2l.json"
+python3 "$here/report.py" "$out/results.json" "$out" "$out/compile.json" "$out/ort.json" "$out/torch_d2l.json" \
+  "$out/ring_single.json" "$out/ring_np2.json"

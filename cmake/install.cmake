@@ -4,7 +4,11 @@ install(TARGETS xattn EXPORT xattnTargets)
 if(TARGET xattn_nn)
   install(TARGETS xattn_nn EXPORT xattnTargets)
 endif()
+if(TARGET xattn_mpi)
+  install(TARGETS xattn_mpi EXPORT xattnTargets)
+endif()
 set(XATTN_HAS_NN ${BLAS_FOUND})  # read by xattnConfig.cmake.in
+set(XATTN_HAS_MPI ${MPI_CXX_FOUND})
 install(DIRECTORY include/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(EXPORT xattnTargets NAMESPACE xattn:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/xattn)
 configure_package_config_file(cmake/xattnConfig.cmake.in

@@ -49,10 +49,14 @@ struct backward_out {
   std::vector<xt::xarray<Acc>>* dbias{};  // one per bias(t) term
 };
 
+/// The fused backward of one plan. `exact`, when given, holds each row's (m, ln l) for the rows
+/// whose |lse| exceeds large_lse, row-major (B, Hq, Sq): the caller's when p covers only a block of
+/// the keys (context parallelism), where this block alone would give the wrong ones.
 template <class Acc, class Plan, class Source, class DO, class O, class DQ>
 backward_report run_backward(const Plan& p, const problem& pr, const backward_schedule& bs, const Source& src,
                              const strided_view<const DO>& d_out, const strided_view<const O>& out,
-                             const strided_view<const Acc, 3>& lse, const backward_out<Acc, DQ>& to) {
+                             const strided_view<const Acc, 3>& lse, const backward_out<Acc, DQ>& to,
+                             const std::pair<Acc, Acc>* exact = nullptr) {
   constexpr bool tensor_scores = std::is_same_v<Source, tensor_source>;
   constexpr bool terms = !tensor_scores && (is_pair_source_v<Source> || is_separable_source_v<Source>);
   const auto ops = bind_all(p.ops, pr);
@@ -78,7 +82,7 @@ backward_report run_backward(const Plan& p, const problem& pr, const backward_sc
       for (std::size_t i = 0; i < pr.q_len; ++i, ++r) {
         shift[r] = lse(b, h, i);
         if (std::abs(shift[r]) > large_lse && !std::isinf(shift[r]))
-          std::tie(shift[r], rel[r]) = exact_row_stats<Acc>(p, pr, ops, masks, b, h, i);
+          std::tie(shift[r], rel[r]) = exact ? exact[r] : exact_row_stats<Acc>(p, pr, ops, masks, b, h, i);
       }
   IO io{d_out,    shift.data(),        rel.data(),      delta.data(), dq_part.data(), dalpha_part.data(),
         to.dbeta, dparams_part.data(), row_sums.data(), to.dk,        to.dv,          to.dx,

@@ -31,6 +31,9 @@ namespace xattn::random {
 struct dropout {
   float p = 0.0f;          // probability of dropping a weight, in [0, 1)
   std::uint64_t seed = 0;  // Philox key; reuse it in the backward pass
+  // Where the evaluated block starts in the whole problem (context parallelism): decisions are
+  // drawn for (b, h, i0 + i, j0 + j), so every split of the problem draws the same ones.
+  std::uint32_t i0 = 0, j0 = 0;
 
   void check() const {
     // Written so that NaN fails too.
@@ -67,22 +70,24 @@ template <class F>
 void for_each_keep(const dropout& d, std::uint32_t b, std::uint32_t h, std::uint32_t i, std::uint32_t j0, std::size_t n,
                    F&& f) {
   d.check();
-  // Key indices are 32-bit; compared this way round so j0 + n cannot wrap.
-  if (static_cast<std::uint64_t>(n) > (std::uint64_t{1} << 32) - j0) {
+  i += d.i0;
+  const std::uint64_t first = std::uint64_t{j0} + d.j0;  // the key's position in the whole problem
+  // Key indices are 32-bit; compared this way round so first + n cannot wrap.
+  if (first >= (std::uint64_t{1} << 32) || static_cast<std::uint64_t>(n) > (std::uint64_t{1} << 32) - first) {
     throw std::invalid_argument("xattn: dropout row of n = " + std::to_string(n) +
-                                " keys from j0 = " + std::to_string(j0) + " runs past key 2^32 - 1");
+                                " keys from j0 = " + std::to_string(first) + " runs past key 2^32 - 1");
   }
-  const std::uint64_t end = std::uint64_t{j0} + static_cast<std::uint64_t>(n);
+  const std::uint64_t end = first + static_cast<std::uint64_t>(n);
   const std::uint32_t t = drop_threshold(d.p);
   if (t == 0) {  // p == 0 (or below 2^-33): every word passes, skip Philox entirely
     for (std::size_t k = 0; k < n; ++k) f(k, true);
     return;
   }
-  std::uint64_t j = j0;
+  std::uint64_t j = first;
   while (j < end) {
     const auto words = philox_block(d.seed, b, h, i, static_cast<std::uint32_t>(j >> 2));
     const std::uint64_t stop = std::min(end, (j | 3) + 1);  // end of this block of 4
-    for (; j < stop; ++j) f(static_cast<std::size_t>(j - j0), words[j & 3] >= t);
+    for (; j < stop; ++j) f(static_cast<std::size_t>(j - first), words[j & 3] >= t);
   }
 }
 
@@ -99,6 +104,7 @@ void scale_row_impl(const dropout& d, std::uint32_t b, std::uint32_t h, std::uin
 // Scalar decision for one (batch b, head h, query i, key j).
 inline bool keep(const dropout& d, std::uint32_t b, std::uint32_t h, std::uint32_t i, std::uint32_t j) {
   d.check();
+  i += d.i0, j += d.j0;
   return detail::philox_block(d.seed, b, h, i, j >> 2)[j & 3] >= drop_threshold(d.p);
 }
 

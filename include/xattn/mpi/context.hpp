@@ -1,0 +1,233 @@
+#pragma once
+// xattn::mpi::context: context-parallel attention over a communicator. Planned once (who holds
+// which rows, FFTW-MPI / heFFTe style), then eval_with_lse and grad any number of times. Every
+// rank passes its own rows of Q, K and V (in the order local_rows() gives) in the same expression;
+// masks and modifiers see global positions; results come back in each rank's rows.
+#include "../eval/grad.hpp"
+#include "backward.hpp"
+#include "forward.hpp"
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <cstring>
+#include <string_view>
+#include <typeinfo>
+#include <vector>
+
+namespace xattn::mpi {
+
+namespace detail {
+
+/// The same number on every rank for the same expression type (FNV-1a of its mangled name).
+template <class E>
+std::int64_t type_fingerprint() {
+  std::uint64_t h = 1469598103934665603ull;
+  for (char c : std::string_view(typeid(E).name())) h = (h ^ std::uint8_t(c)) * 1099511628211ull;
+  return std::int64_t(h >> 1);
+}
+
+template <class Plan>
+agreement facts_of(const setup& su, const Plan& p) {
+  agreement a;
+  a.add("the expression's type", type_fingerprint<Plan>());
+  std::int64_t scale_bits = 0;
+  std::memcpy(&scale_bits, &p.scale, sizeof scale_bits);
+  a.add("the scale", scale_bits);
+  a.add("the dropout probability", std::int64_t(double(p.drop.p) * 1e9));
+  a.add("the dropout seed", std::int64_t(p.drop.seed >> 1));
+  a.add("the sequence length", std::int64_t(su.seq_len));
+  a.add("the balance", std::int64_t(su.how));
+  return a;
+}
+
+/// A (B, H, n) row-major view of Acc.
+template <class T>
+strided_view<T, 3> rows3(T* data, std::size_t b, std::size_t h, std::size_t n) {
+  return {data, {{b, h, n}, {std::ptrdiff_t(h * n), std::ptrdiff_t(n), 1}}};
+}
+
+/// Copies (B, H, n, D) contiguous Acc into a view of another element type.
+template <class Acc, class T>
+void unpack(const std::vector<Acc>& src, const strided_view<T>& dst) {
+  const auto& sh = dst.at.shape;
+  std::size_t k = 0;
+  for (std::size_t b = 0; b < sh[0]; ++b)
+    for (std::size_t h = 0; h < sh[1]; ++h)
+      for (std::size_t i = 0; i < sh[2]; ++i) {
+        T* row = dst.row(b, h, i);
+        for (std::size_t d = 0; d < sh[3]; ++d) row[std::ptrdiff_t(d) * dst.inner_stride()] = T(src[k++]);
+      }
+}
+
+template <class Plan>
+constexpr bool check_ring_expression() {
+  static_assert(Plan::has_values,
+                "xattn: mpi::context::eval_with_lse and grad need an attention expression "
+                "softmax(...) * V");
+  static_assert(!decltype(std::declval<Plan>().base)::tensor_scores,
+                "xattn: mpi::context needs scores computed from Q and K (Q * trans(K) or score(policy, Q, K)); a "
+                "score tensor X has no key blocks to pass around the ring");
+  return true;
+}
+
+}  // namespace detail
+
+class context {
+ public:
+  /// Plans the layout of a sequence of seq_len rows over comm's ranks (collective: comm is duplicated).
+  context(MPI_Comm comm, std::size_t seq_len, balance how = balance::zigzag) {
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    if (!initialized) fail("mpi::context: MPI is not initialised; call MPI_Init (or MPI_Init_thread) first");
+    MPI_Comm_dup(comm, &su_.comm);
+    int rank = 0, ranks = 1;
+    MPI_Comm_rank(su_.comm, &rank);
+    MPI_Comm_size(su_.comm, &ranks);
+    su_.rank = std::size_t(rank), su_.ranks = std::size_t(ranks), su_.seq_len = seq_len, su_.how = how;
+    for (std::size_t r = 0; r < su_.ranks; ++r) su_.segments.push_back(segments_of(seq_len, su_.ranks, r, how));
+    detail::agreement a;
+    a.add("the sequence length", std::int64_t(seq_len));
+    a.add("the balance", std::int64_t(how));
+    detail::check_agreement(su_.comm, "mpi::context(comm, seq_len, balance)", a);
+  }
+  context(const context&) = delete;
+  context& operator=(const context&) = delete;
+  ~context() {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized) MPI_Comm_free(&su_.comm);
+  }
+
+  std::size_t rank() const noexcept { return su_.rank; }
+  std::size_t ranks() const noexcept { return su_.ranks; }
+  std::size_t seq_len() const noexcept { return su_.seq_len; }
+  /// The global sequence positions this rank holds, in the order its Q, K and V rows must follow.
+  std::vector<std::size_t> local_rows() const {
+    std::vector<std::size_t> r;
+    for (const segment& s : su_.segments[su_.rank])
+      for (std::size_t i = 0; i < s.size; ++i) r.push_back(s.first + i);
+    return r;
+  }
+  /// The runs of consecutive positions rank r holds (local_rows() of rank r, compressed).
+  const std::vector<segment>& segments(std::size_t r) const { return su_.segments.at(r); }
+
+  /// This rank's compute time, blocks and bytes sent in the last eval_with_lse or grad.
+  const ring_stats& last_stats() const noexcept { return su_.stats; }
+
+  /// Benchmarks only: comm_mode::none computes every ring step on the rank's own keys without any
+  /// message (wrong results; the ring's compute time alone). Needs equal parts on every rank.
+  void set_comm_mode(comm_mode m) {
+    if (m == comm_mode::none)
+      for (std::size_t r = 0; r < su_.ranks; ++r)
+        if (su_.segments[r].front().size != su_.segments[0].front().size ||
+            su_.segments[r].back().size != su_.segments[0].back().size)
+          fail("mpi::context::set_comm_mode(none): the parts differ in size (sequence length ", su_.seq_len, " over ",
+               su_.ranks, " ranks)");
+    su_.mode = m;
+  }
+
+  /// softmax(...) * V over the whole sequence for this rank's rows, with their log-sum-exp: the
+  /// same types eval_with_lse(e) returns. Collective.
+  template <class Out = void, expression E>
+  auto eval_with_lse(const E& e, const schedule& sch = {}) const {
+    if constexpr (check_grammar<E>() && xattn::detail::check_output_type<Out>()) {
+      const auto p = make_plan(e);
+      using P = std::decay_t<decltype(p)>;
+      if constexpr (detail::check_ring_expression<P>()) {
+        using Acc = xattn::detail::acc_t<P>;
+        using O = xattn::detail::out_t<Out, P>;
+        using lead = xattn::detail::lead_t<P>;
+        const auto rp = detail::prepare<Acc>(su_, p, "mpi::context::eval_with_lse(e)", detail::facts_of(su_, p));
+        std::vector<Acc> out, lse;
+        detail::ring_attention<Acc>(su_, p, rp, sch, out, lse);
+        const problem& l = rp.local;
+        constexpr std::size_t lse_rank = lead::rank == 0 ? 0 : lead::packed ? 3 : lead::rank - 1;
+        partial_attention<result_t<O, lead::rank>, result_t<Acc, lse_rank>> r;
+        layout<4> at;
+        const form how = lead_terminal(p.base).how;
+        std::tie(r.output, at) = allocate_in<decltype(r.output)>(how, {l.batch, l.q_heads, l.q_len, l.v_dim});
+        detail::unpack(out, strided_view<O>{r.output.data(), at});
+        const auto [lse_shape, lse_at] = xattn::detail::lse_form(how, l);
+        r.lse = allocate<decltype(r.lse)>(lse_shape);
+        const strided_view<Acc, 3> lv{r.lse.data(), lse_at};
+        for (std::size_t b = 0, k = 0; b < l.batch; ++b)
+          for (std::size_t h = 0; h < l.q_heads; ++h)
+            for (std::size_t i = 0; i < l.q_len; ++i) lv(b, h, i) = lse[k++];
+        return r;
+      }
+    }
+  }
+
+  /// The gradients of sum(d_out ∘ output) for this rank's rows of Q, K and V, given f =
+  /// eval_with_lse(e) of this context: K's and V's gradients sum every rank's queries. Collective.
+  template <expression E, class F, class DOut>
+  auto grad(const E& e, const F& f, const DOut& d_out, const schedule& sch = {}) const {
+    if constexpr (check_grammar<E>()) {
+      const auto p = make_plan(e);
+      using P = std::decay_t<decltype(p)>;
+      using Acc = xattn::detail::acc_t<P>;
+      if constexpr (detail::check_ring_expression<P>() && xattn::detail::check_backward<P, Acc>() &&
+                    check_ring_backward<P>())
+        return run_grad<Acc>(p, f, d_out, sch);
+    }
+  }
+
+ private:
+  detail::setup su_;
+
+  template <class Plan>
+  static constexpr bool check_ring_backward() {
+    using base_t = decltype(std::declval<Plan>().base);
+    static_assert(std::is_same_v<typename base_t::policy_type, dot>,
+                  "xattn: mpi::context::grad supports Q * trans(K) scores; the gradients of score(policy, Q, K) "
+                  "over the ring are not implemented (grad(e, f, d_out) on one process has them)");
+    constexpr bool biases = xattn::count_biases<std::decay_t<decltype(std::declval<Plan>().ops)>>() > 0;
+    static_assert(!biases,
+                  "xattn: mpi::context::grad does not give bias(t) gradients over the ring; evaluate them on one "
+                  "process (grad(e, f, d_out)), or keep the bias a constant by wrapping it in modify()");
+    return true;
+  }
+
+  template <class Acc, class Plan, class F, class DOut>
+  auto run_grad(const Plan& p, const F& f, const DOut& d_out, const schedule& sch) const {
+    using DO = std::remove_cv_t<typename DOut::value_type>;
+    using O = std::remove_cv_t<typename decltype(f.output)::value_type>;
+    using L = std::remove_cv_t<typename decltype(f.lse)::value_type>;
+    static_assert(is_element_v<DO> && is_element_v<O>,
+                  "xattn: mpi::context::grad: d_out and f.output hold float, "
+                  "double, xattn::bfloat16 or xattn::float16");
+    static_assert(std::is_same_v<L, Acc>,
+                  "xattn: mpi::context::grad(e, f, d_out): f must be eval_with_lse(e) of a "
+                  "context: its lse holds e's accumulator type");
+    const auto& lt = lead_terminal(p.base);
+    detail::agreement a = detail::facts_of(su_, p);
+    a.local_error = detail::local_error_of([&] {
+      const problem pr = resolve(p);
+      const formed of = in_form(lt.how, {pr.batch, pr.q_heads, pr.q_len, pr.v_dim});
+      xattn::detail::check_gradient_input(d_out, of.user_shape, "d_out");
+      xattn::detail::check_gradient_input(f.output, of.user_shape, "f.output (f must be cp.eval_with_lse(e))");
+      xattn::detail::check_gradient_input(f.lse, xattn::detail::lse_form(lt.how, pr).first,
+                                          "f.lse (f must be cp.eval_with_lse(e))");
+    });
+    const auto rp = detail::prepare<Acc>(su_, p, "mpi::context::grad(e, f, d_out)", a);
+    const problem& l = rp.local;
+    const formed of = in_form(lt.how, {l.batch, l.q_heads, l.q_len, l.v_dim});
+    const auto [lse_shape, lse_at] = xattn::detail::lse_form(lt.how, l);
+    std::vector<Acc> dq, dk, dv;
+    detail::ring_gradients<Acc>(su_, p, rp, sch, strided_view<const DO>{d_out.data(), of.at},
+                                strided_view<const O>{f.output.data(), of.at},
+                                strided_view<const Acc, 3>{f.lse.data(), lse_at}, dq, dk, dv);
+    typename xattn::detail::gradient_types<Plan, Acc>::type g;
+    using xattn::detail::zero_gradient;
+    const layout<4> dq_at = zero_gradient(g.dq, lt.how, {l.batch, l.q_heads, l.q_len, l.q_dim});
+    const layout<4> dk_at = zero_gradient(g.dk, p.base.k.how, {l.batch, l.kv_heads, l.kv_len, l.k_dim});
+    const layout<4> dv_at = zero_gradient(g.dv, p.v.how, {l.batch, l.kv_heads, l.kv_len, l.v_dim});
+    detail::unpack(dq, strided_view<Acc>{g.dq.data(), dq_at});
+    detail::unpack(dk, strided_view<Acc>{g.dk.data(), dk_at});
+    detail::unpack(dv, strided_view<Acc>{g.dv.data(), dv_at});
+    return g;
+  }
+};
+
+}  // namespace xattn::mpi
