@@ -12,15 +12,6 @@
 
 namespace xattn::mpi::detail {
 
-/// Rows [s.local, s.local + s.size) of a (B, H, n) view.
-template <class T>
-strided_view<T, 3> rows_of(const strided_view<T, 3>& v, const segment& s) {
-  strided_view<T, 3> r = v;
-  r.data = v.data + std::ptrdiff_t(s.local) * v.at.stride[2];
-  r.at.shape[2] = s.size;
-  return r;
-}
-
 /// Each row's exact (m, ln l) over the whole sequence, for rows whose |lse| is beyond large_lse
 /// (rows of d2l's -1e6 fills): one more pass over the key blocks, only when some rank has such a row.
 template <class Acc, class Plan>
@@ -40,26 +31,23 @@ std::vector<std::pair<Acc, Acc>> exact_stats(const setup& su, const Plan& p, con
   if (!any) return {};
   std::vector<double> m(l.batch * l.q_heads * rows, -std::numeric_limits<double>::infinity()), z(m.size(), 0.0);
   for_each_key_block(su, p, rp, [&](std::size_t o, const std::byte* msg, std::size_t n) {
-    for (std::size_t qi = 0; qi < su.segments[su.rank].size(); ++qi)
-      for (std::size_t ki = 0; ki < su.segments[o].size(); ++ki) {
-        if (!rp.computes(qi, o, ki)) continue;
-        const segment &qs = su.segments[su.rank][qi], &ks = su.segments[o][ki];
-        const auto bp = block_plan(p, rp.whole, rp.ml, msg, n, qs, ks);
-        const problem pr = resolve(bp);
-        const auto ops = bind_all(bp.ops, pr);
-        const auto masks = bind_all(bp.masks, pr);
-        for (std::size_t b = 0; b < l.batch; ++b)
-          for (std::size_t h = 0; h < l.q_heads; ++h)
-            for (std::size_t i = 0; i < qs.size; ++i) {
-              if (!large(b, h, qs.local + i)) continue;
-              const auto [mb, lb] = exact_row_stats<double>(bp, pr, ops, masks, b, h, i);
-              if (std::isinf(mb)) continue;  // nothing visible in this block
-              const std::size_t r = (b * l.q_heads + h) * rows + qs.local + i;
-              const double mm = std::max(m[r], mb);
-              z[r] = z[r] * std::exp(m[r] - mm) + std::exp(mb + lb - mm);
-              m[r] = mm;
-            }
-      }
+    for_each_block(su, rp, o, [&](const segment& qs, const segment& ks) {
+      const auto bp = block_plan(p, rp.whole, rp.ml, msg, n, qs, ks);
+      const problem pr = resolve(bp);
+      const auto ops = bind_all(bp.ops, pr);
+      const auto masks = bind_all(bp.masks, pr);
+      for (std::size_t b = 0; b < l.batch; ++b)
+        for (std::size_t h = 0; h < l.q_heads; ++h)
+          for (std::size_t i = 0; i < qs.size; ++i) {
+            if (!large(b, h, qs.local + i)) continue;
+            const auto [mb, lb] = exact_row_stats<double>(bp, pr, ops, masks, b, h, i);
+            if (std::isinf(mb)) continue;  // nothing visible in this block
+            const std::size_t r = (b * l.q_heads + h) * rows + qs.local + i;
+            const double mm = std::max(m[r], mb);
+            z[r] = z[r] * std::exp(m[r] - mm) + std::exp(mb + lb - mm);
+            m[r] = mm;
+          }
+    });
   });
   std::vector<std::pair<Acc, Acc>> r(m.size());
   for (std::size_t k = 0; k < m.size(); ++k) r[k] = {Acc(m[k]), Acc(std::log(z[k]))};
@@ -119,47 +107,44 @@ void ring_gradients(const setup& su, const Plan& p, ring_problem<Plan> rp, const
                 std::byte{0});
     }
     if (rp.route.needs(su.rank, o)) {
-      for (std::size_t qi = 0; qi < su.segments[su.rank].size(); ++qi)
-        for (std::size_t ki = 0; ki < su.segments[o].size(); ++ki) {
-          if (!rp.computes(qi, o, ki)) continue;
-          const segment &qs = su.segments[su.rank][qi], &ks = su.segments[o][ki];
-          const auto bp = block_plan(p, rp.whole, ml, cur.bytes.data(), n_o, qs, ks);
-          const problem pr = resolve(bp);
-          dq_blk.assign(bq * qs.size * l.q_dim, Acc(0));
-          dk_blk.assign(bk * ks.size * l.k_dim, Acc(0));
-          dv_blk.assign(bk * ks.size * l.v_dim, Acc(0));
-          std::vector<std::pair<Acc, Acc>> ex;
-          if (!exact.empty()) {
-            ex.resize(bq * qs.size);
-            for (std::size_t r = 0; r < bq; ++r)
-              for (std::size_t i = 0; i < qs.size; ++i) ex[r * qs.size + i] = exact[r * rows + qs.local + i];
-          }
-          const backward_schedule bs = resolve_backward(sch, pr, pr.q_dim, simd::width<Acc>);
-          const dot_source<decltype(bp.base.q.view), decltype(bp.base.k.view)> src{bp.base.q.view, bp.base.k.view,
-                                                                                   pr.q_dim};
-          const backward_out<Acc, Acc> to{{dq_blk.data(), packed_layout(l.batch, l.q_heads, qs.size, l.q_dim)},
-                                          {dk_blk.data(), packed_layout(l.batch, l.kv_heads, ks.size, l.k_dim)},
-                                          {dv_blk.data(), packed_layout(l.batch, l.kv_heads, ks.size, l.v_dim)},
-                                          {},
-                                          {},
-                                          {},
-                                          {},
-                                          {}};
-          ++su.stats.blocks;
-          timed(su.stats, [&] {
-            run_backward<Acc>(bp, pr, bs, src, rows_of(d_out, qs), rows_of(out, qs), rows_of(lse, qs), to,
-                              ex.empty() ? nullptr : ex.data());
-          });
+      for_each_block(su, rp, o, [&](const segment& qs, const segment& ks) {
+        const auto bp = block_plan(p, rp.whole, ml, cur.bytes.data(), n_o, qs, ks);
+        const problem pr = resolve(bp);
+        dq_blk.assign(bq * qs.size * l.q_dim, Acc(0));
+        dk_blk.assign(bk * ks.size * l.k_dim, Acc(0));
+        dv_blk.assign(bk * ks.size * l.v_dim, Acc(0));
+        std::vector<std::pair<Acc, Acc>> ex;
+        if (!exact.empty()) {
+          ex.resize(bq * qs.size);
           for (std::size_t r = 0; r < bq; ++r)
-            for (std::size_t x = 0; x < qs.size * l.q_dim; ++x)
-              dq[(r * rows + qs.local) * l.q_dim + x] += dq_blk[r * qs.size * l.q_dim + x];
-          if (s > 0 && steps.communicate) ga.wait();  // the accumulators behind the block have arrived
-          for (std::size_t r = 0; r < bk; ++r) {
-            auto [gk, gv] = grads(ga.bytes.data(), n_o, (r * n_o + ks.local) * l.k_dim, (r * n_o + ks.local) * l.v_dim);
-            for (std::size_t x = 0; x < ks.size * l.k_dim; ++x) gk[x] += dk_blk[r * ks.size * l.k_dim + x];
-            for (std::size_t x = 0; x < ks.size * l.v_dim; ++x) gv[x] += dv_blk[r * ks.size * l.v_dim + x];
-          }
+            for (std::size_t i = 0; i < qs.size; ++i) ex[r * qs.size + i] = exact[r * rows + qs.local + i];
         }
+        const backward_schedule bs = resolve_backward(sch, pr, pr.q_dim, simd::width<Acc>);
+        const dot_source<decltype(bp.base.q.view), decltype(bp.base.k.view)> src{bp.base.q.view, bp.base.k.view,
+                                                                                 pr.q_dim};
+        const backward_out<Acc, Acc> to{{dq_blk.data(), packed_layout(l.batch, l.q_heads, qs.size, l.q_dim)},
+                                        {dk_blk.data(), packed_layout(l.batch, l.kv_heads, ks.size, l.k_dim)},
+                                        {dv_blk.data(), packed_layout(l.batch, l.kv_heads, ks.size, l.v_dim)},
+                                        {},
+                                        {},
+                                        {},
+                                        {},
+                                        {}};
+        ++su.stats.blocks;
+        timed(su.stats, [&] {
+          run_backward<Acc>(bp, pr, bs, src, segment_view(d_out, qs), segment_view(out, qs), segment_view(lse, qs), to,
+                            ex.empty() ? nullptr : ex.data());
+        });
+        for (std::size_t r = 0; r < bq; ++r)
+          for (std::size_t x = 0; x < qs.size * l.q_dim; ++x)
+            dq[(r * rows + qs.local) * l.q_dim + x] += dq_blk[r * qs.size * l.q_dim + x];
+        if (s > 0 && steps.communicate) ga.wait();  // the accumulators behind the block have arrived
+        for (std::size_t r = 0; r < bk; ++r) {
+          auto [gk, gv] = grads(ga.bytes.data(), n_o, (r * n_o + ks.local) * l.k_dim, (r * n_o + ks.local) * l.v_dim);
+          for (std::size_t x = 0; x < ks.size * l.k_dim; ++x) gk[x] += dk_blk[r * ks.size * l.k_dim + x];
+          for (std::size_t x = 0; x < ks.size * l.v_dim; ++x) gv[x] += dv_blk[r * ks.size * l.v_dim + x];
+        }
+      });
     }
     if (!steps.communicate) {
       auto [gk, gv] = grads(ga.bytes.data(), n_o, 0, 0);

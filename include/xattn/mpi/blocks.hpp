@@ -34,13 +34,19 @@ inline layout<4> packed_layout(std::size_t b, std::size_t h, std::size_t n, std:
   return layout<4>::row_major({b, h, n, d});
 }
 
-/// Rows [s.local, s.local + s.size) of a (B, H, n, D) view.
-template <class T>
-strided_view<T> rows_of(const strided_view<T>& v, const segment& s) {
-  strided_view<T> r = v;
+/// Rows [s.local, s.local + s.size) of a (B, H, n, D) or (B, H, n) view.
+template <class T, std::size_t N>
+strided_view<T, N> segment_view(const strided_view<T, N>& v, const segment& s) {
+  strided_view<T, N> r = v;
   r.data = v.data + std::ptrdiff_t(s.local) * v.at.stride[2];
   r.at.shape[2] = s.size;
   return r;
+}
+
+/// (B, H, n) contiguous at `data`.
+template <class T>
+strided_view<T, 3> rows3(T* data, std::size_t b, std::size_t h, std::size_t n) {
+  return {data, {{b, h, n}, {std::ptrdiff_t(h * n), std::ptrdiff_t(n), 1}}};
 }
 
 /// Copies a (B, H, n, D) view into contiguous storage at dst.
@@ -63,13 +69,13 @@ auto block_plan(const Plan& p, const problem& whole, const message_layout& ml, c
   using TK = typename decltype(p.base.k)::value_type;
   using TV = typename decltype(p.v)::value_type;
   Plan b = p;
-  b.base.q.view = rows_of(p.base.q.view, qs);
-  b.base.k.view = rows_of(strided_view<const TK>{reinterpret_cast<const TK*>(msg + ml.k_at(n)),
-                                                 packed_layout(ml.batch, ml.heads, n, ml.dk)},
+  b.base.q.view = segment_view(p.base.q.view, qs);
+  b.base.k.view = segment_view(strided_view<const TK>{reinterpret_cast<const TK*>(msg + ml.k_at(n)),
+                                                      packed_layout(ml.batch, ml.heads, n, ml.dk)},
+                               ks);
+  b.v.view = segment_view(strided_view<const TV>{reinterpret_cast<const TV*>(msg + ml.v_at(n)),
+                                                 packed_layout(ml.batch, ml.heads, n, ml.dv)},
                           ks);
-  b.v.view = rows_of(strided_view<const TV>{reinterpret_cast<const TV*>(msg + ml.v_at(n)),
-                                            packed_layout(ml.batch, ml.heads, n, ml.dv)},
-                     ks);
   b.base.k.owned.reset(), b.v.owned.reset();
   return at_positions(b, whole, positions{qs.first, ks.first});
 }

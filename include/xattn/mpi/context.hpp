@@ -28,7 +28,7 @@ std::int64_t type_fingerprint() {
 }
 
 template <class Plan>
-agreement facts_of(const setup& su, const Plan& p) {
+agreement facts_of(const Plan& p) {
   agreement a;
   a.add("the expression's type", type_fingerprint<Plan>());
   std::int64_t scale_bits = 0;
@@ -36,15 +36,7 @@ agreement facts_of(const setup& su, const Plan& p) {
   a.add("the scale", scale_bits);
   a.add("the dropout probability", std::int64_t(double(p.drop.p) * 1e9));
   a.add("the dropout seed", std::int64_t(p.drop.seed >> 1));
-  a.add("the sequence length", std::int64_t(su.seq_len));
-  a.add("the balance", std::int64_t(su.how));
-  return a;
-}
-
-/// A (B, H, n) row-major view of Acc.
-template <class T>
-strided_view<T, 3> rows3(T* data, std::size_t b, std::size_t h, std::size_t n) {
-  return {data, {{b, h, n}, {std::ptrdiff_t(h * n), std::ptrdiff_t(n), 1}}};
+  return a;  // the sequence length and balance were agreed when the context was made
 }
 
 /// Copies (B, H, n, D) contiguous Acc into a view of another element type.
@@ -138,7 +130,7 @@ class context {
         using Acc = xattn::detail::acc_t<P>;
         using O = xattn::detail::out_t<Out, P>;
         using lead = xattn::detail::lead_t<P>;
-        const auto rp = detail::prepare<Acc>(su_, p, "mpi::context::eval_with_lse(e)", detail::facts_of(su_, p));
+        const auto rp = detail::prepare<Acc>(su_, p, "mpi::context::eval_with_lse(e)", detail::facts_of(p));
         std::vector<Acc> out, lse;
         detail::ring_attention<Acc>(su_, p, rp, sch, out, lse);
         const problem& l = rp.local;
@@ -201,7 +193,7 @@ class context {
                   "xattn: mpi::context::grad(e, f, d_out): f must be eval_with_lse(e) of a "
                   "context: its lse holds e's accumulator type");
     const auto& lt = lead_terminal(p.base);
-    detail::agreement a = detail::facts_of(su_, p);
+    detail::agreement a = detail::facts_of(p);
     a.local_error = detail::local_error_of([&] {
       const problem pr = resolve(p);
       const formed of = in_form(lt.how, {pr.batch, pr.q_heads, pr.q_len, pr.v_dim});

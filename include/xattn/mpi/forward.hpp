@@ -65,6 +65,15 @@ ring_problem<Plan> prepare(const setup& su, const Plan& p, const char* where, ag
   return rp;
 }
 
+/// Calls f(query segment, key segment) for each block of this rank's rows and origin o's keys
+/// that the masks leave visible.
+template <class Plan, class F>
+void for_each_block(const setup& su, const ring_problem<Plan>& rp, std::size_t o, F&& f) {
+  for (std::size_t qi = 0; qi < su.segments[su.rank].size(); ++qi)
+    for (std::size_t ki = 0; ki < su.segments[o].size(); ++ki)
+      if (rp.computes(qi, o, ki)) f(su.segments[su.rank][qi], su.segments[o][ki]);
+}
+
 /// This rank's K and V packed into a message of layout ml.
 template <class Plan>
 void pack_keys(const Plan& p, const message_layout& ml, std::size_t n, std::byte* msg) {
@@ -113,38 +122,33 @@ void ring_attention(const setup& su, const Plan& p, const ring_problem<Plan>& rp
   std::vector<double> run_lse(l.batch * l.q_heads * rows, -std::numeric_limits<double>::infinity());
   std::vector<Acc> part_out, part_lse;
   for_each_key_block(su, p, rp, [&](std::size_t o, const std::byte* msg, std::size_t n) {
-    for (std::size_t qi = 0; qi < su.segments[su.rank].size(); ++qi)
-      for (std::size_t ki = 0; ki < su.segments[o].size(); ++ki) {
-        if (!rp.computes(qi, o, ki)) continue;
-        ++su.stats.blocks;
-        const segment &qs = su.segments[su.rank][qi], &ks = su.segments[o][ki];
-        const auto bp = block_plan(p, rp.whole, rp.ml, msg, n, qs, ks);
-        const problem pr = resolve(bp);
-        part_out.resize(l.batch * l.q_heads * qs.size * dv);
-        part_lse.resize(l.batch * l.q_heads * qs.size);
-        const layout<4> at = packed_layout(l.batch, l.q_heads, qs.size, dv);
-        const strided_view<Acc, 3> lv{
-            part_lse.data(),
-            {{l.batch, l.q_heads, qs.size}, {std::ptrdiff_t(l.q_heads * qs.size), std::ptrdiff_t(qs.size), 1}}};
-        run_fused<Acc>(bp, pr, xattn::detail::schedule_for(bp, pr, sch, pass_kind::attention),
-                       strided_view<Acc>{part_out.data(), at}, lv);
-        const auto ops = bind_all(bp.ops, pr);
-        const auto masks = bind_all(bp.masks, pr);
-        for (std::size_t bh = 0; bh < l.batch * l.q_heads; ++bh)
-          for (std::size_t i = 0; i < qs.size; ++i) {
-            const std::size_t row = bh * rows + qs.local + i, part = bh * qs.size + i;
-            double part_ls = part_lse[part];
-            if (std::abs(part_ls) > large_lse && !std::isinf(part_ls)) {
-              const auto [m, ln_l] = exact_row_stats<double>(bp, pr, ops, masks, bh / l.q_heads, bh % l.q_heads, i);
-              part_ls = m + ln_l;
-            }
-            const double ls[2] = {run_lse[row], part_ls};
-            const Acc* parts[2] = {out.data() + row * dv, part_out.data() + part * dv};
-            run_lse[row] = kernel::merge_row<double>(
-                2, [&](std::size_t c) { return ls[c]; }, [&](std::size_t c) { return parts[c]; }, dv,
-                out.data() + row * dv, 1);
+    for_each_block(su, rp, o, [&](const segment& qs, const segment& ks) {
+      ++su.stats.blocks;
+      const auto bp = block_plan(p, rp.whole, rp.ml, msg, n, qs, ks);
+      const problem pr = resolve(bp);
+      part_out.resize(l.batch * l.q_heads * qs.size * dv);
+      part_lse.resize(l.batch * l.q_heads * qs.size);
+      const layout<4> at = packed_layout(l.batch, l.q_heads, qs.size, dv);
+      const strided_view<Acc, 3> lv = rows3(part_lse.data(), l.batch, l.q_heads, qs.size);
+      run_fused<Acc>(bp, pr, xattn::detail::schedule_for(bp, pr, sch, pass_kind::attention),
+                     strided_view<Acc>{part_out.data(), at}, lv);
+      const auto ops = bind_all(bp.ops, pr);
+      const auto masks = bind_all(bp.masks, pr);
+      for (std::size_t bh = 0; bh < l.batch * l.q_heads; ++bh)
+        for (std::size_t i = 0; i < qs.size; ++i) {
+          const std::size_t row = bh * rows + qs.local + i, part = bh * qs.size + i;
+          double part_ls = part_lse[part];
+          if (std::abs(part_ls) > large_lse && !std::isinf(part_ls)) {
+            const auto [m, ln_l] = exact_row_stats<double>(bp, pr, ops, masks, bh / l.q_heads, bh % l.q_heads, i);
+            part_ls = m + ln_l;
           }
-      }
+          const double ls[2] = {run_lse[row], part_ls};
+          const Acc* parts[2] = {out.data() + row * dv, part_out.data() + part * dv};
+          run_lse[row] = kernel::merge_row<double>(
+              2, [&](std::size_t c) { return ls[c]; }, [&](std::size_t c) { return parts[c]; }, dv,
+              out.data() + row * dv, 1);
+        }
+    });
   });
   lse.assign(run_lse.begin(), run_lse.end());
 }
