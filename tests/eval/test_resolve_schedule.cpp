@@ -106,6 +106,52 @@ TEST_CASE("resolve_schedule: decoding reads keys in place and splits long key ra
   REQUIRE(resolved({}, shape(1, 32, 1, 2047, 128, 128), dot_path(128), cores(2)).key_chunks == 1);
 }
 
+TEST_CASE("resolve_schedule: a short sequence's keys are packed per head, by the thread using them") {
+  // one head's packed keys: Skv x D x 4 bytes, against a quarter of L2 (1 MiB: 256 KiB)
+  const auto enc = resolved({}, shape(32, 12, 128, 128, 64, 64), dot_path(64), cores(2));
+  REQUIRE(enc.pack_per_head);
+  REQUIRE(!enc.pack_panels);
+  REQUIRE(resolved({}, shape(1, 8, 1023, 1023, 64, 64), dot_path(64), cores(2)).pack_per_head);
+  const auto at = resolved({}, shape(1, 8, 1024, 1024, 64, 64), dot_path(64), cores(2));  // 256 KiB: not less
+  REQUIRE(!at.pack_per_head);
+  REQUIRE(at.pack_panels);
+  REQUIRE(resolved({}, shape(1, 8, 1024, 1024, 64, 64), dot_path(64), cores(2, std::size_t(2) << 20)).pack_per_head);
+  REQUIRE(resolved({}, shape(1, 8, 512, 512, 64, 64), dot_path(64, 8), cores(2)).pack_panels);  // double: 256 KiB
+  // as requested
+  REQUIRE(!resolved({.pack_per_head_below = 1}, shape(32, 12, 128, 128, 64, 64), dot_path(64), cores(2)).pack_per_head);
+  REQUIRE(
+      resolved({.pack_per_head_below = std::size_t(1) << 30}, shape(1, 8, 2048, 2048, 64, 64), dot_path(64), cores(2))
+          .pack_per_head);
+  // read in place (decoding), or no score microkernel: never packed
+  const auto d = resolved({}, shape(1, 32, 1, 512, 128, 128), dot_path(128), cores(2));
+  REQUIRE((d.keys_in_place && !d.pack_per_head && !d.pack_panels));
+  const auto p = resolved({}, shape(1, 8, 128, 128, 64, 64), {false, false, 64, 4, 16}, cores(2));
+  REQUIRE((!p.pack_per_head && !p.pack_panels));
+}
+
+TEST_CASE("keys packed per head or once per evaluation give the same bits") {
+  testing::rng r(8);
+  const xt::xtensor<float, 4> q = r.tensor<float>({2, 4, 50, 40}), v = r.tensor<float>({2, 2, 300, 24});
+  xt::xtensor<bfloat16, 4> k16 = xt::xtensor<bfloat16, 4>::from_shape({2, 2, 300, 40});
+  for (auto& x : k16) x = bfloat16(float(r.uniform(-1, 1)));  // widened when packed
+  const xt::xtensor<float, 4> k = xt::cast<float>(k16);
+  auto Q = ref(q), V = ref(v);
+  const auto same_bits = [](const auto& e, double tol) {
+    const schedule once{.block_k = 128, .pack_per_head_below = 1},
+        per_head{.block_k = 128, .pack_per_head_below = 1u << 30};
+    REQUIRE(explain(e, once).schedule.pack_panels);
+    REQUIRE(explain(e, per_head).schedule.pack_per_head);
+    const xt::xtensor<float, 4> a = eval(e, once), b = eval(e, per_head);
+    REQUIRE(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+    REQUIRE(testing::max_abs_diff(b, reference(e).output) < tol);
+  };
+  // GQA, causal over three key blocks (the last partial), D = 40 (not a whole SIMD width)
+  same_bits(softmax(mask(Q * trans(ref(k)) / 6.0f, causal(align::bottom_right))) * V, 2e-6);
+  same_bits(softmax(mask(Q * trans(ref(k16)) / 6.0f, causal(align::bottom_right))) * V, 2e-6);
+  // the projected-features path: Gaussian kernel scores
+  same_bits(softmax(score(gaussian{3.0}, Q, ref(k))) * V, 2e-6);
+}
+
 TEST_CASE("a chosen schedule gives the bits of the same schedule written out") {
   testing::rng r(5);
   const xt::xtensor<float, 4> q = r.tensor<float>({1, 2, 300, 64}), k = r.tensor<float>({1, 2, 1500, 64}),

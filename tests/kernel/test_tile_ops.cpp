@@ -35,6 +35,26 @@ TEMPLATE_TEST_CASE("qk_tile computes Q Kᵀ from packed keys", "[kernel]", float
   }
 }
 
+TEMPLATE_TEST_CASE("pack_kt transposes keys of any storage type into strips", "[kernel]", float, double, bfloat16,
+                   float16) {
+  using S = TestType;                                                      // the keys' storage type
+  using T = std::conditional_t<std::is_same_v<S, double>, double, float>;  // the panel's
+  testing::rng r(4);
+  // whole SIMD-width blocks of keys and features (transposed in registers) and the tails around them
+  for (auto [cols, n] : {std::pair{1u, 1u}, {16u, 16u}, {37u, 40u}, {130u, 64u}, {64u, 17u}, {70u, 8u}})
+    for (std::ptrdiff_t dstride : {1, 3}) {
+      xt::xtensor<S, 2> k = xt::xtensor<S, 2>::from_shape({cols, n * std::size_t(dstride)});
+      for (auto& x : k) x = S(r.uniform(-1, 1));
+      const std::size_t sw = kernel::strip_width<T>, size = kernel::packed_kt_size<T>(cols, n);
+      std::vector<T> kt(size + 1, T(99));
+      kernel::pack_kt<T>([&](std::size_t c) { return &k(c, 0); }, cols, n, dstride, kt.data());
+      REQUIRE(kt[size] == T(99));
+      for (std::size_t d = 0; d < n; ++d)
+        for (std::size_t c = 0; c < size / n; ++c)
+          REQUIRE(kt[c / sw * sw * n + d * sw + c % sw] == (c < cols ? T(k(c, d * std::size_t(dstride))) : T(0)));
+    }
+}
+
 TEMPLATE_TEST_CASE("qk_direct computes Q Kᵀ from key rows in place, of any storage type", "[kernel]", float, double,
                    bfloat16) {
   using S = TestType;                                                      // the keys' storage type

@@ -134,13 +134,16 @@ void describe_loop_nest(std::ostream& os, pass_kind kind, bool dropout, const ex
     os << "  parallel for (b, h, query block" << (rs.key_chunks > 1 ? ", key chunk" : "") << ") in " << pr.batch
        << " x " << pr.q_heads << " x " << rs.q_blocks << chunks << " = " << rs.tasks << " tasks";
   os << " on " << rs.threads << " thread" << (rs.threads == 1 ? "" : "s") << " (contiguous ranges, then stealing)\n";
+  if (rs.pack_per_head)
+    os << "    on a new (b, kv head): pack its key blocks into panels of " << rs.block_k
+       << " keys as they are first needed, in this thread\n";
   if (!Path::query_work.empty())
     os << "    " << Path::query_work << " " << rs.block_q << " query rows"
-       << (rs.pack_panels || rs.keys_in_place ? ", scale folded in" : "") << "\n";
+       << (rs.pack_panels || rs.pack_per_head || rs.keys_in_place ? ", scale folded in" : "") << "\n";
   const std::size_t span = rs.key_chunks > 1 ? rs.chunk_keys : pr.kv_len;
-  const char* tile = rs.pack_panels     ? "qk_tile on the panel"
-                     : rs.keys_in_place ? "qk_direct on keys in place"
-                                        : "per pair";
+  const char* tile = rs.pack_panels || rs.pack_per_head ? "qk_tile on the panel"
+                     : rs.keys_in_place                 ? "qk_direct on keys in place"
+                                                        : "per pair";
   auto block_loop = [&](const char* pass) {
     os << "    for key block in [0, " << span << ") step " << rs.block_k << ": classify, skip hidden blocks" << pass
        << "\n      scores " << rs.block_q << " x " << rs.block_k << ": " << tile

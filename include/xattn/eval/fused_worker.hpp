@@ -242,7 +242,8 @@ class fused_worker {
   /// f(V rows, row stride) over the V rows of the key block: in place when they hold Acc, or when
   /// they hold a 16-bit type and few query rows read them (decoding: widened in registers, so a
   /// 16-bit KV cache is read once, at half the bytes), contiguous and batch-aligned; else converted
-  /// once into a zero-padded tile that every row block of the task reads.
+  /// into zero-padded rows: another type once per head and thread (head_blocks), Acc in another
+  /// layout once per task into a tile that every row block of the task reads.
   template <class F>
   void with_values(std::size_t b, std::size_t hk, std::size_t j0, std::size_t cols, std::size_t rows, F&& f) {
     const auto& vv = p_.v.view;
@@ -251,11 +252,20 @@ class fused_worker {
       if ((std::is_same_v<V, Acc> || rows <= detail::max_decode_rows) && vv.inner_stride() == 1 && pr_.v_dim % w == 0 &&
           vv.at.stride[2] >= std::ptrdiff_t(pr_.v_dim))
         return f(vv.row(b, hk, j0), std::size_t(vv.at.stride[2]));
-    for (std::size_t c = 0; c < cols; ++c) {
-      Acc* dst = vb_.data() + c * dvp_;
-      kernel::scaled_copy(vv.row(b, hk, j0 + c), vv.inner_stride(), pr_.v_dim, Acc(1), dst, 1);
-      std::fill(dst + pr_.v_dim, dst + dvp_, Acc(0));
+    const auto convert = [&](std::size_t k0, std::size_t n, Acc* to) {
+      for (std::size_t c = 0; c < n; ++c) {
+        Acc* dst = to + c * dvp_;
+        kernel::scaled_copy(vv.row(b, hk, k0 + c), vv.inner_stride(), pr_.v_dim, Acc(1), dst, 1);
+        std::fill(dst + pr_.v_dim, dst + dvp_, Acc(0));
+      }
+    };
+    if constexpr (!std::is_same_v<V, Acc>) {
+      if (vh_.empty()) vh_ = head_blocks<Acc>((pr_.kv_len + bk_ - 1) / bk_, bk_ * dvp_);
+      return f(vh_.block(b, hk, j0 / bk_,
+                         [&](std::size_t kb, Acc* to) { convert(kb * bk_, std::min(bk_, pr_.kv_len - kb * bk_), to); }),
+               dvp_);
     }
+    convert(j0, cols, vb_.data());
     f(static_cast<const Acc*>(vb_.data()), dvp_);
   }
 
@@ -275,6 +285,7 @@ class fused_worker {
   bool fold_log2e_;
   Acc sc_;  // the expression's scale, times log2 e when folded
   kernel::aligned_vector<Acc> s_, o_, vb_;
+  head_blocks<Acc> vh_;  // values of another type, widened: allocated when first needed
   std::vector<kernel::row_state<Acc>> st_;
 };
 

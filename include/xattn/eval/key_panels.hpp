@@ -1,11 +1,13 @@
 #pragma once
 // Keys of the dot-product paths, packed into per-block panels (strips, see kernel::pack_kt) once
 // per evaluation: every query block and every query head of a GQA group reads the same panels,
-// instead of re-packing a key block per task.
+// instead of re-packing a key block per task. Short sequences instead pack one head at a time, in
+// the thread that uses it (head_blocks).
 #include "../kernel/aligned.hpp"
 #include "../kernel/pack.hpp"
 #include "../layout.hpp"
 #include "../policy/problem.hpp"
+#include "head_blocks.hpp"
 
 #include <algorithm>
 #include <memory>
@@ -56,5 +58,31 @@ void pack_key_panels(key_panels<P, Acc>& kp, const problem& pr, std::ptrdiff_t d
                             dstride, kp.data.get() + kp.at(b, h, kb));
   }
 }
+
+/// One thread's panels of one (batch, kv head) at a time (resolved_schedule::pack_per_head), each
+/// key block packed when a task first needs it.
+template <class Acc>
+class head_panels {
+ public:
+  head_panels() = default;
+  head_panels(const problem& pr, std::size_t n, std::size_t bk)
+      : n_(n), bk_(bk), kv_len_(pr.kv_len), blocks_((pr.kv_len + bk - 1) / bk, kernel::packed_kt_size<Acc>(bk, n)) {}
+
+  bool empty() const noexcept { return blocks_.empty(); }
+
+  /// Panel kb of head (b, h); row(j) -> pointer to key j's n features (any element type), dstride
+  /// apart.
+  template <class RowFn>
+  const Acc* panel(std::size_t b, std::size_t h, std::size_t kb, std::ptrdiff_t dstride, RowFn row) {
+    return blocks_.block(b, h, kb, [&](std::size_t k, Acc* at) {
+      const std::size_t j0 = k * bk_;
+      kernel::pack_kt<Acc>([&](std::size_t c) { return row(j0 + c); }, std::min(bk_, kv_len_ - j0), n_, dstride, at);
+    });
+  }
+
+ private:
+  std::size_t n_ = 0, bk_ = 0, kv_len_ = 0;
+  head_blocks<Acc> blocks_;
+};
 
 }  // namespace xattn

@@ -2,6 +2,7 @@
 // Keys transposed into the strips the score microkernel reads (see blocking.hpp), converted from
 // their storage type to the panel's element type on the way.
 #include "blocking.hpp"
+#include "transpose.hpp"
 
 #include <algorithm>
 #include <cstddef>
@@ -17,7 +18,25 @@ void pack_kt(RowFn row, std::size_t cols, std::size_t n, std::ptrdiff_t dstride,
     P* last = kt + cols / sw * sw * n;
     for (std::size_t d = 0; d < n; ++d) std::fill(last + d * sw + tail, last + d * sw + sw, P(0));
   }
-  for (std::size_t c = 0; c < cols; ++c) {
+  std::size_t c = 0;
+  if constexpr (std::is_same_v<P, Acc> && has_transpose_square<Acc>) {
+    // w keys x w features at a time: w row loads (widened from 16 bits in registers), one
+    // transpose, w stores; the features past the last whole w go element by element.
+    constexpr std::size_t w = simd::width<Acc>;
+    const std::size_t nw = dstride == 1 ? n / w * w : 0;
+    std::array<batch<Acc>, w> r;
+    for (; nw > 0 && c + w <= cols; c += w) {
+      P* dst = kt + c / sw * sw * n + c % sw;
+      for (std::size_t d0 = 0; d0 < nw; d0 += w) {
+        for (std::size_t i = 0; i < w; ++i) r[i] = simd::load_as<Acc>(row(c + i) + d0);
+        transpose_square<Acc>(r);
+        for (std::size_t d = 0; d < w; ++d) simd::store(dst + (d0 + d) * sw, r[d]);
+      }
+      for (std::size_t i = 0; i < w; ++i)
+        for (std::size_t d = nw; d < n; ++d) dst[d * sw + i] = P(row(c + i)[d]);
+    }
+  }
+  for (; c < cols; ++c) {
     const auto* r = row(c);
     P* dst = kt + c / sw * sw * n + c % sw;
     for (std::size_t d = 0; d < n; ++d) dst[d * sw] = P(r[std::ptrdiff_t(d) * dstride]);

@@ -54,7 +54,9 @@ struct dot_features_path {
           scale_(1),
           q_(rs.block_q * std::max<std::size_t>(n_, 1)),
           alpha_(rs.block_q),
-          proj_(n_) {}
+          proj_(n_) {
+      if (rs.pack_per_head) own_ = head_panels<Acc>(pr, n_, bk_);
+    }
 
     /// As dot_identity's: tile rows [at, at + rows).
     void load_queries(std::size_t b, std::size_t h, std::size_t i0, std::size_t rows, Acc scale, std::size_t at = 0) {
@@ -77,11 +79,14 @@ struct dot_features_path {
     }
 
     void scores(std::size_t b, std::size_t, std::size_t hk, std::size_t i0, std::size_t rows, std::size_t j0,
-                std::size_t cols, std::size_t colsp, Acc* s, std::size_t lds) const {
+                std::size_t cols, std::size_t colsp, Acc* s, std::size_t lds) {
       const std::size_t r0 = i0 - i0_;  // rows [i0, i0 + rows) of the loaded block
       const Acc* q = q_.data() + r0 * n_;
       if (!k_.panels.empty())
         kernel::qk_tile(q, n_, rows, k_.panels.panel(b, hk, j0 / bk_), n_, colsp, s, lds);
+      else if (!own_.empty())
+        kernel::qk_tile(q, n_, rows, own_.panel(b, hk, j0 / bk_, 1, [&](std::size_t j) { return k_.f.row(b, hk, j); }),
+                        n_, colsp, s, lds);
       else
         kernel::qk_direct(
             q, n_, rows, [&](std::size_t c) { return k_.f.row(b, hk, j0 + c); }, cols, n_, s, lds);
@@ -99,6 +104,7 @@ struct dot_features_path {
     kernel::aligned_vector<Acc> q_;
     std::vector<Acc> alpha_;
     std::vector<S> proj_, raw_;
+    head_panels<Acc> own_;  // pack_per_head
   };
 };
 

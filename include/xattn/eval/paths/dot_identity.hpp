@@ -1,7 +1,8 @@
 #pragma once
 // Score path dot_identity: S = Q · Kᵀ on the operands themselves (`dot`, `Q * trans(K)`). Keys are
-// packed into panels once per evaluation and multiplied by the score microkernel; when decoding,
-// they are read where they lie. The expression's scale is folded into the queries.
+// packed into panels (once per evaluation, or per head by the thread using it) and multiplied by
+// the score microkernel; when decoding, they are read where they lie. The expression's scale is
+// folded into the queries.
 #include "../../kernel/aligned.hpp"
 #include "../../kernel/qk.hpp"
 #include "../../kernel/rows.hpp"
@@ -43,7 +44,9 @@ struct dot_identity_path {
   class tiles {
    public:
     tiles(const Base& b, const problem& pr, const keys& k, const resolved_schedule& rs)
-        : b_(b), k_(k), n_(pr.q_dim), bk_(rs.block_k), q_(rs.block_q * std::max<std::size_t>(n_, 1)) {}
+        : b_(b), k_(k), n_(pr.q_dim), bk_(rs.block_k), q_(rs.block_q * std::max<std::size_t>(n_, 1)) {
+      if (rs.pack_per_head) own_ = head_panels<Acc>(pr, n_, bk_);
+    }
 
     /// Queries [i0, i0 + rows) of head h into tile rows [at, at + rows); at > 0 appends another
     /// head's rows to the block loaded at 0 (grouped-query decoding).
@@ -55,12 +58,15 @@ struct dot_identity_path {
     }
 
     void scores(std::size_t b, std::size_t, std::size_t hk, std::size_t i0, std::size_t rows, std::size_t j0,
-                std::size_t cols, std::size_t colsp, Acc* s, std::size_t lds) const {
+                std::size_t cols, std::size_t colsp, Acc* s, std::size_t lds) {
       const Acc* q = q_.data() + (i0 - i0_) * n_;  // rows [i0, i0 + rows) of the loaded block
+      const auto& kv = b_.k.view;
       if (!k_.panels.empty()) {
         kernel::qk_tile(q, n_, rows, k_.panels.panel(b, hk, j0 / bk_), n_, colsp, s, lds);
+      } else if (!own_.empty()) {
+        const Acc* kt = own_.panel(b, hk, j0 / bk_, kv.inner_stride(), [&](std::size_t j) { return kv.row(b, hk, j); });
+        kernel::qk_tile(q, n_, rows, kt, n_, colsp, s, lds);
       } else {
-        const auto& kv = b_.k.view;
         kernel::qk_direct(
             q, n_, rows, [&](std::size_t c) { return kv.row(b, hk, j0 + c); }, cols, n_, s, lds);
       }
@@ -71,6 +77,7 @@ struct dot_identity_path {
     const keys& k_;
     std::size_t n_, bk_, i0_ = 0;
     kernel::aligned_vector<Acc> q_;
+    head_panels<Acc> own_;  // pack_per_head
   };
 };
 
