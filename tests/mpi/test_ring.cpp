@@ -2,7 +2,11 @@
 // eval_with_lse / grad on all of it, and checks its own rows of the ring's results. Only the order
 // in which key blocks are merged (forward) and summed (backward) differs, so the tolerances are a
 // few roundings of the values' size (|values| <= 1, S <= 96): measured worst with 2 and 4 ranks
-// 6.0e-7 in float (dV) and 1.3e-15 in double, checked at 4e-6 and 1e-13 (about 7x and 75x).
+// 7.2e-7 in float (dV) and 2.0e-15 in double, checked at 4e-6 and 1e-13 (about 5x and 50x).
+// Parameter gradients sum every pair, so they are compared relative to 1 + their size: worst
+// 1.3e-6 (float) and 8.3e-16 (double). d2l's fully masked rows (lengths 0, log-sum-exp near
+// -1e6) are merged at that magnitude, where double resolves 1.2e-10: they are checked in float.
+#include "catalogue/laplace_kernel.hpp"
 #include "support/random.hpp"
 
 #include <catch2/catch.hpp>
@@ -13,6 +17,8 @@
 #include <functional>
 #include <numeric>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 using namespace xattn;
@@ -48,6 +54,26 @@ double tolerance() {
   return std::is_same_v<T, float> ? 4e-6 : 1e-13;
 }
 
+/// |a - b| over the parts of two parameter gradients, relative to 1 + |b| (they sum every pair).
+template <class G>
+double parameter_diff(G a, G b) {
+  if constexpr (std::is_same_v<G, no_parameters>) {
+    return 0;
+  } else {
+    const auto pa = a.parts(), pb = b.parts();
+    double worst = 0;
+    auto one = [&](const auto& x, const auto& y) {
+      if constexpr (std::is_arithmetic_v<std::decay_t<decltype(x)>>)
+        worst = std::max(worst, std::abs(x - y) / (1 + std::abs(y)));
+      else
+        worst = std::max(worst, max_abs_diff(x, y) / (1 + xt::amax(xt::abs(y))()));
+    };
+    [&]<std::size_t... I>(std::index_sequence<I...>) { (one(std::get<I>(pa), std::get<I>(pb)), ...); }
+    (std::make_index_sequence<std::tuple_size_v<std::decay_t<decltype(pa)>>>{});
+    return worst;
+  }
+}
+
 /// One problem, (B, H, S, D) or (B, S, D) (rank N; the sequence on axis N - 2), run both ways.
 /// make(Q, K, V) builds the expression from terminals.
 template <class T, std::size_t N, bool Backward = true, class Make>
@@ -56,12 +82,9 @@ void check_ring(const mpi::context& cp, std::array<std::size_t, N> q_shape, std:
   const std::size_t axis = N - 2;
   const auto q = random_tensor<T>(q_shape, 1), k = random_tensor<T>(kv_shape, 2), v = random_tensor<T>(kv_shape, 3);
   const auto full = eval_with_lse(make(ref(q), ref(k), ref(v)));
-  const auto d_out = random_tensor<T, N>(
-      [&] {
-        auto s = q_shape;
-        return s;
-      }(),
-      4);
+  auto out_shape = q_shape;
+  out_shape[N - 1] = kv_shape[N - 1];
+  const auto d_out = random_tensor<T, N>(out_shape, 4);
   const auto rows = cp.local_rows();
   const auto ql = rows_at(q, rows, axis), kl = rows_at(k, rows, axis), vl = rows_at(v, rows, axis);
   const auto e = make(ref(ql), ref(kl), ref(vl));
@@ -79,6 +102,10 @@ void check_ring(const mpi::context& cp, std::array<std::size_t, N> q_shape, std:
     CHECK(max_abs_diff(g.dq, rows_at(xt::xtensor<T, N>(g_full.dq), rows, axis)) < tolerance<T>());
     CHECK(max_abs_diff(g.dk, rows_at(xt::xtensor<T, N>(g_full.dk), rows, axis)) < tolerance<T>());
     CHECK(max_abs_diff(g.dv, rows_at(xt::xtensor<T, N>(g_full.dv), rows, axis)) < tolerance<T>());
+    // bias and parameter gradients are whole on every rank
+    REQUIRE(g.dbias.size() == g_full.dbias.size());
+    for (std::size_t t = 0; t < g.dbias.size(); ++t) CHECK(max_abs_diff(g.dbias[t], g_full.dbias[t]) < tolerance<T>());
+    CHECK(parameter_diff(g.dscore, g_full.dscore) < tolerance<T>());
   }
 }
 
@@ -123,11 +150,17 @@ TEST_CASE("the ring equals one process: masks and modifiers see global positions
     return dropout(softmax(mask(softcap(q * trans(k), 2.0), causal())), 0.25f, 1234) * v;
   });
   const auto b = random_tensor<float, 4>({1, 2, 64, 64}, 9);
-  check_ring<float, 4, false>(  // forward only: bias gradients are not distributed
-      cp, {1, 2, 64, 8}, {1, 2, 64, 8}, [&](auto q, auto k, auto v) { return softmax(q * trans(k) + bias(b)) * v; });
+  check_ring<float, 4>(cp, {1, 2, 64, 8}, {1, 2, 64, 8},
+                       [&](auto q, auto k, auto v) { return softmax(q * trans(k) + bias(b)) * v; });
+  // broadcast over batch, heads and queries: every rank's rows add into the same entries
+  const auto keys_bias = random_tensor<double, 1>({64}, 10);
+  const auto pair_bias = random_tensor<double, 2>({64, 64}, 11);
+  check_ring<double, 4>(cp, {2, 2, 64, 8}, {2, 2, 64, 8}, [&](auto q, auto k, auto v) {
+    return softmax(mask(q * trans(k) + bias(keys_bias) + bias(pair_bias), causal())) * v;
+  });
 }
 
-TEST_CASE("the ring equals one process: GQA, layouts and scoring policies", "[mpi]") {
+TEST_CASE("the ring equals one process: GQA and layouts", "[mpi]") {
   mpi::context cp(MPI_COMM_WORLD, 64, mpi::balance::zigzag);
   check_ring<float, 4>(cp, {2, 4, 64, 8}, {2, 2, 64, 8}, causal_dot);  // 2 query heads per kv head
   check_ring<double, 3>(cp, {2, 64, 8}, {2, 64, 8}, causal_dot);       // (B, S, D)
@@ -137,11 +170,31 @@ TEST_CASE("the ring equals one process: GQA, layouts and scoring policies", "[mp
   const auto full = eval_with_lse(softmax(mask(heads(q, 3) * trans(heads(k, 3)), causal())) * heads(k, 3));
   const auto f = cp.eval_with_lse(softmax(mask(heads(ql, 3) * trans(heads(kl, 3)), causal())) * heads(kl, 3));
   CHECK(max_abs_diff(f.output, rows_at(xt::xtensor<float, 3>(full.output), rows, 1)) < tolerance<float>());
-  // a scoring policy with projections (forward): additive attention over the ring
-  const additive add{random_tensor<float, 2>({6, 8}, 7), random_tensor<float, 2>({6, 8}, 8),
+}
+
+TEST_CASE("the ring equals one process: scoring policies and their parameters", "[mpi]") {
+  mpi::context cp(MPI_COMM_WORLD, 64, mpi::balance::zigzag);
+  // additive attention (queries and keys of different sizes), its three weights' gradients
+  const additive add{random_tensor<float, 2>({6, 8}, 7), random_tensor<float, 2>({6, 5}, 8),
                      random_tensor<float, 1>({6}, 9)};
-  check_ring<float, 4, false>(cp, {1, 2, 64, 8}, {1, 2, 64, 8},
-                              [&](auto q, auto k, auto v) { return softmax(mask(score(add, q, k), causal())) * v; });
+  check_ring<float, 4>(cp, {1, 2, 64, 8}, {1, 2, 64, 5},
+                       [&](auto q, auto k, auto v) { return softmax(mask(score(add, q, k), causal())) * v; });
+  const xt::xtensor<int, 1> lens{0, 41};  // d2l's lengths, a fully masked batch among them
+  check_ring<float, 3>(cp, {2, 64, 8}, {2, 64, 5},
+                       [&](auto q, auto k, auto v) { return softmax(mask(score(add, q, k), lengths(lens))) * v; });
+  // separable policies with terms and parameters, and a user policy differentiated on duals
+  check_ring<double, 4>(cp, {1, 2, 64, 8}, {1, 2, 64, 8},
+                        [](auto q, auto k, auto v) { return softmax(mask(score(gaussian{1.5}, q, k), causal())) * v; });
+  check_ring<float, 4>(cp, {2, 2, 64, 8}, {2, 2, 64, 8},
+                       [](auto q, auto k, auto v) { return softmax(score(cosine{0.5}, q, k)) * v; });
+  const auto w = random_tensor<double, 2>({8, 8}, 12);
+  const auto b = random_tensor<double, 2>({64, 64}, 13);
+  check_ring<double, 4>(cp, {1, 4, 64, 8}, {1, 2, 64, 8}, [&](auto q, auto k, auto v) {  // GQA, and a bias
+    return softmax(mask(score(bilinear{w}, q, k) + bias(b), window(20, 0))) * v;
+  });
+  check_ring<double, 4>(cp, {1, 2, 64, 6}, {1, 2, 64, 6}, [](auto q, auto k, auto v) {
+    return softmax(mask(score(dsl::laplace_kernel{2.0}, q, k), causal())) * v;
+  });
 }
 
 TEST_CASE("ranks that disagree all get the same error", "[mpi][errors]") {

@@ -5,6 +5,7 @@
 // chunks in order and the bias gradients reduced over their broadcast axes -- all in an order that
 // does not depend on the thread count.
 #include "backward_worker.hpp"
+#include "positions.hpp"
 #include "reference_grad.hpp"
 
 #include <vector>
@@ -38,6 +39,31 @@ std::pair<Acc, Acc> exact_row_stats(const Plan& p, const problem& pr, const Ops&
   return {Acc(m), Acc(std::log(l))};
 }
 
+/// A bias term shifted to a block of a larger problem (context parallelism) is a bias term: its
+/// gradient, in the whole tensor's shape, receives the block's part.
+template <class X>
+inline constexpr bool is_tensor_bias_v<shifted<X>> = is_tensor_bias_v<X>;
+
+template <class T>
+const tensor_bias<T>& bias_term(const tensor_bias<T>& op) {
+  return op;
+}
+template <class X>
+const auto& bias_term(const shifted<X>& op) {
+  return bias_term(op.x);
+}
+
+/// bias_gradient_view of the whole problem's gradient, narrowed to the block the term sees.
+template <class A, class X>
+strided_view<A> bias_gradient_view(xt::xarray<A>& g, const shifted<X>& op, const problem& pr) {
+  problem whole = pr;
+  whole.q_len = op.x.bound.at.shape[2], whole.kv_len = op.x.bound.at.shape[3];
+  strided_view<A> v = bias_gradient_view(g, op.x, whole);
+  v.data += std::ptrdiff_t(op.at.q0) * v.at.stride[2] + std::ptrdiff_t(op.at.k0) * v.at.stride[3];
+  v.at.shape[2] = pr.q_len, v.at.shape[3] = pr.kv_len;
+  return v;
+}
+
 /// Where the driver writes, in kernel coordinates (the views of what the source does not have stay empty).
 template <class Acc, class DQ>
 struct backward_out {
@@ -46,7 +72,7 @@ struct backward_out {
   Acc* dalpha = nullptr;                  // (B, Hq, Sq) row-major: at the query terms
   Acc* dbeta = nullptr;                   // (B, Hkv, Skv) row-major: at the key terms
   std::vector<double>* dparams{};         // a combine policy's parameters
-  std::vector<xt::xarray<Acc>>* dbias{};  // one per bias(t) term
+  std::vector<xt::xarray<Acc>>* dbias{};  // one per bias(t) term, added into (created when absent)
 };
 
 /// The fused backward of one plan. `exact`, when given, holds each row's (m, ln l) for the rows
@@ -136,14 +162,14 @@ backward_report run_backward(const Plan& p, const problem& pr, const backward_sc
   std::size_t bi = 0;
   hana::for_each(ops, [&](const auto& op) {
     if constexpr (is_tensor_bias_v<std::decay_t<decltype(op)>>) {
-      auto [g, view] = bias_gradient<Acc>(op, pr);
+      if (to.dbias->size() == bi) to.dbias->push_back(xt::zeros<Acc>(bias_term(op).tensor.shape));
+      const strided_view<Acc> view = bias_gradient_view((*to.dbias)[bi], op, pr);
       const std::vector<Acc>& full = bias_full[bi++];
       std::size_t at = 0;
       for (std::size_t b = 0; b < pr.batch; ++b)
         for (std::size_t h = 0; h < pr.q_heads; ++h)
           for (std::size_t i = 0; i < pr.q_len; ++i)
             for (std::size_t j = 0; j < pr.kv_len; ++j) view(b, h, i, j) += full[at++];
-      to.dbias->push_back(std::move(g));
     }
   });
 

@@ -104,6 +104,27 @@ layout<4> zero_gradient(R& r, form how, const std::array<std::size_t, 4>& shape)
   return at;
 }
 
+/// The backward of a plan whose scores come from Q and K (Q * trans(K) or score(policy, Q, K)):
+/// writes dq, dk, dv (kernel coordinates) and adds into the bias gradients and the policy's
+/// parameter gradients (context parallelism adds every block's). `exact` as in run_backward.
+template <class Acc, class Plan, class DO, class O>
+backward_report run_qk_backward(const Plan& p, const problem& pr, const schedule& sch,
+                                const strided_view<const DO>& d_out, const strided_view<const O>& out,
+                                const strided_view<const Acc, 3>& lse, const strided_view<Acc>& dq,
+                                const strided_view<Acc>& dk, const strided_view<Acc>& dv,
+                                std::vector<xt::xarray<Acc>>& dbias,
+                                parameter_gradients_t<typename decltype(p.base)::policy_type>& dscore,
+                                const std::pair<Acc, Acc>* exact = nullptr) {
+  if constexpr (std::is_same_v<typename decltype(p.base)::policy_type, dot>) {
+    const backward_schedule bs = resolve_backward(sch, pr, pr.q_dim, simd::width<Acc>);
+    const dot_source<decltype(p.base.q.view), decltype(p.base.k.view)> src{p.base.q.view, p.base.k.view, pr.q_dim};
+    return run_backward<Acc>(p, pr, bs, src, d_out, out, lse,
+                             backward_out<Acc, Acc>{dq, dk, dv, {}, {}, {}, {}, &dbias}, exact);
+  } else {
+    return run_policy_backward<Acc>(p, pr, sch, d_out, out, lse, dq, dk, dv, dbias, dscore, exact);
+  }
+}
+
 template <class Acc, class Plan, class F, class DOut>
 auto run_grad(const Plan& p, const F& f, const DOut& d_out, const schedule& sch) {
   using DO = std::remove_cv_t<typename DOut::value_type>;
@@ -142,12 +163,9 @@ auto run_grad(const Plan& p, const F& f, const DOut& d_out, const schedule& sch)
     const backward_schedule bs = resolve_backward(sch, pr, 0, simd::width<Acc>);
     rep = run_backward<Acc>(p, pr, bs, tensor_source{}, dov, ov, lv,
                             backward_out<Acc, Acc>{{}, {}, dv, dx, {}, {}, {}, &g.dbias});
-  } else if constexpr (std::is_same_v<typename base_t::policy_type, dot>) {
-    const backward_schedule bs = resolve_backward(sch, pr, pr.q_dim, simd::width<Acc>);
-    const dot_source<decltype(p.base.q.view), decltype(p.base.k.view)> src{p.base.q.view, p.base.k.view, pr.q_dim};
-    rep = run_backward<Acc>(p, pr, bs, src, dov, ov, lv, backward_out<Acc, Acc>{dq, dk, dv, {}, {}, {}, {}, &g.dbias});
   } else {
-    rep = run_policy_backward<Acc>(p, pr, sch, dov, ov, lv, dq, dk, dv, g.dbias, g.dscore);
+    g.dscore = zero_parameter_gradients(p.base.policy);
+    rep = run_qk_backward<Acc>(p, pr, sch, dov, ov, lv, dq, dk, dv, g.dbias, g.dscore);
   }
   // the probabilities recomputed from f.lse must sum to 1: a log-sum-exp of another expression
   // (or other inputs) would give silently wrong gradients

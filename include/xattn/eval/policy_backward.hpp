@@ -91,13 +91,16 @@ void project_backward_all(const P& policy, const problem& pr, const feature_buff
 }
 
 /// The whole backward of a score(policy, Q, K) plan: steps 1-3; dq, dk in kernel coordinates.
+/// The parameters' gradients are added into g (and bias gradients into dbias, as run_backward
+/// does), so that the blocks of a larger problem can accumulate theirs; `exact` as in run_backward.
 template <class Acc, class Plan, class DO, class O>
 backward_report run_policy_backward(const Plan& p, const problem& pr, const schedule& sch,
                                     const strided_view<const DO>& d_out, const strided_view<const O>& out,
                                     const strided_view<const Acc, 3>& lse, const strided_view<Acc>& dq,
                                     const strided_view<Acc>& dk, const strided_view<Acc>& dv,
                                     std::vector<xt::xarray<Acc>>& dbias,
-                                    parameter_gradients_t<typename decltype(p.base)::policy_type>& g) {
+                                    parameter_gradients_t<typename decltype(p.base)::policy_type>& g,
+                                    const std::pair<Acc, Acc>* exact = nullptr) {
   using P = typename decltype(p.base)::policy_type;
   feature_buffers<Acc> fb = project_features<Acc>(p, pr);
   const backward_schedule bs = resolve_backward(sch, pr, fb.n, simd::width<Acc>);
@@ -106,12 +109,11 @@ backward_report run_policy_backward(const Plan& p, const problem& pr, const sche
                             fb.dalpha.data(),         fb.dbeta.data(),          &dparams, &dbias};
   backward_report rep;
   if constexpr (separable<P>()) {
-    rep = run_backward<Acc>(p, pr, bs, separable_source<Acc>{fb.view()}, d_out, out, lse, to);
+    rep = run_backward<Acc>(p, pr, bs, separable_source<Acc>{fb.view()}, d_out, out, lse, to, exact);
   } else {
     const pair_source<Acc, P> src{fb.view(), &p.base.policy, combine_parameter_count(p.base.policy)};
-    rep = run_backward<Acc>(p, pr, bs, src, d_out, out, lse, to);
+    rep = run_backward<Acc>(p, pr, bs, src, d_out, out, lse, to, exact);
   }
-  g = zero_parameter_gradients(p.base.policy);
   if constexpr (combines_backward_in<P, Acc>)
     if (!dparams.empty()) p.base.policy.add_combine_gradients(std::span<const double>(dparams), g);
   project_backward_all<Acc>(p.base.policy, pr, fb, dq, dk, p.base.q.view, p.base.k.view, g);

@@ -37,15 +37,21 @@ constexpr std::size_t count_biases() {
   }))::value;
 }
 
-/// A zero tensor in the shape of bias term `op`'s tensor, and a (B, H, Sq, Skv) view of it with
-/// the bias's broadcast (stride 0 on broadcast axes): adding through the view sums over them.
+/// A (B, H, Sq, Skv) view of g, a tensor in the shape of bias term `op`'s tensor, with the bias's
+/// broadcast (stride 0 on broadcast axes): adding through the view sums over them.
+template <class A, class T>
+strided_view<A> bias_gradient_view(xt::xarray<A>& g, const tensor_bias<T>& op, const problem& pr) {
+  nd_ref<A> r{g.data(), op.tensor.shape, {g.strides().begin(), g.strides().end()}, {}};
+  const auto v = broadcast_to_scores(r, pr, "bias(tensor)");
+  return {const_cast<A*>(v.data), v.at};
+}
+
+/// A zero tensor in the shape of bias term `op`'s tensor, and bias_gradient_view of it.
 template <class A, class T>
 std::pair<xt::xarray<A>, strided_view<A>> bias_gradient(const tensor_bias<T>& op, const problem& pr) {
   std::pair<xt::xarray<A>, strided_view<A>> r;
   r.first = xt::zeros<A>(op.tensor.shape);
-  nd_ref<A> g{r.first.data(), op.tensor.shape, {r.first.strides().begin(), r.first.strides().end()}, {}};
-  const auto v = broadcast_to_scores(g, pr, "bias(tensor)");
-  r.second = {const_cast<A*>(v.data), v.at};
+  r.second = bias_gradient_view(r.first, op, pr);
   return r;
 }
 

@@ -3,7 +3,9 @@
 // rank's Q, O, dO and global log-sum-exp stay; K and V travel as in the forward, and behind each
 // block travel its dK and dV accumulators, sent on once this rank's contribution is added and
 // home from the last rank that needs the block. dQ sums the blocks in ring order: deterministic.
-#include "../eval/backward.hpp"
+// A scoring policy's blocks run its whole backward (projections included: they are linear in the
+// gradients at the features, so the blocks' dQ, dK and parameter shares add up).
+#include "../eval/grad.hpp"
 #include "forward.hpp"
 
 #include <cmath>
@@ -55,12 +57,13 @@ std::vector<std::pair<Acc, Acc>> exact_stats(const setup& su, const Plan& p, con
 }
 
 /// The rank's dQ (B, Hq, rows, Dq) and its own keys' dK (B, Hkv, rows, Dk), dV (B, Hkv, rows, Dv),
-/// in Acc, for Q * trans(K) scores.
-template <class Acc, class Plan, class DO, class O>
+/// in Acc; bias(t) and the scoring policy's parameter gradients of this rank's queries added into
+/// dbias and dscore (the caller sums them over the ranks).
+template <class Acc, class Plan, class DO, class O, class DScore>
 void ring_gradients(const setup& su, const Plan& p, ring_problem<Plan> rp, const schedule& sch,
                     const strided_view<const DO>& d_out, const strided_view<const O>& out,
                     const strided_view<const Acc, 3>& lse, std::vector<Acc>& dq, std::vector<Acc>& dk_own,
-                    std::vector<Acc>& dv_own) {
+                    std::vector<Acc>& dv_own, std::vector<xt::xarray<Acc>>& dbias, DScore& dscore) {
   const problem& l = rp.local;
   const std::size_t rows = su.rows(su.rank), bq = l.batch * l.q_heads, bk = l.batch * l.kv_heads;
   const std::vector<std::pair<Acc, Acc>> exact = exact_stats<Acc>(su, p, rp, lse);
@@ -119,21 +122,14 @@ void ring_gradients(const setup& su, const Plan& p, ring_problem<Plan> rp, const
           for (std::size_t r = 0; r < bq; ++r)
             for (std::size_t i = 0; i < qs.size; ++i) ex[r * qs.size + i] = exact[r * rows + qs.local + i];
         }
-        const backward_schedule bs = resolve_backward(sch, pr, pr.q_dim, simd::width<Acc>);
-        const dot_source<decltype(bp.base.q.view), decltype(bp.base.k.view)> src{bp.base.q.view, bp.base.k.view,
-                                                                                 pr.q_dim};
-        const backward_out<Acc, Acc> to{{dq_blk.data(), packed_layout(l.batch, l.q_heads, qs.size, l.q_dim)},
-                                        {dk_blk.data(), packed_layout(l.batch, l.kv_heads, ks.size, l.k_dim)},
-                                        {dv_blk.data(), packed_layout(l.batch, l.kv_heads, ks.size, l.v_dim)},
-                                        {},
-                                        {},
-                                        {},
-                                        {},
-                                        {}};
         ++su.stats.blocks;
         timed(su.stats, [&] {
-          run_backward<Acc>(bp, pr, bs, src, segment_view(d_out, qs), segment_view(out, qs), segment_view(lse, qs), to,
-                            ex.empty() ? nullptr : ex.data());
+          xattn::detail::run_qk_backward<Acc>(
+              bp, pr, sch, segment_view(d_out, qs), segment_view(out, qs), segment_view(lse, qs),
+              strided_view<Acc>{dq_blk.data(), packed_layout(l.batch, l.q_heads, qs.size, l.q_dim)},
+              strided_view<Acc>{dk_blk.data(), packed_layout(l.batch, l.kv_heads, ks.size, l.k_dim)},
+              strided_view<Acc>{dv_blk.data(), packed_layout(l.batch, l.kv_heads, ks.size, l.v_dim)}, dbias, dscore,
+              ex.empty() ? nullptr : ex.data());
         });
         for (std::size_t r = 0; r < bq; ++r)
           for (std::size_t x = 0; x < qs.size * l.q_dim; ++x)

@@ -6,6 +6,7 @@
 #include "../eval/grad.hpp"
 #include "backward.hpp"
 #include "forward.hpp"
+#include "reduce.hpp"
 
 #include <mpi.h>
 
@@ -152,7 +153,9 @@ class context {
   }
 
   /// The gradients of sum(d_out ∘ output) for this rank's rows of Q, K and V, given f =
-  /// eval_with_lse(e) of this context: K's and V's gradients sum every rank's queries. Collective.
+  /// eval_with_lse(e) of this context: K's and V's gradients sum every rank's queries. Bias
+  /// tensors' and the scoring policy's parameter gradients are whole, the same on every rank
+  /// (summed over the ranks in rank order). Collective.
   template <expression E, class F, class DOut>
   auto grad(const E& e, const F& f, const DOut& d_out, const schedule& sch = {}) const {
     if constexpr (check_grammar<E>()) {
@@ -170,15 +173,12 @@ class context {
 
   template <class Plan>
   static constexpr bool check_ring_backward() {
-    using base_t = decltype(std::declval<Plan>().base);
-    static_assert(std::is_same_v<typename base_t::policy_type, dot>,
-                  "xattn: mpi::context::grad supports Q * trans(K) scores; the gradients of score(policy, Q, K) "
-                  "over the ring are not implemented (grad(e, f, d_out) on one process has them)");
-    constexpr bool biases = xattn::count_biases<std::decay_t<decltype(std::declval<Plan>().ops)>>() > 0;
-    static_assert(!biases,
-                  "xattn: mpi::context::grad does not give bias(t) gradients over the ring; evaluate them on one "
-                  "process (grad(e, f, d_out)), or keep the bias a constant by wrapping it in modify()");
-    return true;
+    using G = parameter_gradients_t<typename decltype(std::declval<Plan>().base)::policy_type>;
+    static_assert(summable_by_parts<G>,
+                  "xattn: mpi::context::grad: the scoring policy's parameter_gradients needs a member parts() "
+                  "returning std::tie of its members (each a double or a contiguous tensor of double), so that "
+                  "the ranks' gradients can be summed (see <xattn/policy/gradient.hpp>)");
+    return summable_by_parts<G>;
   }
 
   template <class Acc, class Plan, class F, class DOut>
@@ -207,10 +207,16 @@ class context {
     const formed of = in_form(lt.how, {l.batch, l.q_heads, l.q_len, l.v_dim});
     const auto [lse_shape, lse_at] = xattn::detail::lse_form(lt.how, l);
     std::vector<Acc> dq, dk, dv;
+    typename xattn::detail::gradient_types<Plan, Acc>::type g;
+    g.dscore = zero_parameter_gradients(p.base.policy);
+    hana::for_each(p.ops, [&](const auto& op) {  // every rank sums each bias, even one its masks hide
+      if constexpr (is_tensor_bias_v<std::decay_t<decltype(op)>>) g.dbias.push_back(xt::zeros<Acc>(op.tensor.shape));
+    });
     detail::ring_gradients<Acc>(su_, p, rp, sch, strided_view<const DO>{d_out.data(), of.at},
                                 strided_view<const O>{f.output.data(), of.at},
-                                strided_view<const Acc, 3>{f.lse.data(), lse_at}, dq, dk, dv);
-    typename xattn::detail::gradient_types<Plan, Acc>::type g;
+                                strided_view<const Acc, 3>{f.lse.data(), lse_at}, dq, dk, dv, g.dbias, g.dscore);
+    for (auto& t : g.dbias) detail::sum_in_rank_order(su_.comm, t.data(), t.size());
+    detail::sum_parameters_in_rank_order(su_.comm, g.dscore);
     using xattn::detail::zero_gradient;
     const layout<4> dq_at = zero_gradient(g.dq, lt.how, {l.batch, l.q_heads, l.q_len, l.q_dim});
     const layout<4> dk_at = zero_gradient(g.dk, p.base.k.how, {l.batch, l.kv_heads, l.kv_len, l.k_dim});

@@ -11,6 +11,7 @@
 
 #include <cmath>
 #include <span>
+#include <tuple>
 #include <vector>
 
 #pragma GCC diagnostic push  // GCC PR 105593, see simd/compat.hpp
@@ -23,6 +24,8 @@ namespace xattn {
 struct additive_gradients {
   xt::xtensor<double, 2> d_w_q, d_w_k;  // (h, dq), (h, dk)
   xt::xtensor<double, 1> d_w_v;         // (h)
+
+  auto parts() { return std::tie(d_w_q, d_w_k, d_w_v); }
 };
 
 struct additive {

@@ -8,12 +8,15 @@
 #include <xtensor/xtensor.hpp>
 
 #include <span>
+#include <tuple>
 
 namespace xattn {
 
 /// grad(e).dscore of a bilinear policy.
 struct bilinear_gradients {
   xt::xtensor<double, 2> d_w;  // (dq, dk)
+
+  auto parts() { return std::tie(d_w); }
 };
 
 struct bilinear {

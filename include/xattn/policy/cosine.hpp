@@ -7,12 +7,15 @@
 #include <algorithm>
 #include <cmath>
 #include <span>
+#include <tuple>
 
 namespace xattn {
 
 /// grad(e).dscore of a cosine policy.
 struct cosine_gradients {
   double d_temperature = 0;
+
+  auto parts() { return std::tie(d_temperature); }
 };
 
 struct cosine {

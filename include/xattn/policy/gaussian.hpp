@@ -7,12 +7,15 @@
 
 #include <cmath>
 #include <span>
+#include <tuple>
 
 namespace xattn {
 
 /// grad(e).dscore of a gaussian policy.
 struct gaussian_gradients {
   double d_sigma = 0;
+
+  auto parts() { return std::tie(d_sigma); }
 };
 
 struct gaussian {

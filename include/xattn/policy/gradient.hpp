@@ -16,11 +16,14 @@
 //   void combine_backward(span<const T> fq, span<const T> fk, T ds, span<T> dfq, span<T> dfk, span<T> dp) const;
 //        (add ds · ∂combine/∂fq into dfq, ∂/∂fk into dfk, ∂/∂(combine's parameters) into dp)
 //   void add_combine_gradients(span<const double> dp, parameter_gradients&) const;
+// and on parameter_gradients, for context parallelism (mpi::context::grad sums the ranks' parts):
+//   auto parts();   std::tie of its members, each a double or a contiguous tensor of double
 #include "../dual.hpp"
 #include "concepts.hpp"
 
 #include <algorithm>
 #include <span>
+#include <tuple>
 #include <vector>
 
 namespace xattn {
@@ -47,6 +50,12 @@ auto parameter_gradients_of() {
 /// What grad(e).dscore holds for policy P.
 template <class P>
 using parameter_gradients_t = typename decltype(detail::parameter_gradients_of<P>())::type;
+
+/// Whether gradients G can be summed part by part (no_parameters: nothing to sum).
+template <class G>
+concept summable_by_parts = std::same_as<G, no_parameters> || requires(G& g) {
+  std::tuple_size<decltype(g.parts())>{};
+};
 
 template <class P>
 parameter_gradients_t<P> zero_parameter_gradients(const P& p) {
