@@ -71,3 +71,29 @@ TEST_CASE("scorers validate their sizes with the shapes in the message") {
   REQUIRE_THROWS_AS(gaussian{0.0}.validate(2, 2), std::invalid_argument);
   REQUIRE_THROWS_AS(cosine{-1.0}.validate(2, 2), std::invalid_argument);
 }
+
+TEMPLATE_TEST_CASE("additive: the saved backward equals the recomputing one", "[gradient]", float, double) {
+  // what the fused backward uses (combine_saving, combine_backward_saved) against combine and
+  // combine_backward, which evaluate tanh themselves: the same bits, over whole batches and a tail
+  testing::rng r(5);
+  for (std::size_t h : {std::size_t(64), std::size_t(13)}) {
+    const additive p{r.tensor<float>({h, 4}), r.tensor<float>({h, 4}), r.tensor<float>({h})};
+    static_assert(combines_saved_in<additive, TestType>);
+    const auto fq = r.tensor<TestType>({h}, -2, 2), fk = r.tensor<TestType>({h}, -2, 2);
+    const std::span<const TestType> q(fq.data(), h), k(fk.data(), h);
+    std::vector<TestType> t(p.combine_saved_size(h));
+    REQUIRE(t.size() == h);
+    CHECK(p.combine_saving(q, k, std::span<TestType>(t)) == p.combine(q, k));
+    const double eps = std::is_same_v<TestType, float> ? 1e-6 : 1e-14;  // xsimd's tanh against std's
+    for (std::size_t i = 0; i < h; ++i) CHECK(t[i] == Approx(std::tanh(fq[i] + fk[i])).epsilon(eps).margin(eps));
+    std::vector<TestType> dq1(h, 0.5), dk1(h, -0.25), dw1(h, 1), dq2 = dq1, dk2 = dk1, dw2 = dw1;
+    p.combine_backward(q, k, TestType(0.75), std::span<TestType>(dq1), std::span<TestType>(dk1),
+                       std::span<TestType>(dw1));
+    p.combine_backward_saved(std::span<const TestType>(t), TestType(0.75), std::span<TestType>(dq2),
+                             std::span<TestType>(dk2), std::span<TestType>(dw2));
+    CHECK(dq1 == dq2);
+    CHECK(dk1 == dk2);
+    CHECK(dw1 == dw2);
+    CHECK(dq1 != std::vector<TestType>(h, 0.5));  // it did add something
+  }
+}

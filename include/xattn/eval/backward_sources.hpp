@@ -37,6 +37,7 @@ struct separable_source {
 
 template <class Acc, class P>
 struct pair_source {
+  using policy_type = P;
   features<Acc> f;
   const P* policy = nullptr;
   std::size_t params = 0;  // combine_parameter_count(policy)

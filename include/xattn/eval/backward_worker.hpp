@@ -46,11 +46,21 @@ struct backward_io {
   std::array<Acc*, NOps + 1> bias_full{};  // per modifier: (B, Hq, Sq, Skv) row-major gradient at a bias, or null
 };
 
+/// Whether a pair policy keeps per-pair values from the recomputed score for its backward.
+template <class Source, class Acc>
+constexpr bool saves_pair_values() {
+  if constexpr (is_pair_source_v<Source>)
+    return combines_saved_in<typename Source::policy_type, Acc>;
+  else
+    return false;
+}
+
 template <class Acc, class Plan, class Ops, class Masks, class IO, class Source>
 class backward_worker {
   static constexpr bool tensor_scores = std::is_same_v<Source, tensor_source>;
   static constexpr bool pairs = is_pair_source_v<Source>;
   static constexpr bool terms = pairs || is_separable_source_v<Source>;
+  static constexpr bool saves = saves_pair_values<Source, Acc>();
   static constexpr std::size_t n_ops = decltype(hana::length(std::declval<Ops>()))::value;
   static constexpr Acc ninf = -std::numeric_limits<Acc>::infinity();
 
@@ -79,6 +89,11 @@ class backward_worker {
     dv_.assign(bk * dvp_, Acc(0));
     dbeta_.assign(bk, Acc(0));
     if constexpr (pairs) dparams_.assign(src.params, Acc(0));
+    if constexpr (saves) {
+      saved_n_ = src.policy->combine_saved_size(n_);
+      saved_ld_ = simd::padded<Acc>(saved_n_);
+      saved_.assign(bq_ * bk * saved_ld_, Acc(0));
+    }
     dead_.assign(bq_, 0);
     partial_.assign(bq_, 0);
   }
@@ -114,6 +129,11 @@ class backward_worker {
       return {src_.f.n, src_.f.nk};
     else
       return {src_.n, src_.n};
+  }
+
+  /// The values a saving pair policy kept for pair (row r, column c) of the current tile.
+  std::span<Acc> saved(std::size_t r, std::size_t c) {
+    return {saved_.data() + (r * bs_.block_k + c) * saved_ld_, saved_n_};
   }
 
   /// A pair policy's score of one (features) pair: combine, or operator() on raw rows.
@@ -183,8 +203,13 @@ class backward_worker {
       if constexpr (pairs) {
         for (std::size_t r = 0; r < rows; ++r) {
           const std::span<const Acc> fq(q_rows_ + r * ldq_, n_);
-          for (std::size_t c = 0; c < cols; ++c)
-            s_[r * lds_ + c] = pair_score(fq, std::span<const Acc>(kr_.data() + c * dkp_, nk_));
+          for (std::size_t c = 0; c < cols; ++c) {
+            const std::span<const Acc> fk(kr_.data() + c * dkp_, nk_);
+            if constexpr (saves)
+              s_[r * lds_ + c] = Acc(src_.policy->combine_saving(fq, fk, saved(r, c)));
+            else
+              s_[r * lds_ + c] = pair_score(fq, fk);
+          }
         }
       } else {
         kernel::qk_tile(q_rows_, ldq_, rows, kp_.data(), n_, colsp, s_.data(), lds_);
@@ -283,10 +308,15 @@ class backward_worker {
       for (std::size_t r = 0; r < rows; ++r) {
         const std::span<const Acc> fq(q_rows_ + r * ldq_, n_);
         for (std::size_t c = 0; c < cols; ++c)
-          if (const Acc g = dp_[r * lds_ + c]; g != Acc(0))
-            pair_backward(*src_.policy, fq, std::span<const Acc>(kr_.data() + c * dkp_, nk_), g,
-                          std::span<Acc>(dq + r * dqp_, n_), std::span<Acc>(dk_.data() + c * dkp_, nk_),
-                          std::span<Acc>(dparams_));
+          if (const Acc g = dp_[r * lds_ + c]; g != Acc(0)) {
+            const std::span<Acc> dfq(dq + r * dqp_, n_), dfk(dk_.data() + c * dkp_, nk_);
+            if constexpr (saves)
+              src_.policy->combine_backward_saved(std::span<const Acc>(saved(r, c)), g, dfq, dfk,
+                                                  std::span<Acc>(dparams_));
+            else
+              pair_backward(*src_.policy, fq, std::span<const Acc>(kr_.data() + c * dkp_, nk_), g, dfq, dfk,
+                            std::span<Acc>(dparams_));
+          }
       }
     } else {
       // dK += dSᵀ · Q, dQ_chunk += dS · K
@@ -326,7 +356,9 @@ class backward_worker {
   const Acc* q_rows_ = nullptr;  // this query block's rows (in place or in q_), ldq_ apart
   std::size_t ldq_ = 0;
   kernel::aligned_vector<Acc> q_, do_, s_, s0_, dp_, vis_, z_, kp_, vp_, kr_, dk_, dv_;
-  std::vector<Acc> dbeta_, dparams_;  // this key block's gradient at β; this task's at combine's parameters
+  std::vector<Acc> dbeta_, dparams_;   // this key block's gradient at β; this task's at combine's parameters
+  kernel::aligned_vector<Acc> saved_;  // a saving pair policy's values, saved_ld_ per pair of the tile
+  std::size_t saved_n_ = 0, saved_ld_ = 0;
   std::vector<char> dead_, partial_;
 };
 

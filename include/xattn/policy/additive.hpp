@@ -4,6 +4,7 @@
 // and evaluates the h-term sum per pair inside the fused loop; d2l's (B, Sq, Skv, h) tensor is
 // never built.
 #include "../dual.hpp"
+#include "../kernel/tanh.hpp"
 #include "../simd/compat.hpp"
 #include "matrix.hpp"
 
@@ -70,16 +71,7 @@ struct additive {
   }
   template <class T>
   T combine(std::span<const T> fq, std::span<const T> fk) const {
-    constexpr std::size_t w = simd::width<T>;
-    const std::size_t n = fq.size();
-    const T* wv = weights_as<T>();
-    simd::batch<T> acc(T(0));
-    std::size_t h = 0;
-    for (; h + w <= n; h += w)
-      acc = xsimd::fma(simd::load(wv + h), xsimd::tanh(simd::load(fq.data() + h) + simd::load(fk.data() + h)), acc);
-    T s = simd::hsum(acc);
-    for (; h < n; ++h) s += wv[h] * std::tanh(fq[h] + fk[h]);
-    return s;
+    return combine_into(fq, fk, [](std::size_t, const auto&) {});
   }
 
   // ---- analytic gradients (policy/gradient.hpp) ----
@@ -102,30 +94,77 @@ struct additive {
   template <class T>
   void combine_backward(std::span<const T> fq, std::span<const T> fk, T ds, std::span<T> dfq, std::span<T> dfk,
                         std::span<T> dw_v) const {
+    backward_from(
+        fq.size(),
+        [&](std::size_t h) { return kernel::tanh<T>(simd::load(fq.data() + h) + simd::load(fk.data() + h)); },
+        [&](std::size_t h) { return std::tanh(fq[h] + fk[h]); }, ds, dfq, dfk, dw_v);
+  }
+  void add_combine_gradients(std::span<const double> dw_v, additive_gradients& g) const {
+    for (std::size_t h = 0; h < dw_v.size(); ++h) g.d_w_v(h) += dw_v[h];
+  }
+  /// The backward keeps t = tanh(fq + fk) from the recomputed score: one tanh per pair and
+  /// feature instead of two.
+  std::size_t combine_saved_size(std::size_t n) const { return n; }
+  template <class T>
+  T combine_saving(std::span<const T> fq, std::span<const T> fk, std::span<T> t) const {
+    return combine_into(fq, fk, [&](std::size_t h, const auto& th) {
+      if constexpr (std::is_arithmetic_v<std::decay_t<decltype(th)>>)
+        t[h] = th;
+      else
+        simd::store(t.data() + h, th);
+    });
+  }
+  template <class T>
+  void combine_backward_saved(std::span<const T> t, T ds, std::span<T> dfq, std::span<T> dfk, std::span<T> dw_v) const {
+    backward_from(
+        t.size(), [&](std::size_t h) { return simd::load(t.data() + h); }, [&](std::size_t h) { return t[h]; }, ds, dfq,
+        dfk, dw_v);
+  }
+
+ private:
+  /// Σ_h w_v[h] · tanh(fq[h] + fk[h]), handing each tanh (a batch, then tail scalars) to keep(h, t).
+  template <class T, class Keep>
+  T combine_into(std::span<const T> fq, std::span<const T> fk, Keep&& keep) const {
     constexpr std::size_t w = simd::width<T>;
     const std::size_t n = fq.size();
+    const T* wv = weights_as<T>();
+    simd::batch<T> acc(T(0));
+    std::size_t h = 0;
+    for (; h + w <= n; h += w) {
+      const auto th = kernel::tanh<T>(simd::load(fq.data() + h) + simd::load(fk.data() + h));
+      keep(h, th);
+      acc = xsimd::fma(simd::load(wv + h), th, acc);
+    }
+    T s = simd::hsum(acc);
+    for (; h < n; ++h) {
+      const T th = std::tanh(fq[h] + fk[h]);
+      keep(h, th);
+      s += wv[h] * th;
+    }
+    return s;
+  }
+  /// The combine backward given t = tanh(fq + fk) by batches (t_at) and, in the tail, by scalars.
+  template <class T, class Batch, class Scalar>
+  void backward_from(std::size_t n, Batch&& t_at, Scalar&& t_scalar, T ds, std::span<T> dfq, std::span<T> dfk,
+                     std::span<T> dw_v) const {
+    constexpr std::size_t w = simd::width<T>;
     const T* wv = weights_as<T>();
     const simd::batch<T> g(ds), one(T(1));
     std::size_t h = 0;
     for (; h + w <= n; h += w) {
-      const auto t = xsimd::tanh(simd::load(fq.data() + h) + simd::load(fk.data() + h));
+      const auto t = t_at(h);
       const auto u = g * simd::load(wv + h) * (one - t * t);
       simd::store(dfq.data() + h, simd::load(dfq.data() + h) + u);
       simd::store(dfk.data() + h, simd::load(dfk.data() + h) + u);
       simd::store(dw_v.data() + h, xsimd::fma(g, t, simd::load(dw_v.data() + h)));
     }
     for (; h < n; ++h) {
-      const T t = std::tanh(fq[h] + fk[h]), u = ds * wv[h] * (T(1) - t * t);
+      const T t = t_scalar(h), u = ds * wv[h] * (T(1) - t * t);
       dfq[h] += u;
       dfk[h] += u;
       dw_v[h] += ds * t;
     }
   }
-  void add_combine_gradients(std::span<const double> dw_v, additive_gradients& g) const {
-    for (std::size_t h = 0; h < dw_v.size(); ++h) g.d_w_v(h) += dw_v[h];
-  }
-
- private:
   /// f = W x: dx = Wᵀ df, dW += df ⊗ x.
   template <class T>
   static void linear_backward(const weights& m, xt::xtensor<double, 2>& dm, std::span<const T> x, std::span<const T> df,

@@ -16,6 +16,11 @@
 //   void combine_backward(span<const T> fq, span<const T> fk, T ds, span<T> dfq, span<T> dfk, span<T> dp) const;
 //        (add ds · ∂combine/∂fq into dfq, ∂/∂fk into dfk, ∂/∂(combine's parameters) into dp)
 //   void add_combine_gradients(span<const double> dp, parameter_gradients&) const;
+//   size_t combine_saved_size(size_t n) const;   values per pair that combine_backward can reuse
+//   T combine_saving(span<const T> fq, span<const T> fk, span<T> saved) const;
+//        (combine(fq, fk), bit for bit, also writing those values: the backward's recomputed score)
+//   void combine_backward_saved(span<const T> saved, T ds, span<T> dfq, span<T> dfk, span<T> dp) const;
+//        (combine_backward from them: additive saves tanh(fq + fk) instead of evaluating it twice)
 // and on parameter_gradients, for context parallelism (mpi::context::grad sums the ranks' parts):
 //   auto parts();   std::tie of its members, each a double or a contiguous tensor of double
 #include "../dual.hpp"
@@ -78,6 +83,14 @@ concept combines_backward_in = requires(const P& p, std::span<const T> f, std::s
   p.combine_backward(f, f, t, y, y, y);
   { p.combine_parameter_count() } -> std::convertible_to<std::size_t>;
   p.add_combine_gradients(dp, g);
+};
+
+template <class P, class T>
+concept combines_saved_in = combines_backward_in<P, T> &&
+    requires(const P& p, std::span<const T> f, std::span<T> y, T t) {
+  { p.combine_saved_size(std::size_t{}) } -> std::convertible_to<std::size_t>;
+  { p.combine_saving(f, f, y) } -> std::convertible_to<T>;
+  p.combine_backward_saved(f, t, y, y, y);
 };
 
 namespace detail {
