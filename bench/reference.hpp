@@ -10,9 +10,9 @@
 
 namespace xattn_bench {
 
-// Largest |out - ref| / (1e-4 + 1e-3 |ref|) over rows {0, Sq/2, Sq-1} of the first and last head;
+// Largest |out - ref| / (atol + 1e-3 |ref|) over rows {0, Sq/2, Sq-1} of the first and last head;
 // <= 1 passes.
-inline double reference_error(const attention_data& in, const float* out) {
+inline double reference_error(const attention_data& in, const float* out, double atol = 1e-4) {
   const attention_shape& s = in.shape;
   double const scale = 1.0 / std::sqrt(double(s.head_dim));
   double worst = 0.0;
@@ -38,7 +38,7 @@ inline double reference_error(const attention_data& in, const float* out) {
         for (std::ptrdiff_t j = 0; j < visible; ++j) ref += p[j] * v[j * s.head_dim + c];
         ref = visible > 0 ? ref / sum : 0.0;  // a row that sees no key outputs zeros
         double const got = o[i * s.head_dim + c];
-        double const err = std::abs(got - ref) / (1e-4 + 1e-3 * std::abs(ref));
+        double const err = std::abs(got - ref) / (atol + 1e-3 * std::abs(ref));
         if (!(err <= worst)) worst = std::isnan(err) ? INFINITY : err;
       }
     }
@@ -47,8 +47,9 @@ inline double reference_error(const attention_data& in, const float* out) {
 }
 
 // Marks the benchmark as failed (it then reports no timing) when the output is wrong.
-inline void check_against_reference(benchmark::State& state, const attention_data& in, const float* out) {
-  double const err = reference_error(in, out);
+inline void check_against_reference(benchmark::State& state, const attention_data& in, const float* out,
+                                    double atol = 1e-4) {
+  double const err = reference_error(in, out, atol);
   if (!(err <= 1.0))
     state.SkipWithError(("output differs from reference (scaled error " + std::to_string(err) + ")").c_str());
 }

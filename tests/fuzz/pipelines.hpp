@@ -64,9 +64,9 @@ struct element_types {
 constexpr bool is_16bit(element e) { return e == element::bf16 || e == element::f16 || e == element::mixed; }
 
 /// Which combinations exist (used at compile time to instantiate and at run time to draw). 16-bit
-/// operands only change how operands enter the tiles (widened in registers, when packed or read in
-/// place): every family with dot, every scorer without masks and with causal skips; mixed types
-/// with dot; other terminals with dot and causal.
+/// operands change how operands enter the tiles (widened in registers, when packed or read in
+/// place; bf16 pairs for vdpbf16ps where the build has it): every family with dot, every scorer
+/// without masks and with causal skips; mixed types with dot; other terminals with dot and causal.
 constexpr bool allowed(element e, terminal t, std::size_t s, std::size_t m) {
   const bool is_double = e == element::f64;
   if (is_16bit(e)) {

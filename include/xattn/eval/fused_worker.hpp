@@ -12,6 +12,7 @@
 #include "key_panels.hpp"
 #include "mask_eval.hpp"
 #include "resolved_schedule.hpp"
+#include "value_pairs.hpp"
 
 #include <boost/hana.hpp>
 
@@ -44,6 +45,12 @@ class fused_worker {
  public:
   static constexpr std::size_t w = simd::width<Acc>;
   using keys_t = typename Path::keys;
+  using value_type = typename decltype([] {
+    if constexpr (Plan::has_values)
+      return std::type_identity<std::remove_cv_t<std::remove_pointer_t<decltype(std::declval<Plan>().v.view.data)>>>{};
+    else
+      return std::type_identity<void>{};
+  }())::type;
 
   fused_worker(const Plan& p, const problem& pr, const Ops& ops, const Masks& masks, const keys_t& keys,
                const resolved_schedule& rs, bool fold_log2e)
@@ -61,7 +68,12 @@ class fused_worker {
         s_(bq_ * lds_),
         o_(bq_ * dvp_),
         vb_(bk_ * dvp_),
-        st_(bq_) {}
+        st_(bq_) {
+    // bf16 values by vdpbf16ps unless decoding: decided per problem, so neither the thread count
+    // nor the blocking changes which probabilities are rounded
+    if constexpr (takes_value_pairs_v<Acc, value_type>)
+      if (!rs.decoding) vpairs_ = value_pairs<Acc>(pr, bq_, bk_, dvp_);
+  }
 
   /// Queries [i0, i0 + block_q) against keys [k0, k1) (block_k-aligned k0): the attention output
   /// rows into out and, when lse has data, each row's log-sum-exp.
@@ -137,6 +149,12 @@ class fused_worker {
     for (std::size_t j0 = k0; j0 < k1; j0 += bk_) {
       const part p = block_probabilities(b, m, rows, j0, std::min(bk_, k1 - j0), true);
       if (p.cols == 0) continue;
+      if constexpr (takes_value_pairs_v<Acc, value_type>)
+        if (!vpairs_.empty()) {
+          vpairs_.accumulate(p_.v.view, b, kv_head(m.h0), j0, p.cols, s_.data() + p.r0 * lds_, lds_, p.r1 - p.r0,
+                             o_.data() + p.r0 * dvp_, dvp_);
+          continue;
+        }
       with_values(b, kv_head(m.h0), j0, p.cols, p.r1 - p.r0, [&](const auto* v_ptr, std::size_t ldv) {
         kernel::pv_tile(s_.data() + p.r0 * lds_, lds_, p.r1 - p.r0, v_ptr, ldv, p.cols, o_.data() + p.r0 * dvp_, dvp_,
                         dvp_);
@@ -285,7 +303,8 @@ class fused_worker {
   bool fold_log2e_;
   Acc sc_;  // the expression's scale, times log2 e when folded
   kernel::aligned_vector<Acc> s_, o_, vb_;
-  head_blocks<Acc> vh_;  // values of another type, widened: allocated when first needed
+  head_blocks<Acc> vh_;      // values of another type, widened: allocated when first needed
+  value_pairs<Acc> vpairs_;  // bf16 values in key pairs (vdpbf16ps), unless decoding
   std::vector<kernel::row_state<Acc>> st_;
 };
 

@@ -2,8 +2,10 @@
 // Keys of the dot-product paths, packed into per-block panels (strips, see kernel::pack_kt) once
 // per evaluation: every query block and every query head of a GQA group reads the same panels,
 // instead of re-packing a key block per task. Short sequences instead pack one head at a time, in
-// the thread that uses it (head_blocks).
+// the thread that uses it (head_blocks). A panel format says what a panel holds: strips of the
+// accumulator type for qk_tile, or bf16 feature pairs for vdpbf16ps (qk_tile_pairs).
 #include "../kernel/aligned.hpp"
+#include "../kernel/dpbf16.hpp"
 #include "../kernel/pack.hpp"
 #include "../layout.hpp"
 #include "../policy/problem.hpp"
@@ -14,10 +16,31 @@
 
 namespace xattn {
 
-/// Panels of element type P for a kernel accumulating in Acc: panel (b, kv head, key block) at
-/// data + at(b, h, kb), each n x bk (whole strips).
-template <class P, class Acc = P>
+/// Panels of Acc in strips (kernel::pack_kt), for qk_tile.
+template <class Acc>
+struct strips {
+  using element = Acc;
+  static constexpr std::size_t size(std::size_t cols, std::size_t n) { return kernel::packed_kt_size<Acc>(cols, n); }
+  template <class RowFn>
+  static void pack(RowFn row, std::size_t cols, std::size_t n, std::ptrdiff_t dstride, Acc* at) {
+    kernel::pack_kt<Acc>(row, cols, n, dstride, at);
+  }
+};
+
+/// Panels of bf16 feature pairs (kernel::pack_kt_pairs), for qk_tile_pairs.
+struct bf16_pairs {
+  using element = bfloat16;
+  static constexpr std::size_t size(std::size_t cols, std::size_t n) { return kernel::packed_pairs_size(cols, n); }
+  template <class RowFn>
+  static void pack(RowFn row, std::size_t cols, std::size_t n, std::ptrdiff_t dstride, bfloat16* at) {
+    kernel::pack_kt_pairs(row, cols, n, dstride, at);
+  }
+};
+
+/// Panels in Format: panel (b, kv head, key block) at data + at(b, h, kb), each n x bk keys.
+template <class Format>
 struct key_panels {
+  using P = typename Format::element;
   std::size_t n = 0, bk = 0;
   layout<3> at;
   std::unique_ptr<P[], kernel::aligned_delete<P>> data;  // uninitialised: pack_kt writes every element
@@ -34,55 +57,56 @@ constexpr std::size_t tile_stride(std::size_t bk) noexcept {
 }
 
 /// Storage for the panels of every (batch, kv head, key block); filled by pack_key_panels.
-template <class P, class Acc = P>
-key_panels<P, Acc> make_key_panels(const problem& pr, std::size_t n, std::size_t bk) {
-  const std::size_t blocks = (pr.kv_len + bk - 1) / bk, size = kernel::packed_kt_size<Acc>(bk, n);
-  key_panels<P, Acc> kp{n, bk, layout<3>::row_major({pr.batch, pr.kv_heads, blocks}), {}};
+template <class Format>
+key_panels<Format> make_key_panels(const problem& pr, std::size_t n, std::size_t bk) {
+  const std::size_t blocks = (pr.kv_len + bk - 1) / bk, size = Format::size(bk, n);
+  key_panels<Format> kp{n, bk, layout<3>::row_major({pr.batch, pr.kv_heads, blocks}), {}};
   for (auto& s : kp.at.stride) s *= std::ptrdiff_t(size);
-  kp.data = kernel::make_aligned_array<P>(kp.at.size() * size);
+  kp.data = kernel::make_aligned_array<typename Format::element>(kp.at.size() * size);
   return kp;
 }
 
 /// Packs every panel; row(b, h, j) -> pointer to key j's n features (any element type), dstride
 /// apart. An orphaned `omp for`: called inside the fused pass's parallel region, the threads share
 /// the panels (and meet at its barrier) without waking a second team; outside one it runs serially.
-template <class P, class Acc, class RowFn>
-void pack_key_panels(key_panels<P, Acc>& kp, const problem& pr, std::ptrdiff_t dstride, RowFn row) {
+template <class Format, class RowFn>
+void pack_key_panels(key_panels<Format>& kp, const problem& pr, std::ptrdiff_t dstride, RowFn row) {
   const auto& sh = kp.at.shape;
   const auto count = std::ptrdiff_t(kp.at.size());
 #pragma omp for schedule(static)
   for (std::ptrdiff_t t = 0; t < count; ++t) {
     const std::size_t kb = std::size_t(t) % sh[2], bh = std::size_t(t) / sh[2];
     const std::size_t b = bh / sh[1], h = bh % sh[1], j0 = kb * kp.bk;
-    kernel::pack_kt<P, Acc>([&](std::size_t c) { return row(b, h, j0 + c); }, std::min(kp.bk, pr.kv_len - j0), kp.n,
-                            dstride, kp.data.get() + kp.at(b, h, kb));
+    Format::pack([&](std::size_t c) { return row(b, h, j0 + c); }, std::min(kp.bk, pr.kv_len - j0), kp.n, dstride,
+                 kp.data.get() + kp.at(b, h, kb));
   }
 }
 
 /// One thread's panels of one (batch, kv head) at a time (resolved_schedule::pack_per_head), each
 /// key block packed when a task first needs it.
-template <class Acc>
+template <class Format>
 class head_panels {
  public:
+  using P = typename Format::element;
   head_panels() = default;
   head_panels(const problem& pr, std::size_t n, std::size_t bk)
-      : n_(n), bk_(bk), kv_len_(pr.kv_len), blocks_((pr.kv_len + bk - 1) / bk, kernel::packed_kt_size<Acc>(bk, n)) {}
+      : n_(n), bk_(bk), kv_len_(pr.kv_len), blocks_((pr.kv_len + bk - 1) / bk, Format::size(bk, n)) {}
 
   bool empty() const noexcept { return blocks_.empty(); }
 
   /// Panel kb of head (b, h); row(j) -> pointer to key j's n features (any element type), dstride
   /// apart.
   template <class RowFn>
-  const Acc* panel(std::size_t b, std::size_t h, std::size_t kb, std::ptrdiff_t dstride, RowFn row) {
-    return blocks_.block(b, h, kb, [&](std::size_t k, Acc* at) {
+  const P* panel(std::size_t b, std::size_t h, std::size_t kb, std::ptrdiff_t dstride, RowFn row) {
+    return blocks_.block(b, h, kb, [&](std::size_t k, P* at) {
       const std::size_t j0 = k * bk_;
-      kernel::pack_kt<Acc>([&](std::size_t c) { return row(j0 + c); }, std::min(bk_, kv_len_ - j0), n_, dstride, at);
+      Format::pack([&](std::size_t c) { return row(j0 + c); }, std::min(bk_, kv_len_ - j0), n_, dstride, at);
     });
   }
 
  private:
   std::size_t n_ = 0, bk_ = 0, kv_len_ = 0;
-  head_blocks<Acc> blocks_;
+  head_blocks<P> blocks_;
 };
 
 }  // namespace xattn

@@ -62,6 +62,7 @@ struct resolved_schedule {
   std::size_t q_blocks = 0;    // per (batch, head)
   std::size_t key_chunks = 1;  // > 1: keys split into chunks merged by log-sum-exp
   std::size_t chunk_keys = 0;  // keys per chunk (whole blocks)
+  bool decoding = false;       // at most max_decode_rows query rows per key head: bound by reading K and V
   bool keys_in_place = false;  // keys scored where they lie, not packed
   std::size_t group_rows = 0;  // > 0: grouped-query decoding, the group's query heads as one task's rows
   bool pack_panels = false;    // keys packed into per-block panels once per evaluation
@@ -132,8 +133,8 @@ inline resolved_schedule resolve_schedule(const schedule& requested, const probl
   r.block_q = std::min(bq, std::max<std::size_t>(pr.q_len, 1));  // blocks beyond the problem change nothing
   r.q_blocks = (pr.q_len + r.block_q - 1) / r.block_q;
 
-  const bool decoding = pr.q_len * (pr.q_heads / std::max<std::size_t>(pr.kv_heads, 1)) <= max_decode_rows;
-  r.keys_in_place = path.dot_product && path.keys_in_place_ok && decoding;
+  r.decoding = pr.q_len * (pr.q_heads / std::max<std::size_t>(pr.kv_heads, 1)) <= max_decode_rows;
+  r.keys_in_place = path.dot_product && path.keys_in_place_ok && r.decoding;
   const std::size_t head_bytes = pr.kv_len * path.width * path.acc_bytes,
                     per_head_below = requested.pack_per_head_below ? requested.pack_per_head_below : m.l2_bytes / 4;
   r.pack_per_head = path.dot_product && !r.keys_in_place && head_bytes < per_head_below;

@@ -67,25 +67,31 @@ inline void pv_exact_row(const Acc* p, std::size_t ps, const V* v, std::size_t l
   }
 }
 
+/// f(CC, c0) over the columns [0, dv_padded) of R output rows in register blocks of CC batches.
+/// One or two rows (decoding) leave registers for twice the columns: D = 128 (fp32, AVX-512) then
+/// takes one pass over the value rows instead of two half-row passes, whose stride defeats the
+/// prefetcher when V streams from memory. The blocking never changes a sum.
+template <std::size_t R, class Acc, class F>
+inline void by_column_blocks(std::size_t dv_padded, F&& f) {
+  constexpr std::size_t w = simd::width<Acc>, C = blocking<Acc>::vecs;
+  std::size_t c = 0;
+  if constexpr (R <= 2)
+    for (; c + 2 * C * w <= dv_padded; c += 2 * C * w) f(std::integral_constant<std::size_t, 2 * C>{}, c);
+  for (; c + C * w <= dv_padded; c += C * w) f(std::integral_constant<std::size_t, C>{}, c);
+  for (; c < dv_padded; c += w) f(std::integral_constant<std::size_t, 1>{}, c);
+}
+
 template <std::size_t R, bool PT = false, class Acc, class V>
 inline void pv_micro_rows(const Acc* p, std::size_t ldp, const V* v, std::size_t ldv, std::size_t keys, Acc* o,
                           std::size_t ldo, std::size_t dv_padded) {
-  constexpr std::size_t w = simd::width<Acc>, C = blocking<Acc>::vecs;
-  auto run = [&](auto cvecs, std::size_t c0) {
+  constexpr std::size_t w = simd::width<Acc>;
+  by_column_blocks<R, Acc>(dv_padded, [&](auto cvecs, std::size_t c0) {
     constexpr std::size_t CC = decltype(cvecs)::value;
     const unsigned flagged = pv_micro<R, CC, PT>(p, ldp, v + c0, ldv, keys, o + c0, ldo);
     for (std::size_t r = 0; flagged != 0 && r < R; ++r)
       if (flagged & (1u << r))
         pv_exact_row(p + p_at<PT>(r, 0, ldp), PT ? ldp : 1, v + c0, ldv, keys, o + r * ldo + c0, CC * w);
-  };
-  std::size_t c = 0;
-  // One or two rows (decoding) leave registers for twice the columns: D = 128 (fp32, AVX-512) then
-  // takes one pass over the value rows instead of two half-row passes, whose stride defeats the
-  // prefetcher when V streams from memory. Same sums in the same order: results do not change.
-  if constexpr (R <= 2)
-    for (; c + 2 * C * w <= dv_padded; c += 2 * C * w) run(std::integral_constant<std::size_t, 2 * C>{}, c);
-  for (; c + C * w <= dv_padded; c += C * w) run(std::integral_constant<std::size_t, C>{}, c);
-  for (; c < dv_padded; c += w) run(std::integral_constant<std::size_t, 1>{}, c);
+  });
 }
 
 }  // namespace detail

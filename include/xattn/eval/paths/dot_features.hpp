@@ -32,9 +32,9 @@ struct dot_features_path {
 
   struct keys {
     key_features<S> f;  // in the policy's type; converted when packed, or in registers when decoding
-    key_panels<Acc> panels;
+    key_panels<strips<Acc>> panels;
     keys(const Base& b, const problem& pr, const resolved_schedule& rs) : f(pr, width(b, pr)) {
-      if (rs.pack_panels) panels = make_key_panels<Acc>(pr, f.width(), rs.block_k);
+      if (rs.pack_panels) panels = make_key_panels<strips<Acc>>(pr, f.width(), rs.block_k);
     }
     void build(const Base& b, const problem& pr) {
       project_keys(f, b.k.view, pr.k_dim, b.policy);
@@ -55,7 +55,7 @@ struct dot_features_path {
           q_(rs.block_q * std::max<std::size_t>(n_, 1)),
           alpha_(rs.block_q),
           proj_(n_) {
-      if (rs.pack_per_head) own_ = head_panels<Acc>(pr, n_, bk_);
+      if (rs.pack_per_head) own_ = head_panels<strips<Acc>>(pr, n_, bk_);
     }
 
     /// As dot_identity's: tile rows [at, at + rows).
@@ -104,7 +104,7 @@ struct dot_features_path {
     kernel::aligned_vector<Acc> q_;
     std::vector<Acc> alpha_;
     std::vector<S> proj_, raw_;
-    head_panels<Acc> own_;  // pack_per_head
+    head_panels<strips<Acc>> own_;  // pack_per_head
   };
 };
 

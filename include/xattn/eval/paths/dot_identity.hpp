@@ -27,9 +27,9 @@ struct dot_identity_path {
 
   /// Built once per evaluation, read by every task.
   struct keys {
-    key_panels<Acc> panels;
+    key_panels<strips<Acc>> panels;
     keys(const Base&, const problem& pr, const resolved_schedule& rs) {
-      if (rs.pack_panels) panels = make_key_panels<Acc>(pr, pr.q_dim, rs.block_k);
+      if (rs.pack_panels) panels = make_key_panels<strips<Acc>>(pr, pr.q_dim, rs.block_k);
     }
     /// Called by every thread of the pass's parallel region.
     void build(const Base& b, const problem& pr) {
@@ -45,7 +45,7 @@ struct dot_identity_path {
    public:
     tiles(const Base& b, const problem& pr, const keys& k, const resolved_schedule& rs)
         : b_(b), k_(k), n_(pr.q_dim), bk_(rs.block_k), q_(rs.block_q * std::max<std::size_t>(n_, 1)) {
-      if (rs.pack_per_head) own_ = head_panels<Acc>(pr, n_, bk_);
+      if (rs.pack_per_head) own_ = head_panels<strips<Acc>>(pr, n_, bk_);
     }
 
     /// Queries [i0, i0 + rows) of head h into tile rows [at, at + rows); at > 0 appends another
@@ -77,7 +77,7 @@ struct dot_identity_path {
     const keys& k_;
     std::size_t n_, bk_, i0_ = 0;
     kernel::aligned_vector<Acc> q_;
-    head_panels<Acc> own_;  // pack_per_head
+    head_panels<strips<Acc>> own_;  // pack_per_head
   };
 };
 

@@ -7,6 +7,7 @@
 #include "../../policy/dot.hpp"
 #include "dot_features.hpp"
 #include "dot_identity.hpp"
+#include "dot_pairs.hpp"
 #include "pair_features.hpp"
 #include "pair_raw.hpp"
 #include "tensor_scores.hpp"
@@ -23,7 +24,9 @@ auto select_path() {
     return std::type_identity<tensor_scores_path<Acc, Base>>{};
   } else {
     using P = typename Base::policy_type;
-    if constexpr (std::is_same_v<P, dot>)  // identity projections: the keys are their own features
+    if constexpr (std::is_same_v<P, dot> && takes_bf16_pairs_v<Acc, Base>)
+      return std::type_identity<dot_pairs_path<Acc, Base>>{};
+    else if constexpr (std::is_same_v<P, dot>)  // identity projections: the keys are their own features
       return std::type_identity<dot_identity_path<Acc, Base>>{};
     else if constexpr (separable<P>())
       return std::type_identity<dot_features_path<Acc, Base>>{};
@@ -40,7 +43,7 @@ auto select_path() {
 template <class Acc, class Base>
 using path_t = typename decltype(detail::select_path<Acc, Base>())::type;
 
-/// Its name: "dot_identity", "dot_features", "pair_features", "pair_raw" or "tensor".
+/// Its name: "dot_identity", "dot_bf16", "dot_features", "pair_features", "pair_raw" or "tensor".
 template <class Base, class Acc = float>
 inline constexpr std::string_view path_name_v = path_t<Acc, Base>::name;
 
