@@ -14,6 +14,24 @@
 
 namespace xattn {
 
+/// The keys of a product on the operands themselves, packed into panels of Format once per
+/// evaluation when the schedule says so (else per head, or read in place, by the tiles). Built
+/// once, read by every task.
+template <class Format, class Base>
+struct operand_panels {
+  key_panels<Format> panels;
+  operand_panels(const Base&, const problem& pr, const resolved_schedule& rs) {
+    if (rs.pack_panels) panels = make_key_panels<Format>(pr, pr.q_dim, rs.block_k);
+  }
+  /// Called by every thread of the pass's parallel region.
+  void build(const Base& b, const problem& pr) {
+    const auto& kv = b.k.view;
+    if (!panels.empty())
+      pack_key_panels(panels, pr, kv.inner_stride(),
+                      [&](std::size_t bb, std::size_t h, std::size_t j) { return kv.row(bb, h, j); });
+  }
+};
+
 template <class Acc, class Base>
 struct dot_identity_path {
   static constexpr std::string_view name = "dot_identity";
@@ -25,20 +43,7 @@ struct dot_identity_path {
     return {true, b.k.view.rows_contiguous(), pr.q_dim, sizeof(Acc), simd::width<Acc>};
   }
 
-  /// Built once per evaluation, read by every task.
-  struct keys {
-    key_panels<strips<Acc>> panels;
-    keys(const Base&, const problem& pr, const resolved_schedule& rs) {
-      if (rs.pack_panels) panels = make_key_panels<strips<Acc>>(pr, pr.q_dim, rs.block_k);
-    }
-    /// Called by every thread of the pass's parallel region.
-    void build(const Base& b, const problem& pr) {
-      const auto& kv = b.k.view;
-      if (!panels.empty())
-        pack_key_panels(panels, pr, kv.inner_stride(),
-                        [&](std::size_t bb, std::size_t h, std::size_t j) { return kv.row(bb, h, j); });
-    }
-  };
+  using keys = operand_panels<strips<Acc>, Base>;
 
   /// One per thread: the task's queries, scaled.
   class tiles {

@@ -11,6 +11,7 @@
 #include "../../kernel/rows.hpp"
 #include "../key_panels.hpp"
 #include "../resolved_schedule.hpp"
+#include "dot_identity.hpp"
 
 #include <string_view>
 
@@ -30,24 +31,9 @@ struct dot_pairs_path {
   static constexpr std::string_view key_work = "";  // the keys are packed as they are
   static constexpr std::string_view query_work = "gather";
 
-  static path_facts facts(const Base& b, const problem& pr) {
-    return {true, b.k.view.rows_contiguous(), pr.q_dim, sizeof(Acc), simd::width<Acc>};
-  }
+  static path_facts facts(const Base& b, const problem& pr) { return dot_identity_path<Acc, Base>::facts(b, pr); }
 
-  /// Built once per evaluation, read by every task.
-  struct keys {
-    key_panels<bf16_pairs> panels;
-    keys(const Base&, const problem& pr, const resolved_schedule& rs) {
-      if (rs.pack_panels) panels = make_key_panels<bf16_pairs>(pr, pr.q_dim, rs.block_k);
-    }
-    /// Called by every thread of the pass's parallel region.
-    void build(const Base& b, const problem& pr) {
-      const auto& kv = b.k.view;
-      if (!panels.empty())
-        pack_key_panels(panels, pr, kv.inner_stride(),
-                        [&](std::size_t bb, std::size_t h, std::size_t j) { return kv.row(bb, h, j); });
-    }
-  };
+  using keys = operand_panels<bf16_pairs, Base>;
 
   /// One per thread: the task's queries, as bf16 pairs for the panels or scaled in Acc for keys
   /// read in place.
