@@ -43,7 +43,7 @@ class value_pairs {
       kernel::pack_v_pairs([&](std::size_t j) { return vv.row(b, hk, k0 + j); }, std::min(bk_, kv_len_ - k0), dv_,
                            vv.inner_stride(), dvp_, to);
     });
-    const std::size_t colsp = (cols + 15) / 16 * 16;
+    const std::size_t colsp = simd::padded<Acc>(cols);  // as the worker padded p
     for (std::size_t r = 0; r < rows; ++r) kernel::round_row_bf16(p + r * lds, colsp, p16_.data() + r * ldp_);
     kernel::pv_tile_pairs(p16_.data(), ldp_, p, lds, rows, vp, cols, o, ldo, dvp_);
   }
