@@ -126,3 +126,31 @@ TEMPLATE_TEST_CASE("vdpbf16ps tiles: Q Kᵀ, P rounded to bf16, P·V", "[kernel]
     }
   }
 }
+
+TEMPLATE_TEST_CASE("qk_direct_pairs: bf16 queries times bf16 key rows in place, by vdpbf16ps", "[kernel][bf16]",
+                   float) {
+  if constexpr (!kernel::has_dpbf16) {
+    WARN("this build has no AVX512-BF16: qk_direct_pairs is not compiled");
+  } else {
+    testing::rng r(44);
+    // rows around the 4-row blocks (a full 4 x 4 block is summed by one tree), keys around the
+    // 4-key blocks, features around the 32 per vdpbf16ps (the rest loads as zero)
+    for (auto [rows, cols, n] :
+         {std::tuple{1u, 1u, 1u}, {4u, 8u, 128u}, {4u, 9u, 33u}, {5u, 7u, 31u}, {8u, 25u, 64u}, {3u, 4u, 100u}}) {
+      const auto q = random_rows<bfloat16>(r, rows * n), k = random_rows<bfloat16>(r, cols * n);
+      const std::size_t lds = cols + 3;
+      std::vector<TestType> s(rows * lds, -7.0f);
+      kernel::qk_direct_pairs(
+          q.data(), n, rows, [&](std::size_t c) { return k.data() + c * n; }, cols, n, 0.25f, s.data(), lds);
+      for (std::size_t i = 0; i < rows; ++i) {
+        for (std::size_t c = 0; c < cols; ++c) {
+          double want = 0;
+          for (std::size_t d = 0; d < n; ++d) want += double(float(q[i * n + d])) * double(float(k[c * n + d]));
+          INFO("row " << i << " key " << c << " n " << n);
+          REQUIRE(std::abs(s[i * lds + c] - 0.25 * want) <= 0.25 * double(n) * 0x1p-24 * double(n));
+        }
+        REQUIRE(s[i * lds + cols] == -7.0f);  // nothing written past the row's keys
+      }
+    }
+  }
+}

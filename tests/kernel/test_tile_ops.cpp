@@ -5,6 +5,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <limits>
 #include <vector>
 
@@ -61,7 +62,15 @@ TEMPLATE_TEST_CASE("qk_direct computes Q Kᵀ from key rows in place, of any sto
   using T = std::conditional_t<std::is_same_v<S, double>, double, float>;  // the accumulator
   testing::rng r(9);
   // cols around multiples of 4 (the keys processed together) and n around the SIMD width
-  for (auto [rows, cols, n] : {std::tuple{1u, 1u, 1u}, {1u, 4u, 16u}, {2u, 7u, 17u}, {3u, 9u, 128u}, {16u, 12u, 5u}}) {
+  // rows 4, 8, 16: full 4 x 4 blocks (AVX-512 sums them by one tree), with and without a tail
+  for (auto [rows, cols, n] : {std::tuple{1u, 1u, 1u},
+                               {1u, 4u, 16u},
+                               {2u, 7u, 17u},
+                               {3u, 9u, 128u},
+                               {16u, 12u, 5u},
+                               {4u, 8u, 128u},
+                               {8u, 9u, 35u},
+                               {5u, 13u, 64u}}) {
     const std::size_t lds = cols + 2;
     const auto q = r.tensor<T>({rows, n});
     xt::xtensor<S, 2> k = xt::xtensor<S, 2>::from_shape({cols, n});
@@ -76,6 +85,25 @@ TEMPLATE_TEST_CASE("qk_direct computes Q Kᵀ from key rows in place, of any sto
         REQUIRE(s[i * lds + c] == Approx(want).margin(1e-5));
       }
       REQUIRE(s[i * lds + cols] == T(-7));  // nothing written past the row's keys
+    }
+  }
+}
+
+TEMPLATE_TEST_CASE("lane_sums16 sums 16 batches at once, bit for bit as hsum sums each", "[kernel]", float) {
+  if constexpr (simd::width<TestType> != 16) {
+    SUCCEED("lane_sums16 is for 16-lane float batches (AVX-512)");
+  } else {
+    testing::rng r(10);
+    for (int trial = 0; trial < 20; ++trial) {
+      simd::batch<TestType> a[16];
+      alignas(64) TestType lanes[16];
+      for (auto& x : a) {  // magnitudes 2^-20 .. 2^20, so the order of the additions shows in the bits
+        for (auto& l : lanes) l = TestType(r.uniform(-1, 1)) * std::ldexp(TestType(1), int(r.uniform(-20, 20)));
+        x = simd::batch<TestType>::load_aligned(lanes);
+      }
+      alignas(64) TestType sums[16];
+      kernel::detail::lane_sums16(a).store_aligned(sums);
+      for (std::size_t i = 0; i < 16; ++i) REQUIRE(sums[i] == simd::hsum(a[i]));
     }
   }
 }

@@ -3,7 +3,7 @@
 // where the build has AVX512-BF16. Keys are packed into panels of feature pairs (once per
 // evaluation, or per head by the thread using it); the task's queries are copied as they are, and
 // the scale multiplies the fp32 sums, so no operand is rounded. When decoding, keys are read in
-// place and widened, as on dot_identity (the product is bound by reading them, not by FLOPs).
+// place, their rows already pairs of the summed axis (kernel::qk_direct_pairs).
 #include "../../expr/tensor_ref.hpp"
 #include "../../kernel/aligned.hpp"
 #include "../../kernel/dpbf16.hpp"
@@ -35,17 +35,18 @@ struct dot_pairs_path {
 
   using keys = operand_panels<bf16_pairs, Base>;
 
-  /// One per thread: the task's queries, as bf16 pairs for the panels or scaled in Acc for keys
-  /// read in place.
+  /// One per thread: the task's queries as they are, in bf16 rows (even length, the odd feature's
+  /// partner zero).
   class tiles {
    public:
     tiles(const Base& b, const problem& pr, const keys& k, const resolved_schedule& rs)
-        : b_(b), k_(k), n_(pr.q_dim), ldq_(n_ + n_ % 2), bk_(rs.block_k), pairs_(rs.pack_panels || rs.pack_per_head) {
-      const std::size_t rows = rs.block_q * std::max<std::size_t>(ldq_, 1);
-      if (pairs_)
-        q16_ = kernel::aligned_vector<bfloat16>(rows, bfloat16::from_bits(0));  // the odd feature's partner stays 0
-      else
-        q_ = kernel::aligned_vector<Acc>(rows);
+        : b_(b),
+          k_(k),
+          n_(pr.q_dim),
+          ldq_(n_ + n_ % 2),
+          bk_(rs.block_k),
+          pairs_(rs.pack_panels || rs.pack_per_head),
+          q16_(rs.block_q * std::max<std::size_t>(ldq_, 1), bfloat16::from_bits(0)) {
       if (rs.pack_per_head) own_ = head_panels<bf16_pairs>(pr, n_, bk_);
     }
 
@@ -57,27 +58,23 @@ struct dot_pairs_path {
       scale_ = scale;
       for (std::size_t r = 0; r < rows; ++r) {
         const auto* q = qv.row(b, h, i0 + r);
-        if (pairs_)
-          for (std::size_t d = 0; d < n_; ++d)
-            q16_[(at + r) * ldq_ + d] = kernel::to_bf16(q[std::ptrdiff_t(d) * qv.inner_stride()]);
-        else
-          kernel::scaled_copy(q, qv.inner_stride(), n_, scale, q_.data() + (at + r) * n_, 1);
+        for (std::size_t d = 0; d < n_; ++d) q16_[(at + r) * ldq_ + d] = q[std::ptrdiff_t(d) * qv.inner_stride()];
       }
     }
 
     void scores(std::size_t b, std::size_t, std::size_t hk, std::size_t i0, std::size_t rows, std::size_t j0,
                 std::size_t cols, std::size_t colsp, Acc* s, std::size_t lds) {
       const auto& kv = b_.k.view;
+      const bfloat16* q = q16_.data() + (i0 - i0_) * ldq_;
       if (!pairs_) {
-        kernel::qk_direct(
-            q_.data() + (i0 - i0_) * n_, n_, rows, [&](std::size_t c) { return kv.row(b, hk, j0 + c); }, cols, n_, s,
-            lds);
+        kernel::qk_direct_pairs(
+            q, ldq_, rows, [&](std::size_t c) { return kv.row(b, hk, j0 + c); }, cols, n_, scale_, s, lds);
         return;
       }
       const bfloat16* kt = !k_.panels.empty() ? k_.panels.panel(b, hk, j0 / bk_)
                                               : own_.panel(b, hk, j0 / bk_, kv.inner_stride(),
                                                            [&](std::size_t j) { return kv.row(b, hk, j); });
-      kernel::qk_tile_pairs(q16_.data() + (i0 - i0_) * ldq_, ldq_, rows, kt, n_, colsp, scale_, s, lds);
+      kernel::qk_tile_pairs(q, ldq_, rows, kt, n_, colsp, scale_, s, lds);
     }
 
    private:
@@ -87,7 +84,6 @@ struct dot_pairs_path {
     bool pairs_;
     Acc scale_ = 1;
     kernel::aligned_vector<bfloat16> q16_;
-    kernel::aligned_vector<Acc> q_;
     head_panels<bf16_pairs> own_;  // pack_per_head
   };
 };
