@@ -33,20 +33,21 @@ inline constexpr std::size_t width = batch<T>::size;
 
 namespace detail {
 
-template <class B>  // a template, so the AVX-512 intrinsics are only instantiated for AVX-512 batches
-inline auto hsum512(const B& x) noexcept {
-  if constexpr (std::is_same_v<typename B::value_type, float>)
-    return _mm512_reduce_add_ps(x);
-  else
-    return _mm512_reduce_add_pd(x);
-}
-
-template <class B>  // a template, so the AVX-512 intrinsics are only instantiated for AVX-512 batches
-inline auto hmax512(const B& x) noexcept {
-  if constexpr (std::is_same_v<typename B::value_type, float>)
-    return _mm512_reduce_max_ps(x);
-  else
-    return _mm512_reduce_max_pd(x);
+/// The sum (Max false) or the maximum of an AVX-512 batch's lanes, by GCC's halving trees. A
+/// template, so the AVX-512 intrinsics are only instantiated for AVX-512 batches.
+template <bool Max, class B>
+inline auto reduce512(const B& x) noexcept {
+  if constexpr (std::is_same_v<typename B::value_type, float>) {
+    if constexpr (Max)
+      return _mm512_reduce_max_ps(x);
+    else
+      return _mm512_reduce_add_ps(x);
+  } else {
+    if constexpr (Max)
+      return _mm512_reduce_max_pd(x);
+    else
+      return _mm512_reduce_add_pd(x);
+  }
 }
 
 }  // namespace detail
@@ -57,7 +58,7 @@ inline auto hmax512(const B& x) noexcept {
 template <class T>
 inline T hsum(const batch<T>& x) noexcept {
   if constexpr (std::is_base_of_v<xsimd::avx512f, typename batch<T>::arch_type>)
-    return detail::hsum512(x);
+    return detail::reduce512<false>(x);
   else
     return xsimd::hadd(x);
 }
@@ -65,7 +66,7 @@ inline T hsum(const batch<T>& x) noexcept {
 template <class T>
 inline T hmax(const batch<T>& x) noexcept {
   if constexpr (std::is_base_of_v<xsimd::avx512f, typename batch<T>::arch_type>) {
-    return detail::hmax512(x);
+    return detail::reduce512<true>(x);
   } else {
     alignas(64) std::array<T, width<T>> lanes;
     x.store_aligned(lanes.data());
