@@ -1,10 +1,12 @@
 // The backward pass: xattn_bwd (grad() given the forward's output and log-sum-exp),
-// xattn_fwd_bwd (eval_with_lse then grad), and blas_unfused_bwd (OpenBLAS with the weights P
+// xattn_fwd_bwd (eval_with_lse then grad), blas_unfused_bwd (OpenBLAS with the weights P
 // materialised, as autograd saves them: dV = Pᵀ·dO, dP = dO·Vᵀ, dS = P∘(dP − rowsum(P∘dP)),
-// dQ = c·dS·K, dK = c·dSᵀ·Q; P is computed once before timing), over the shapes of issue 17.
+// dQ = c·dS·K, dK = c·dSᵀ·Q; P is computed once before timing) and blas_unfused_fwd_bwd (that
+// forward, P = softmax(c·Q·Kᵀ) kept and O = P·V, then that backward), over the shapes of issue 17.
 // gflops counts FlashAttention-2's 2.5 x 4·B·H·Sq·Skv·D for a backward (causal: half), 3.5 x for
 // forward + backward -- the same count for every row, so ratios of gflops are ratios of time.
 #include "common.hpp"
+#include "reference.hpp"
 #include "row_softmax.hpp"
 #include "variants.hpp"
 
@@ -57,24 +59,43 @@ void run_backward(benchmark::State& state, const attention_shape& s, int threads
     measure(softmax(Q * trans(K) * scale) * V);
 }
 
-/// One head of the unfused backward; p (Sq x Skv) holds the weights, dp is scratch of that size.
+/// One head of the unfused backward; p (Sq x Skv, rows score_stride(Skv) apart) holds the weights,
+/// dp is scratch of that size.
 void unfused_head_backward(const attention_shape& s, const float* q, const float* k, const float* v, const float* d_out,
                            const float* p, float* dp, float* dq, float* dk, float* dv) {
-  const int sq = s.seq_q, skv = s.seq_kv, d = s.head_dim;
+  const int sq = s.seq_q, skv = s.seq_kv, d = s.head_dim, ld = int(score_stride(skv));
   const float c = 1.0f / std::sqrt(float(d));
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, skv, d, sq, 1.0f, p, skv, d_out, d, 0.0f, dv, d);
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, sq, skv, d, 1.0f, d_out, d, v, d, 0.0f, dp, skv);
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, skv, d, sq, 1.0f, p, ld, d_out, d, 0.0f, dv, d);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, sq, skv, d, 1.0f, d_out, d, v, d, 0.0f, dp, ld);
   for (int i = 0; i < sq; ++i) {
-    const float* pr = p + std::size_t(i) * skv;
-    float* g = dp + std::size_t(i) * skv;
+    const float* pr = p + std::size_t(i) * ld;
+    float* g = dp + std::size_t(i) * ld;
     float delta = 0;
     for (int j = 0; j < skv; ++j) delta += pr[j] * g[j];
     for (int j = 0; j < skv; ++j) g[j] = pr[j] * (g[j] - delta);
   }
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, sq, d, skv, c, dp, skv, k, d, 0.0f, dq, d);
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, skv, d, sq, c, dp, skv, q, d, 0.0f, dk, d);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, sq, d, skv, c, dp, ld, k, d, 0.0f, dq, d);
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, skv, d, sq, c, dp, ld, q, d, 0.0f, dk, d);
 }
 
+/// One head of the unfused forward as autograd runs it: P = softmax(c·Q·Kᵀ) materialised and kept
+/// (normalised, for the backward; rows score_stride(Skv) apart), O = P·V.
+void unfused_head_forward(const attention_shape& s, const float* q, const float* k, const float* v, float* p,
+                          float* o) {
+  const int sq = s.seq_q, skv = s.seq_kv, d = s.head_dim, ld = int(score_stride(skv));
+  const float c = 1.0f / std::sqrt(float(d));
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, sq, skv, d, c, q, d, k, d, 0.0f, p, ld);
+  for (int i = 0; i < sq; ++i) {
+    float* row = p + std::size_t(i) * ld;
+    const float inv = softmax_row_unnormalised(row, causal_visible_keys(s, i), skv);
+    for (int j = 0; j < skv; ++j) row[j] *= inv;
+  }
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, sq, d, skv, 1.0f, p, ld, v, d, 0.0f, o, d);
+}
+
+/// The unfused backward (Forward: the unfused forward too, timed with it; else P is computed once
+/// before timing).
+template <bool Forward>
 void blas_unfused_bwd(benchmark::State& state, const attention_shape& s, int threads) {
   set_threads(threads);
   openblas_set_num_threads(1);  // heads in parallel by OpenMP, as blas_unfused does
@@ -82,24 +103,20 @@ void blas_unfused_bwd(benchmark::State& state, const attention_shape& s, int thr
   aligned_buffer d_out(elements_q(s)), dq(elements_q(s)), dk(elements_kv(s)), dv(elements_kv(s));
   fill_uniform(d_out.span(), 4);
   const int heads = s.batch * s.heads;
-  const std::size_t plane = std::size_t(s.seq_q) * s.seq_kv;
+  const std::size_t plane = std::size_t(s.seq_q) * score_stride(s.seq_kv);
   aligned_buffer p(plane * std::size_t(heads)), scratch(plane * std::size_t(threads));
-  const float c = 1.0f / std::sqrt(float(s.head_dim));
-  for (int bh = 0; bh < heads; ++bh) {  // the forward's weights, saved (not timed)
+  auto forward = [&](int bh) {
     const int b = bh / s.heads, h = bh % s.heads;
-    float* w = p.data() + plane * std::size_t(bh);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, s.seq_q, s.seq_kv, s.head_dim, c,
-                data.q.data() + data.head_offset(b, h, s.seq_q), s.head_dim,
-                data.k.data() + data.head_offset(b, h, s.seq_kv), s.head_dim, 0.0f, w, s.seq_kv);
-    for (int i = 0; i < s.seq_q; ++i) {
-      float* row = w + std::size_t(i) * s.seq_kv;
-      const float inv = softmax_row_unnormalised(row, causal_visible_keys(s, i), s.seq_kv);
-      for (int j = 0; j < s.seq_kv; ++j) row[j] *= inv;
-    }
-  }
-  run_timed(state, attention_flop(s) * 2.5, [&] {
+    const std::size_t oq = data.head_offset(b, h, s.seq_q), okv = data.head_offset(b, h, s.seq_kv);
+    unfused_head_forward(s, data.q.data() + oq, data.k.data() + okv, data.v.data() + okv,
+                         p.data() + plane * std::size_t(bh), data.o.data() + oq);
+  };
+  if constexpr (!Forward)
+    for (int bh = 0; bh < heads; ++bh) forward(bh);  // the forward's weights, saved (not timed)
+  run_timed(state, attention_flop(s) * (Forward ? 3.5 : 2.5), [&] {
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int bh = 0; bh < heads; ++bh) {
+      if constexpr (Forward) forward(bh);
       const int b = bh / s.heads, h = bh % s.heads;
       const std::size_t oq = data.head_offset(b, h, s.seq_q), okv = data.head_offset(b, h, s.seq_kv);
       unfused_head_backward(s, data.q.data() + oq, data.k.data() + okv, data.v.data() + okv, d_out.data() + oq,
@@ -108,6 +125,7 @@ void blas_unfused_bwd(benchmark::State& state, const attention_shape& s, int thr
                             dv.data() + okv);
     }
   });
+  if constexpr (Forward) check_against_reference(state, data, data.o.data());
 }
 
 }  // namespace
@@ -124,7 +142,11 @@ void register_backward() {
           ->UseRealTime()
           ->Unit(benchmark::kMillisecond);
       benchmark::RegisterBenchmark(bench_name("blas_unfused_bwd", s, threads).c_str(),
-                                   [s, threads](benchmark::State& st) { blas_unfused_bwd(st, s, threads); })
+                                   [s, threads](benchmark::State& st) { blas_unfused_bwd<false>(st, s, threads); })
+          ->UseRealTime()
+          ->Unit(benchmark::kMillisecond);
+      benchmark::RegisterBenchmark(bench_name("blas_unfused_fwd_bwd", s, threads).c_str(),
+                                   [s, threads](benchmark::State& st) { blas_unfused_bwd<true>(st, s, threads); })
           ->UseRealTime()
           ->Unit(benchmark::kMillisecond);
     }

@@ -13,10 +13,6 @@
 namespace xattn_bench {
 namespace {
 
-// Row stride of the score scratch: 64 B more than a multiple of 64 B, so rows are not 4 KiB apart
-// (4 KiB aliasing slows AVX-512 loads/stores badly on this machine).
-std::size_t score_stride(int seq_kv) { return (std::size_t(seq_kv) + 15) / 16 * 16 + 16; }
-
 struct head_scratch {
   explicit head_scratch(const attention_shape& s)
       : scores(std::size_t(s.seq_q) * score_stride(s.seq_kv)), inv_sum(std::size_t(s.seq_q)) {}

@@ -46,6 +46,10 @@ class aligned_buffer {
   std::unique_ptr<float[], free_deleter> data_;
 };
 
+// Row stride of a materialised score matrix (the unfused baselines): 64 B more than a multiple of
+// 64 B, so rows are not 4 KiB apart (4 KiB aliasing slows AVX-512 loads/stores badly on this machine).
+inline std::size_t score_stride(int seq_kv) { return (std::size_t(seq_kv) + 15) / 16 * 16 + 16; }
+
 // Uniform [-1, 1) from splitmix64: same values on every platform and standard library, and fast
 // enough that filling the large shapes does not dominate the run.
 inline void fill_uniform(std::span<float> out, std::uint64_t seed) {

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Turn xattn-bench's Google Benchmark JSON into results.md, a gnuplot .dat/.gp and a PNG.
+"""Turn xattn-bench's Google Benchmark JSON into results.md and gnuplot .dat/.gp/.png plots: GFLOP/s
+against sequence length (forward), and bars for the backward and the 16-bit rows.
 
 usage: report.py RESULTS_JSON OUT_DIR [EXTRA_JSON...]   (extra: ONNX Runtime, compile time)
 
@@ -24,7 +25,7 @@ PEAK_BF16 = "peak_bf16"
 SIXTEEN = ["xattn_bf16", "xattn_f16"]
 GQA = ["xattn_gqa", "xattn_bf16_gqa", "xattn_f16_gqa"]
 # The backward pass (issue 17): its own table, same shape fields, FlashAttention-2's flop count.
-BACKWARD = ["xattn_bwd", "blas_unfused_bwd", "xattn_fwd_bwd", "torch_d2l_fwd_bwd"]
+BACKWARD = ["xattn_bwd", "blas_unfused_bwd", "xattn_fwd_bwd", "blas_unfused_fwd_bwd", "torch_d2l_fwd_bwd"]
 SHAPE_FIELDS = ["B", "H", "Sq", "Skv", "D", "causal", "threads"]
 # Google Benchmark appends these to the registered name.
 NAME_SUFFIXES = {"real_time", "manual_time", "process_time"}
@@ -134,17 +135,24 @@ def markdown(context, peaks, table, variants):
     return "\n".join(lines) + "\n"
 
 
+def shape_rows(results, variants):
+    """{shape tuple: {variant: gflops|str}} for the given variants' rows with the shape fields."""
+    rows = {}
+    for parts, value in results.items():
+        if parts[0] in variants and len(parts) == len(SHAPE_FIELDS) + 1 and all(p.isdigit() for p in parts[1:]):
+            rows.setdefault(tuple(int(p) for p in parts[1:]), {})[parts[0]] = value
+    return rows
+
+
 def backward_table(results, peaks):
     """The backward rows: GFLOP/s by FlashAttention-2's count (2.5 x 4·B·H·Sq·Skv·D per backward,
     3.5 x for forward + backward; causal half), % of peak_fma, and the ratios the targets name."""
-    rows = {}
-    for parts, value in results.items():
-        if parts[0] in BACKWARD and len(parts) == len(SHAPE_FIELDS) + 1:
-            rows.setdefault(tuple(int(p) for p in parts[1:]), {})[parts[0]] = value
+    rows = shape_rows(results, BACKWARD)
     if not rows:
         return ""
     header = SHAPE_FIELDS + [f"{v} GFLOP/s" for v in BACKWARD] + [
-        "xattn_bwd % of peak_fma", "xattn_bwd / blas_unfused_bwd", "xattn_fwd_bwd / torch_d2l_fwd_bwd"]
+        "xattn_bwd % of peak_fma", "xattn_bwd / blas_unfused_bwd", "xattn_fwd_bwd / blas_unfused_fwd_bwd",
+        "xattn_fwd_bwd / torch_d2l_fwd_bwd"]
     lines = ["", "## Backward (FlashAttention-2 flop count: 2.5 x forward per backward, 3.5 x both)", "",
              "| " + " | ".join(header) + " |", "|" + "|".join(["---:"] * len(header)) + "|"]
     for shape, row in rows.items():
@@ -152,6 +160,7 @@ def backward_table(results, peaks):
         lines.append("| " + " | ".join([str(x) for x in shape] + [cell(row.get(v)) for v in BACKWARD] + [
             cell(None if pct is None else 100 * pct, "{:.0f} %"),
             cell(ratio(row.get("xattn_bwd"), row.get("blas_unfused_bwd")), "{:.2f}×"),
+            cell(ratio(row.get("xattn_fwd_bwd"), row.get("blas_unfused_fwd_bwd")), "{:.2f}×"),
             cell(ratio(row.get("xattn_fwd_bwd"), row.get("torch_d2l_fwd_bwd")), "{:.2f}×")]) + " |")
     return "\n".join(lines) + "\n"
 
@@ -165,16 +174,16 @@ def counter_medians(benchmarks, counter):
     return {k: statistics.median(v) for k, v in runs.items()}
 
 
+def sixteen_rows(results):
+    """The shapes with a 16-bit row: {shape: {variant: gflops|str}}, fp32 included."""
+    return {k: r for k, r in shape_rows(results, SIXTEEN + [FUSED]).items() if any(v in r for v in SIXTEEN)}
+
+
 def sixteen_table(results, peaks):
     """16-bit operands against fp32 over the same shapes: GFLOP/s, the ratios the targets name, and
     bf16 against peak_bf16 (an error row where the CPU has no AVX512-BF16)."""
-    rows, peak16 = {}, {}
-    for parts, value in results.items():
-        if parts[0] == PEAK_BF16 and len(parts) == 2:
-            peak16[int(parts[1])] = value
-        elif parts[0] in SIXTEEN + [FUSED] and len(parts) == len(SHAPE_FIELDS) + 1 and all(p.isdigit() for p in parts[1:]):
-            rows.setdefault(tuple(int(p) for p in parts[1:]), {})[parts[0]] = value
-    rows = {k: r for k, r in rows.items() if any(v in r for v in SIXTEEN)}
+    peak16 = {int(parts[1]): value for parts, value in results.items() if parts[0] == PEAK_BF16 and len(parts) == 2}
+    rows = sixteen_rows(results)
     if not rows:
         return ""
     lines = ["", "## 16-bit operands (fp32 accumulation and output)", ""]
@@ -289,6 +298,18 @@ def png_terminal(gnuplot):
     return "pngcairo" if probe.returncode == 0 and not probe.stderr.strip() else "png"
 
 
+def run_gnuplot(gnuplot, out_dir, gp, png):
+    """Renders script gp (in out_dir) into png, or says why not."""
+    if not gnuplot:
+        print(f"report.py: gnuplot not found; wrote {gp} but no PNG", file=sys.stderr)
+        return
+    run = subprocess.run([gnuplot, gp.name], cwd=out_dir, capture_output=True, text=True)
+    if run.returncode != 0:
+        print(f"report.py: gnuplot failed:\n{run.stderr}", file=sys.stderr)
+    else:
+        print(f"wrote {png}")
+
+
 def write_plot(out_dir, dat, points, peaks, columns, variants):
     png = out_dir / "gflops_vs_seqlen.png"
     gp = out_dir / "gflops_vs_seqlen.gp"
@@ -309,14 +330,39 @@ def write_plot(out_dir, dat, points, peaks, columns, variants):
         'set datafile missing "?"',
         "plot " + ", \\\n     ".join(plots), ""])
     gp.write_text(script)
-    if not gnuplot:
-        print(f"report.py: gnuplot not found; wrote {gp} but no PNG", file=sys.stderr)
+    run_gnuplot(gnuplot, out_dir, gp, png)
+
+
+def peak_lines(results, name):
+    """[(title, gflops)] of a peak's rows (name/<threads>), for write_bars."""
+    return [(f"{name}/{parts[1]}", v) for parts, v in sorted(results.items())
+            if parts[0] == name and len(parts) == 2 and number(v)]
+
+
+def write_bars(out_dir, stem, title, rows, variants, peaks):
+    """A clustered bar chart of GFLOP/s, one cluster per shape row and one bar per variant, with
+    peaks [(title, gflops)] as horizontal lines: <stem>.dat, .gp and .png in out_dir."""
+    variants = [v for v in variants if any(number(r.get(v)) for r in rows.values())]
+    if not variants:
         return
-    run = subprocess.run([gnuplot, gp.name], cwd=out_dir, capture_output=True, text=True)
-    if run.returncode != 0:
-        print(f"report.py: gnuplot failed:\n{run.stderr}", file=sys.stderr)
-    else:
-        print(f"wrote {png}")
+    dat, gp, png = (out_dir / f"{stem}.{ext}" for ext in ("dat", "gp", "png"))
+    with open(dat, "w") as f:
+        f.write(" ".join(['"shape"'] + [f'"{v}"' for v in variants]) + "\n")
+        for shape, row in rows.items():
+            label = "/".join(map(str, shape[:5])) + (" causal" if shape[5] else "") + f" {shape[6]} thr"
+            f.write(" ".join([f'"{label}"'] + [f"{row[v]:.3f}" if number(row.get(v)) else "?" for v in variants])
+                    + "\n")
+    gnuplot = shutil.which("gnuplot")
+    plots = [f'"{dat.name}" using {i + 2}:xtic(1) title columnheader({i + 2})' for i in range(len(variants))]
+    plots += [f'{value:.3f} with lines lw 1.5 dt {i + 2} lc rgb "gray30" title "{name}"'
+              for i, (name, value) in enumerate(peaks)]
+    gp.write_text("\n".join([
+        f"set terminal {png_terminal(gnuplot) if gnuplot else 'pngcairo'} size 1100,600 noenhanced",
+        f'set output "{png.name}"', f'set title "{title}"', 'set ylabel "GFLOP/s"', "set yrange [0:*]",
+        "set style data histogram", "set style histogram cluster gap 1", "set style fill solid 0.85 border -1",
+        "set xtics rotate by 25 right scale 0", "set lmargin 16", "set grid ytics", "set key outside right top", 'set datafile missing "?"',
+        "plot " + ", \\\n     ".join(plots), ""]))
+    run_gnuplot(gnuplot, out_dir, gp, png)
 
 
 def other_measurements(benchmarks):
@@ -385,6 +431,10 @@ def main(argv):
         write_plot(out_dir, dat, points, peaks, columns, variants)
     else:
         print("report.py: no D = 64 non-causal results to plot", file=sys.stderr)
+    write_bars(out_dir, "backward", "fp32 backward and forward + backward: GFLOP/s by FlashAttention-2's count",
+               shape_rows(results, BACKWARD), BACKWARD, peak_lines(results, PEAK))
+    write_bars(out_dir, "sixteen_bit", "16-bit operands against fp32 (fp32 accumulation): GFLOP/s",
+               sixteen_rows(results), [FUSED] + SIXTEEN, peak_lines(results, PEAK) + peak_lines(results, PEAK_BF16))
 
 
 if __name__ == "__main__":

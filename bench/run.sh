@@ -3,7 +3,7 @@
 #   BENCH_FILTER       regex on benchmark names (default: all), e.g. 'peak_fma|/512/512/'
 #   BENCH_MIN_TIME     seconds per repetition (default 1; the whole suite then takes about 11 minutes)
 #   BENCH_REPETITIONS  repetitions per benchmark, reported as their median (default 5)
-# Writes BUILD_DIR/bench/results.{json,md}, gflops_vs_seqlen.{dat,gp,png}.
+# Writes BUILD_DIR/bench/results.{json,md} and plots (.dat, .gp, .png): gflops_vs_seqlen, backward, sixteen_bit.
 set -euo pipefail
 
 build=${1:?usage: bench/run.sh BUILD_DIR [benchmark flags]}

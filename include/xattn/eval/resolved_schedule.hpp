@@ -161,8 +161,10 @@ inline resolved_schedule resolve_schedule(const schedule& requested, const probl
 
 /// The backward pass's schedule: key-block-outer tasks (batch, key head, key chunk), each keeping
 /// dK and dV of its key block while it walks every query block of the heads that read it.
-///  - block_k: 128 keys, block_q: 120 rows (or as requested): the fastest pair measured at D = 64
-///    (1 x 8 x 2048², 1 thread: 9 pairs from 60..240 x 64..256, best of 5 each).
+///  - block_k = block_q = 144 (or as requested): whole 6-row microkernel blocks and whole SIMD
+///    batches (144 = 24 x 6 = 9 x 16), and square, so a causal diagonal cuts one query block per key
+///    block, not two (120 x 128 did: causal backward 6 % slower); 96 and 144 are within 1 % of each
+///    other at D = 64 and 128 (1 x 8 x 2048², 1 thread, alternating runs).
 ///  - key_chunks: enough chunks for 8 tasks when batch x key heads is smaller, up to 8 and at least
 ///    block_k keys each. dQ gathers one partial per chunk, summed in chunk order: like the forward's
 ///    decoding split this depends on the shape only, so the gradients are bitwise identical for
@@ -184,8 +186,8 @@ inline backward_schedule resolve_backward(const schedule& requested, const probl
   r.flop = 2.0 * double(pr.batch * pr.q_heads * pr.q_len) * double(pr.kv_len) * double(3 * width + 2 * pr.v_dim);
   std::tie(r.threads, r.threads_reason) = resolve_threads(requested, r.flop, m);
   r.block_k = padded_to(
-      std::min<std::size_t>(requested.block_k ? requested.block_k : 128, std::max<std::size_t>(pr.kv_len, 1)), lanes);
-  r.block_q = std::min<std::size_t>(requested.block_q ? requested.block_q : 120, std::max<std::size_t>(pr.q_len, 1));
+      std::min<std::size_t>(requested.block_k ? requested.block_k : 144, std::max<std::size_t>(pr.kv_len, 1)), lanes);
+  r.block_q = std::min<std::size_t>(requested.block_q ? requested.block_q : 144, std::max<std::size_t>(pr.q_len, 1));
   const std::size_t heads = pr.batch * pr.kv_heads, blocks = (pr.kv_len + r.block_k - 1) / r.block_k;
   r.key_chunks = std::clamp<std::size_t>((8 + heads - 1) / std::max<std::size_t>(heads, 1), 1,
                                          std::min(max_key_chunks, std::max<std::size_t>(blocks, 1)));
