@@ -3,8 +3,10 @@
 // al. 2018; T5's buckets refine the clipping), FlexAttention's relative-position score_mod:
 //   s -> s + table[h, clamp(j - i, -R, R) + R].
 // operator() is the definition (the reference evaluator's, and the kernel's fallback), apply_row()
-// is what the fused kernel calls on each row of a score tile, bind() checks the table.
+// is what the fused kernel calls on each row of a score tile, bind() checks the table. The table
+// is learnable: parameters() lists it, and grad() returns its gradient in g.dmodify[0].
 #include <xattn/error.hpp>
+#include <xattn/learnable.hpp>
 #include <xattn/policy/problem.hpp>
 
 #include <algorithm>
@@ -12,13 +14,14 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace dsl {
 
 // [snippet relative_bias]
 struct relative_bias {
-  std::vector<double> table;  // (heads, 2 * radius + 1), row-major
+  std::vector<xattn::learnable<>> table;  // (heads, 2 * radius + 1), row-major
   std::int64_t radius = 0;
 
   template <class U>
@@ -27,7 +30,7 @@ struct relative_bias {
   }
   template <class T>
   void apply_row(T* s, std::size_t n, std::size_t, std::size_t h, std::size_t i, std::size_t j0) const {
-    const double* row = table.data() + h * width();  // s[c] is the score of key j0 + c
+    const auto* row = table.data() + h * width();  // s[c] is the score of key j0 + c
     for (std::size_t c = 0; c < n; ++c) s[c] += T(row[bucket(i, j0 + c)]);
   }
   relative_bias bind(const xattn::problem& pr) const {
@@ -35,6 +38,7 @@ struct relative_bias {
       xattn::fail("relative_bias: table has ", table.size(), " entries, need ", pr.q_heads, " heads x ", width());
     return *this;
   }
+  auto parameters() const { return std::tie(table); }
 
   std::size_t width() const { return std::size_t(2 * radius + 1); }
   std::size_t bucket(std::size_t i, std::size_t j) const {

@@ -6,6 +6,7 @@
 #include "catalogue/prefix_lm_mask.hpp"
 #include "catalogue/relative_bias.hpp"
 #include "catalogue/vector_sum.hpp"
+#include "catalogue/weighted_dot.hpp"
 #include "support/random.hpp"
 
 #include <xattn/xattn.hpp>
@@ -29,6 +30,7 @@ TEST_CASE("policies: the capabilities of each documented policy select its path"
   STATIC_REQUIRE(path<dsl::cosine_with_temperature>() == "pair_raw");
   STATIC_REQUIRE(path<dsl::vector_sum>() == "dot_features");
   STATIC_REQUIRE(path<dsl::laplace_kernel>() == "pair_features");
+  STATIC_REQUIRE(path<dsl::weighted_dot>() == "dot_features");
   STATIC_REQUIRE(path<dot>() == "dot_identity");
   STATIC_REQUIRE(path<scaled_dot>() == "dot_features");
   STATIC_REQUIRE(path<additive>() == "pair_features");
@@ -48,6 +50,22 @@ TEST_CASE("policies: laplace_kernel (combine) -- fused equals reference and the 
   REQUIRE(s(1, 2, 7) == Approx(want).epsilon(1e-6));
   REQUIRE_THROWS_WITH(eval(softmax(score(dsl::laplace_kernel{0.0}, Q, K)) * V),
                       Catch::Contains("bandwidth must be > 0"));
+}
+
+TEST_CASE("policies: weighted_dot (separable, learnable weights) -- fused equals reference and the closed form") {
+  testing::rng r(2);
+  const xt::xtensor<float, 4> q = r.tensor<float>({2, 2, 9, 4}), k = r.tensor<float>({2, 2, 40, 4}),
+                              v = r.tensor<float>({2, 2, 40, 3});
+  auto Q = ref(q), K = ref(k), V = ref(v);
+  const dsl::weighted_dot p{{0.5, -1.0, 2.0, 0.25}};
+  const auto e = softmax(score(p, Q, K)) * V;
+  REQUIRE(max_abs_diff(eval(e, {4, 16, 2}), reference(e).output) < 1e-6);
+  const auto s = eval(score(p, Q, K));
+  double want = 0;
+  for (std::size_t d = 0; d < 4; ++d) want += p.w[d].value * q(1, 0, 2, d) * k(1, 0, 7, d) / 2;
+  REQUIRE(s(1, 0, 2, 7) == Approx(want).epsilon(1e-6).margin(1e-6));
+  REQUIRE_THROWS_WITH(eval(softmax(score(dsl::weighted_dot{{1.0}}, Q, K)) * V),
+                      Catch::Contains("weighted_dot: 1 weights for queries of size 4 and keys of size 4"));
 }
 
 TEST_CASE("policies: prefix_lm_mask -- classify and row_span agree with visible") {

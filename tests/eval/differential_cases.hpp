@@ -37,20 +37,22 @@ struct cosine_scores {
   auto operator()(auto Q, auto K, const case_sizes&, rng& r) const { return score(cosine{r.uniform(0.1, 2)}, Q, K); }
 };
 /// A user policy of (q, k) only: the pair-by-pair path. It reads min(dq, dk) features, so it says
-/// in validate() that it accepts queries and keys of different sizes.
+/// in validate() that it accepts queries and keys of different sizes; its weight is learnable.
 struct mixed_l1 {
+  learnable<> w = 1.0;
   template <class T>
   T operator()(std::span<const T> q, std::span<const T> k) const {
-    using std::abs;  // generic: the backward differentiates it on dual numbers
-    T s = q[0] * k[0];
+    using std::abs;  // generic: the backward differentiates it (and w) on the tape
+    T s = T(w) * q[0] * k[0];
     for (std::size_t d = 1; d < std::min(q.size(), k.size()); ++d) s += abs(q[d] - k[d]);
     return s;
   }
   void validate(std::size_t, std::size_t) const {}
+  auto parameters() const { return std::tie(w); }
 };
 struct user_scores {
   static constexpr bool same_dim = false;
-  auto operator()(auto Q, auto K, const case_sizes&, rng&) const { return score(mixed_l1{}, Q, K); }
+  auto operator()(auto Q, auto K, const case_sizes&, rng& r) const { return score(mixed_l1{r.uniform(0.5, 2)}, Q, K); }
 };
 
 /// Mask families: (scores, sizes, rng) -> masked expression.

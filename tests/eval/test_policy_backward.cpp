@@ -1,8 +1,8 @@
 // grad(e, f, d_out) of score(policy, Q, K): every built-in policy (analytic members) and user
-// policies differentiated by dual numbers (a separable one, a combine one, one with operator()
-// only) -- dQ, dK, dV against the double reference's gradients, the policy's parameter gradients
-// (g.dscore) against central finite differences of the reference forward, and bitwise the same
-// for 1 and 2 threads.
+// policies differentiated on the tape (a separable one, a combine one, one with operator() only,
+// and their learnables) -- dQ, dK, dV and learnables against the double reference's gradients
+// (forward mode), the policy's parameter gradients (g.dscore) against central finite differences
+// of the reference forward, and bitwise the same for 1 and 2 threads.
 #include "catalogue/cosine_temperature.hpp"
 #include "catalogue/laplace_kernel.hpp"
 #include "support/random.hpp"
@@ -12,6 +12,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <span>
@@ -47,6 +48,30 @@ struct user_weighted_sum {  // separable with terms only (d2l's vector-summation
   }
 };
 
+struct user_weighted_dot {  // separable with features and learnable weights: Σ_d w_d q_d k_d
+  static constexpr bool separable = true;
+  std::array<learnable<>, 3> w{0.5, -1.0, 2.0};
+
+  template <class T>
+  T operator()(std::span<const T> q, std::span<const T> k) const {
+    T s = 0;
+    for (std::size_t d = 0; d < q.size(); ++d) s += T(w[d]) * q[d] * k[d];
+    return s;
+  }
+  std::size_t feature_size(std::size_t dq, std::size_t) const { return dq; }
+  template <class T>
+  T project_query(std::span<const T> q, std::span<T> f) const {
+    for (std::size_t d = 0; d < q.size(); ++d) f[d] = T(w[d]) * q[d];
+    return 0;
+  }
+  template <class T>
+  T project_key(std::span<const T> k, std::span<T> f) const {
+    std::copy(k.begin(), k.end(), f.begin());
+    return 0;
+  }
+  auto parameters() const { return std::tie(w); }
+};
+
 template <class A>
 bool same_bits(const A& a, const A& b) {
   return a.size() == b.size() && (a.size() == 0 || std::memcmp(a.data(), b.data(), a.size() * sizeof(*a.data())) == 0);
@@ -69,6 +94,12 @@ auto check_inputs(const Make& make, const P& policy, const D& d_out, double tol)
   CHECK(same_bits(g.dq, g2.dq));
   CHECK(same_bits(g.dk, g2.dk));
   CHECK(same_bits(g.dv, g2.dv));
+  if constexpr (std::is_same_v<std::decay_t<decltype(g.dscore)>, learned_gradients>) {
+    REQUIRE(g.dscore.size() == want.dscore.size());
+    for (std::size_t n = 0; n < want.dscore.size(); ++n)  // sums over every pair: relative
+      CHECK(std::abs(g.dscore[n] - want.dscore[n]) < tol * (1 + std::abs(want.dscore[n])));
+    CHECK(same_bits(g.dscore.d, g2.dscore.d));
+  }
   return g;
 }
 
@@ -116,6 +147,10 @@ TEMPLATE_TEST_CASE("grad: built-in and user scoring policies against the referen
   }
   SECTION("a user combine policy") { check_inputs(lengths_of, dsl::laplace_kernel{1.5}, d_out, tol); }
   SECTION("a user separable policy with terms only") { check_inputs(causal_of, user_weighted_sum{}, d_out, tol); }
+  SECTION("a user separable policy with learnable weights") {
+    const auto g = check_inputs(lengths_of, user_weighted_dot{}, d_out, tol);
+    CHECK(std::abs(g.dscore[2]) > 1e-3);  // not vacuous
+  }
 }
 
 TEST_CASE("grad: scoring-policy parameter gradients against finite differences") {
@@ -205,5 +240,34 @@ TEST_CASE("grad: scoring-policy parameter gradients against finite differences")
     CHECK(std::abs(dc - fd(
                             make_c, [](double h) { return cosine{0.4 + h}; }, d_out)) < tol);
     CHECK(std::abs(dc) > 1e-3);
+  }
+  SECTION("user policies' learnables, no derivative written: pairs, projections and combine") {
+    auto make_t = [&](const dsl::cosine_with_temperature& p) { return softmax(mask(score(p, Q, K), causal())) * V; };
+    const auto et = make_t({0.6});
+    const double dt = grad(et, eval_with_lse(et), d_out).dscore[0];
+    CHECK(std::abs(dt - fd(
+                            make_t, [](double h) { return dsl::cosine_with_temperature{0.6 + h}; }, d_out)) < tol);
+    CHECK(std::abs(dt) > 1e-3);
+    auto make_l = [&](const dsl::laplace_kernel& p) { return softmax(mask(score(p, Q, K), lengths(lens))) * V; };
+    const auto el = make_l({1.3});
+    const double dl = grad(el, eval_with_lse(el), d_out).dscore[0];
+    CHECK(std::abs(dl - fd(
+                            make_l, [](double h) { return dsl::laplace_kernel{1.3 + h}; }, d_out)) < tol);
+    CHECK(std::abs(dl) > 1e-3);
+    auto make_w = [&](const user_weighted_dot& p) { return softmax(mask(score(p, Q, K), lengths(lens))) * V; };
+    const auto ew = make_w({});
+    const auto gw = grad(ew, eval_with_lse(ew), d_out).dscore;
+    REQUIRE(gw.size() == 3);
+    for (std::size_t n = 0; n < 3; ++n) {
+      const double d = fd(
+          make_w,
+          [n](double h) {
+            user_weighted_dot p;
+            p.w[n].value += h;
+            return p;
+          },
+          d_out);
+      CHECK(std::abs(d - gw[n]) < tol);
+    }
   }
 }

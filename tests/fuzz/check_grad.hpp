@@ -1,7 +1,7 @@
 #pragma once
 // The fused backward against the double reference's gradients, for every pipeline grad_checked()
 // names (pipelines.hpp): d_out uniform in [-1, 1] in the output's layout, then dq, dk,
-// dv (or dx) and every bias gradient element by element.
+// dv (or dx), every bias gradient element by element, and a user policy's learnables.
 //
 // Tolerance: a gradient element is a sum over at most max(Sq, Skv) products of P (<= 1), dP or
 // dS (|dP| <= Dv·|dO|·|V| <= Dv) and an operand (|Q|, |K| <= amplitude), each with the forward's
@@ -77,6 +77,14 @@ verdict check_grad(const E& e, out_layout l, const reference_result& fwd, const 
       worst = std::max(worst, std::abs(double(g.dbias[n_b].flat(k)) - want.dbias[n_b].flat(k)));
     if (!(worst <= score_tol * (1 + biggest)))
       v = {false, "dbias[" + std::to_string(n_b) + "]: error " + std::to_string(worst)};
+  }
+  if constexpr (std::is_same_v<std::decay_t<decltype(g.dscore)>, learned_gradients>) {
+    // a sum over every visible pair of dS_ij · ∂s_ij/∂w: the per-pair tolerance times the pairs
+    const double pairs = double(z.B * z.Hq() * z.Sq * z.Skv);
+    for (std::size_t n = 0; v.ok && n < want.dscore.size(); ++n)
+      if (!(std::abs(g.dscore[n] - want.dscore[n]) <= score_tol * pairs * (1 + std::abs(want.dscore[n]))))
+        v = {false, "dscore[" + std::to_string(n) + "] = " + std::to_string(g.dscore[n]) + ", reference " +
+                        std::to_string(want.dscore[n])};
   }
   if (!v.ok) v.detail = "backward: " + v.detail;
   return v;

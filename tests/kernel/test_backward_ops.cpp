@@ -1,5 +1,6 @@
 // The backward's tile operations against plain loops: pv_tile_transposed (dV += Pᵀ·dO, dK += dSᵀ·Q),
-// probs_row (P from a saved log-sum-exp, exact for rows of large fills), softmax_grad_row.
+// probs_row (P from a saved log-sum-exp, exact for rows of large fills), softmax_grad_row, and a
+// score row's terms (add_terms_row) and their gradients (accumulate_row).
 #include "support/random.hpp"
 
 #include <xattn/kernel/tile_ops.hpp>
@@ -65,4 +66,23 @@ TEMPLATE_TEST_CASE("softmax_grad_row: c · p · (dp - delta)", "[kernel]", float
   kernel::softmax_grad_row(p.data(), dp.data(), n, T(0.3), T(0.125));
   for (std::size_t j = 0; j < n; ++j)
     REQUIRE(dp[j] == Approx(0.125 * double(p[j]) * (double(dp0[j]) - 0.3)).margin(1e-6));
+}
+
+TEMPLATE_TEST_CASE("add_terms_row and accumulate_row: a score row's terms and their gradients", "[kernel]", float,
+                   double) {
+  using T = TestType;
+  testing::rng r(14);
+  for (std::size_t cols : {1u, 16u, 37u}) {
+    const std::size_t n = padded<T>(cols);
+    std::vector<T> s(n), b(n), g(n), col(n);
+    for (std::size_t j = 0; j < n; ++j)
+      s[j] = T(r.uniform(-1, 1)), b[j] = T(r.uniform(-1, 1)), g[j] = T(r.uniform(-1, 1)), col[j] = T(j);
+    const std::vector<T> s0 = s;
+    kernel::add_terms_row(s.data(), n, T(0.75), b.data());
+    for (std::size_t j = 0; j < n; ++j) REQUIRE(s[j] == Approx(double(s0[j]) + 0.75 + double(b[j])).margin(1e-6));
+    double sum = 0;
+    for (std::size_t j = 0; j < n; ++j) sum += double(g[j]);
+    REQUIRE(kernel::accumulate_row(g.data(), n, col.data()) == Approx(sum).margin(1e-5));
+    for (std::size_t j = 0; j < n; ++j) REQUIRE(col[j] == Approx(double(j) + double(g[j])).margin(1e-6));
+  }
 }

@@ -7,6 +7,7 @@
 // 1.3e-6 (float) and 8.3e-16 (double). d2l's fully masked rows (lengths 0, log-sum-exp near
 // -1e6) are merged at that magnitude, where double resolves 1.2e-10: they are checked in float.
 #include "catalogue/laplace_kernel.hpp"
+#include "catalogue/relative_bias.hpp"
 #include "support/random.hpp"
 
 #include <catch2/catch.hpp>
@@ -54,6 +55,18 @@ double tolerance() {
   return std::is_same_v<T, float> ? 4e-6 : 1e-13;
 }
 
+/// max |x - y| / (1 + max |y|) over two contiguous ranges of double.
+template <class X>
+double elementwise_diff(const X& x, const X& y) {
+  REQUIRE(x.size() == y.size());
+  double d = 0, m = 0;
+  for (std::size_t n = 0; n < x.size(); ++n) {
+    d = std::max(d, std::abs(x.data()[n] - y.data()[n]));
+    m = std::max(m, std::abs(y.data()[n]));
+  }
+  return d / (1 + m);
+}
+
 /// |a - b| over the parts of two parameter gradients, relative to 1 + |b| (they sum every pair).
 template <class G>
 double parameter_diff(G a, G b) {
@@ -65,8 +78,8 @@ double parameter_diff(G a, G b) {
     auto one = [&](const auto& x, const auto& y) {
       if constexpr (std::is_arithmetic_v<std::decay_t<decltype(x)>>)
         worst = std::max(worst, std::abs(x - y) / (1 + std::abs(y)));
-      else
-        worst = std::max(worst, max_abs_diff(x, y) / (1 + xt::amax(xt::abs(y))()));
+      else  // a tensor, or learned_gradients' vector
+        worst = std::max(worst, elementwise_diff(x, y));
     };
     [&]<std::size_t... I>(std::index_sequence<I...>) { (one(std::get<I>(pa), std::get<I>(pb)), ...); }
     (std::make_index_sequence<std::tuple_size_v<std::decay_t<decltype(pa)>>>{});
@@ -105,6 +118,9 @@ void check_ring(const mpi::context& cp, std::array<std::size_t, N> q_shape, std:
   REQUIRE(g.dbias.size() == g_full.dbias.size());
   for (std::size_t t = 0; t < g.dbias.size(); ++t) CHECK(max_abs_diff(g.dbias[t], g_full.dbias[t]) < tolerance<T>());
   CHECK(parameter_diff(g.dscore, g_full.dscore) < tolerance<T>());
+  REQUIRE(g.dmodify.size() == g_full.dmodify.size());
+  for (std::size_t t = 0; t < g.dmodify.size(); ++t)
+    CHECK(elementwise_diff(g.dmodify[t].d, g_full.dmodify[t].d) < tolerance<T>());
 }
 
 const auto causal_dot = [](auto q, auto k, auto v) { return softmax(mask(q * trans(k) / 4.0f, causal())) * v; };
@@ -156,6 +172,11 @@ TEST_CASE("the ring equals one process: masks and modifiers see global positions
   check_ring<double, 4>(cp, {2, 2, 64, 8}, {2, 2, 64, 8}, [&](auto q, auto k, auto v) {
     return softmax(mask(q * trans(k) + bias(keys_bias) + bias(pair_bias), causal())) * v;
   });
+  // a user modifier with a learnable table: every rank's pairs add into the same entries
+  dsl::relative_bias rb{{}, 6};
+  for (int n = 0; n < 2 * 13; ++n) rb.table.push_back(0.2 * std::cos(n));
+  check_ring<double, 4>(cp, {1, 2, 64, 8}, {1, 2, 64, 8},
+                        [&](auto q, auto k, auto v) { return softmax(mask(modify(q * trans(k), rb), causal())) * v; });
 }
 
 TEST_CASE("the ring equals one process: GQA and layouts", "[mpi]") {
@@ -180,7 +201,7 @@ TEST_CASE("the ring equals one process: scoring policies and their parameters", 
   const xt::xtensor<int, 1> lens{0, 41};  // d2l's lengths, a fully masked batch among them
   check_ring<float, 3>(cp, {2, 64, 8}, {2, 64, 5},
                        [&](auto q, auto k, auto v) { return softmax(mask(score(add, q, k), lengths(lens))) * v; });
-  // separable policies with terms and parameters, and a user policy differentiated on duals
+  // separable policies with terms and parameters, and a user policy with a learnable bandwidth
   check_ring<double, 4>(cp, {1, 2, 64, 8}, {1, 2, 64, 8},
                         [](auto q, auto k, auto v) { return softmax(mask(score(gaussian{1.5}, q, k), causal())) * v; });
   check_ring<float, 4>(cp, {2, 2, 64, 8}, {2, 2, 64, 8},

@@ -67,12 +67,32 @@ strided_view<A> bias_gradient_view(xt::xarray<A>& g, const shifted<X>& op, const
 /// Where the driver writes, in kernel coordinates (the views of what the source does not have stay empty).
 template <class Acc, class DQ>
 struct backward_out {
-  strided_view<DQ> dq;                    // (B, Hq, Sq, n): dQ, or the gradient at the query features
-  strided_view<Acc> dk, dv, dx;           // (B, Hkv, Skv, n), (B, Hkv, Skv, Dv), (B, Hq, Sq, Skv)
-  Acc* dalpha = nullptr;                  // (B, Hq, Sq) row-major: at the query terms
-  Acc* dbeta = nullptr;                   // (B, Hkv, Skv) row-major: at the key terms
-  std::vector<double>* dparams{};         // a combine policy's parameters
-  std::vector<xt::xarray<Acc>>* dbias{};  // one per bias(t) term, added into (created when absent)
+  strided_view<DQ> dq{};                      // (B, Hq, Sq, n): dQ, or the gradient at the query features
+  strided_view<Acc> dk{}, dv{}, dx{};         // (B, Hkv, Skv, n), (B, Hkv, Skv, Dv), (B, Hq, Sq, Skv)
+  Acc* dalpha = nullptr;                      // (B, Hq, Sq) row-major: at the query terms
+  Acc* dbeta = nullptr;                       // (B, Hkv, Skv) row-major: at the key terms
+  std::vector<double>* dparams{};             // a combine policy's parameters
+  std::vector<xt::xarray<Acc>>* dbias{};      // one per bias(t) term, added into (created when absent)
+  std::vector<learned_gradients>* dmodify{};  // one per modifier with learnables, added into (likewise)
+};
+
+/// Each modifier's learnables (bound ops: the objects the worker runs) and where they start in a
+/// task's flat vector of modifier parameter gradients.
+template <class Ops>
+struct modifier_slots {
+  static constexpr std::size_t n_ops = decltype(hana::length(std::declval<Ops>()))::value;
+  std::array<parameter_slots, n_ops + 1> slots{};
+  std::array<std::size_t, n_ops + 1> first{};
+  std::size_t total = 0;
+
+  explicit modifier_slots(const Ops& ops) {
+    std::size_t k = 0;
+    hana::for_each(ops, [&](const auto& op) {
+      if constexpr (declares_learnables<std::decay_t<decltype(op)>>) slots[k] = parameter_slots(op);
+      first[k] = total;
+      total += slots[k++].size();
+    });
+  }
 };
 
 /// The fused backward of one plan. `exact`, when given, holds each row's (m, ln l) for the rows
@@ -89,7 +109,7 @@ backward_report run_backward(const Plan& p, const problem& pr, const backward_sc
   const auto masks = bind_all(p.masks, pr);
   using Ops = std::decay_t<decltype(ops)>;
   constexpr std::size_t n_ops = decltype(hana::length(ops))::value;
-  using IO = backward_io<Acc, DO, n_ops>;
+  using IO = backward_io<Acc, DO, Ops>;
   const std::size_t n = tensor_scores ? 0 : to.dq.at.shape[3];
   const std::size_t rows = pr.batch * pr.q_heads * pr.q_len, dqp = simd::padded<Acc>(n);
   std::vector<Acc> delta(rows), row_sums(bs.key_chunks * rows, Acc(0));
@@ -97,6 +117,8 @@ backward_report run_backward(const Plan& p, const problem& pr, const backward_sc
   std::size_t params = 0;
   if constexpr (is_pair_source_v<Source>) params = src.params;
   std::vector<Acc> dparams_part(bs.tasks * params, Acc(0));
+  const modifier_slots<Ops> mods(ops);
+  std::vector<Acc> dmodify_part(bs.tasks * mods.total, Acc(0));
   for (std::size_t b = 0, r = 0; b < pr.batch; ++b)
     for (std::size_t h = 0; h < pr.q_heads; ++h)
       for (std::size_t i = 0; i < pr.q_len; ++i, ++r)
@@ -110,9 +132,20 @@ backward_report run_backward(const Plan& p, const problem& pr, const backward_sc
         if (std::abs(shift[r]) > large_lse && !std::isinf(shift[r]))
           std::tie(shift[r], rel[r]) = exact ? exact[r] : exact_row_stats<Acc>(p, pr, ops, masks, b, h, i);
       }
-  IO io{d_out,    shift.data(),        rel.data(),      delta.data(), dq_part.data(), dalpha_part.data(),
-        to.dbeta, dparams_part.data(), row_sums.data(), to.dk,        to.dv,          to.dx,
-        {}};
+  IO io{.d_out = d_out,
+        .shift = shift.data(),
+        .rel = rel.data(),
+        .delta = delta.data(),
+        .dq_part = dq_part.data(),
+        .dalpha_part = dalpha_part.data(),
+        .dbeta = to.dbeta,
+        .dparams_part = dparams_part.data(),
+        .row_sums = row_sums.data(),
+        .dk = to.dk,
+        .dv = to.dv,
+        .dx = to.dx,
+        .mods = &mods,
+        .dmodify_part = dmodify_part.data()};
   // bias gradients: the full (B, Hq, Sq, Skv) gradient at each bias, reduced below
   std::vector<std::vector<Acc>> bias_full;
   bias_full.reserve(n_ops);
@@ -159,8 +192,15 @@ backward_report run_backward(const Plan& p, const problem& pr, const backward_sc
     for (std::size_t t = 0; t < bs.tasks; ++t)
       for (std::size_t k = 0; k < params; ++k) (*to.dparams)[k] += double(dparams_part[t * params + k]);
   }
-  std::size_t bi = 0;
+  std::size_t bi = 0, mi = 0, oi = 0;
   hana::for_each(ops, [&](const auto& op) {
+    if constexpr (declares_learnables<std::decay_t<decltype(op)>>) {  // summed in task order, in double
+      if (to.dmodify->size() == mi) to.dmodify->push_back(mods.slots[oi].zeros());
+      std::vector<double>& d = (*to.dmodify)[mi++].d;
+      for (std::size_t t = 0; t < bs.tasks; ++t)
+        for (std::size_t k = 0; k < d.size(); ++k) d[k] += double(dmodify_part[t * mods.total + mods.first[oi] + k]);
+    }
+    ++oi;
     if constexpr (is_tensor_bias_v<std::decay_t<decltype(op)>>) {
       if (to.dbias->size() == bi) to.dbias->push_back(xt::zeros<Acc>(bias_term(op).tensor.shape));
       const strided_view<Acc> view = bias_gradient_view((*to.dbias)[bi], op, pr);

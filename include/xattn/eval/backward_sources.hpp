@@ -8,6 +8,7 @@
 //   tensor_source     S = X.
 // Every S above is multiplied by the plan's scale before the modifiers.
 #include "../layout.hpp"
+#include "../learnable.hpp"
 
 #include <cstddef>
 
@@ -41,6 +42,7 @@ struct pair_source {
   features<Acc> f;
   const P* policy = nullptr;
   std::size_t params = 0;  // combine_parameter_count(policy)
+  parameter_slots slots;   // automatic_slots(policy): the learnables the tape differentiates
 };
 
 struct tensor_source {};

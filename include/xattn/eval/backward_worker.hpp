@@ -7,9 +7,10 @@
 //   dQ_chunk += scale·dS·K
 // dK and dV of the key block stay in this worker until every query has been seen (no races); dQ
 // goes to the chunk's own partial, summed in chunk order afterwards. Filled and excluded scores
-// are constants (dS = 0 there); modifiers are differentiated on dual numbers. With a scoring
-// policy, Q and K above are its projected features (and α, β its terms, whose gradients are dS's
-// row and column sums); a combine policy pairs features one by one instead of the microkernels.
+// are constants (dS = 0 there); modifiers are differentiated on dual numbers (their learnables on
+// the tape). With a scoring policy, Q and K above are its projected features (and α, β its terms,
+// whose gradients are dS's row and column sums); a combine policy pairs features one by one
+// instead of the microkernels.
 #include "../dual.hpp"
 #include "../kernel/aligned.hpp"
 #include "../kernel/backward.hpp"
@@ -29,21 +30,27 @@
 
 namespace xattn {
 
+template <class Ops>
+struct modifier_slots;
+
 /// Where the backward reads and writes, in kernel coordinates.
-template <class Acc, class DO, std::size_t NOps>
+template <class Acc, class DO, class Ops>
 struct backward_io {
-  strided_view<const DO> d_out;            // (B, Hq, Sq, Dv)
-  const Acc* shift = nullptr;              // (B, Hq, Sq) row-major: P = e^(S - shift - rel) (see probs_row);
-  const Acc* rel = nullptr;                //   shift = -inf: the row sees no key
-  const Acc* delta = nullptr;              // (B, Hq, Sq) row-major: rowsum(dO ∘ O)
-  Acc* dq_part = nullptr;                  // (chunks, B, Hq, Sq, n_pad): dQ, or dfq of a policy's features
-  Acc* dalpha_part = nullptr;              // (chunks, B, Hq, Sq): gradient at α (policies with terms)
-  Acc* dbeta = nullptr;                    // (B, Hkv, Skv): gradient at β
-  Acc* dparams_part = nullptr;             // (tasks, params): a combine policy's parameter gradients
-  Acc* row_sums = nullptr;                 // (chunks, B, Hq, Sq): Σ P, 1 per row when lse is this expression's
-  strided_view<Acc> dk, dv;                // (B, Hkv, Skv, n), (B, Hkv, Skv, Dv)
-  strided_view<Acc> dx;                    // tensor scores: (B, Hq, Sq, Skv)
-  std::array<Acc*, NOps + 1> bias_full{};  // per modifier: (B, Hq, Sq, Skv) row-major gradient at a bias, or null
+  static constexpr std::size_t NOps = decltype(hana::length(std::declval<Ops>()))::value;
+  strided_view<const DO> d_out{};             // (B, Hq, Sq, Dv)
+  const Acc* shift = nullptr;                 // (B, Hq, Sq) row-major: P = e^(S - shift - rel) (see probs_row);
+  const Acc* rel = nullptr;                   //   shift = -inf: the row sees no key
+  const Acc* delta = nullptr;                 // (B, Hq, Sq) row-major: rowsum(dO ∘ O)
+  Acc* dq_part = nullptr;                     // (chunks, B, Hq, Sq, n_pad): dQ, or dfq of a policy's features
+  Acc* dalpha_part = nullptr;                 // (chunks, B, Hq, Sq): gradient at α (policies with terms)
+  Acc* dbeta = nullptr;                       // (B, Hkv, Skv): gradient at β
+  Acc* dparams_part = nullptr;                // (tasks, params): a combine policy's parameter gradients
+  Acc* row_sums = nullptr;                    // (chunks, B, Hq, Sq): Σ P, 1 per row when lse is this expression's
+  strided_view<Acc> dk{}, dv{};               // (B, Hkv, Skv, n), (B, Hkv, Skv, Dv)
+  strided_view<Acc> dx{};                     // tensor scores: (B, Hq, Sq, Skv)
+  std::array<Acc*, NOps + 1> bias_full{};     // per modifier: (B, Hq, Sq, Skv) row-major gradient at a bias, or null
+  const modifier_slots<Ops>* mods = nullptr;  // the modifiers' learnables
+  Acc* dmodify_part = nullptr;                // (tasks, mods->total): their gradients
 };
 
 /// Whether a pair policy keeps per-pair values from the recomputed score for its backward.
@@ -63,6 +70,9 @@ class backward_worker {
   static constexpr bool saves = saves_pair_values<Source, Acc>();
   static constexpr std::size_t n_ops = decltype(hana::length(std::declval<Ops>()))::value;
   static constexpr Acc ninf = -std::numeric_limits<Acc>::infinity();
+  static constexpr bool learning_ops = decltype(hana::any_of(std::declval<Ops>(), [](const auto& op) {
+    return hana::bool_c<declares_learnables<std::decay_t<decltype(op)>>>;
+  }))::value;
 
  public:
   backward_worker(const Plan& p, const problem& pr, const Ops& ops, const Masks& masks, const backward_schedule& bs,
@@ -87,8 +97,10 @@ class backward_worker {
     kr_.assign(bk * dkp_, Acc(0));
     dk_.assign(bk * dkp_, Acc(0));
     dv_.assign(bk * dvp_, Acc(0));
-    dbeta_.assign(bk, Acc(0));
+    dbeta_.assign(lds_, Acc(0));
+    if constexpr (terms) beta_.assign(lds_, Acc(0));
     if constexpr (pairs) dparams_.assign(src.params, Acc(0));
+    if constexpr (learning_ops) dmodify_.assign(io.mods->total, Acc(0));
     if constexpr (saves) {
       saved_n_ = src.policy->combine_saved_size(n_);
       saved_ld_ = simd::padded<Acc>(saved_n_);
@@ -102,11 +114,11 @@ class backward_worker {
   void run(std::size_t b, std::size_t hk, std::size_t chunk) {
     const std::size_t c0 = chunk * bs_.chunk_keys, c1 = std::min(pr_.kv_len, c0 + bs_.chunk_keys);
     if constexpr (pairs) std::fill(dparams_.begin(), dparams_.end(), Acc(0));
+    if constexpr (learning_ops) std::fill(dmodify_.begin(), dmodify_.end(), Acc(0));
     for (std::size_t j0 = c0; j0 < c1; j0 += bs_.block_k) key_block(b, hk, chunk, j0, std::min(bs_.block_k, c1 - j0));
-    if constexpr (pairs) {
-      const std::size_t task = (b * pr_.kv_heads + hk) * bs_.key_chunks + chunk;
-      std::copy(dparams_.begin(), dparams_.end(), io_.dparams_part + task * dparams_.size());
-    }
+    const std::size_t task = (b * pr_.kv_heads + hk) * bs_.key_chunks + chunk;
+    if constexpr (pairs) std::copy(dparams_.begin(), dparams_.end(), io_.dparams_part + task * dparams_.size());
+    if constexpr (learning_ops) std::copy(dmodify_.begin(), dmodify_.end(), io_.dmodify_part + task * dmodify_.size());
   }
 
  private:
@@ -158,6 +170,11 @@ class backward_worker {
         kernel::scaled_copy(k.row(b, hk, j0 + c), k.inner_stride(), nk_, Acc(1), kr_.data() + c * dkp_, 1);
       std::fill(dk_.begin(), dk_.end(), Acc(0));
       std::fill(dbeta_.begin(), dbeta_.end(), Acc(0));
+      if constexpr (terms) {  // this block's key terms, zero-padded to whole batches
+        const Acc* beta = src_.f.beta + (b * pr_.kv_heads + hk) * pr_.kv_len + j0;
+        std::copy(beta, beta + cols, beta_.begin());
+        std::fill(beta_.begin() + std::ptrdiff_t(cols), beta_.end(), Acc(0));
+      }
     }
     std::fill(dv_.begin(), dv_.end(), Acc(0));
     for (std::size_t h = hk * group; h < (hk + 1) * group; ++h)
@@ -215,11 +232,9 @@ class backward_worker {
         kernel::qk_tile(q_rows_, ldq_, rows, kp_.data(), n_, colsp, s_.data(), lds_);
       }
       if constexpr (terms) {
-        const std::size_t hk = h / (pr_.q_heads / pr_.kv_heads);
         const Acc* alpha = src_.f.alpha + (b * pr_.q_heads + h) * pr_.q_len + i0;
-        const Acc* beta = src_.f.beta + (b * pr_.kv_heads + hk) * pr_.kv_len + j0;
         for (std::size_t r = 0; r < rows; ++r)
-          for (std::size_t c = 0; c < cols; ++c) s_[r * lds_ + c] += alpha[r] + beta[c];
+          kernel::add_terms_row(s_.data() + r * lds_, colsp, alpha[r], beta_.data());
       }
       for (std::size_t r = 0; r < rows; ++r) kernel::scale_row(s_.data() + r * lds_, colsp, scale);
     }
@@ -296,13 +311,11 @@ class backward_worker {
                          std::size_t cols) {
     const std::size_t row0 = (b * pr_.q_heads + h) * pr_.q_len + i0, rows_total = pr_.batch * pr_.q_heads * pr_.q_len;
     Acc* dq = io_.dq_part + (chunk * rows_total + row0) * dqp_;
-    if constexpr (terms) {  // α_i and β_j enter every score of their row and column
+    if constexpr (terms) {  // α_i and β_j enter every score of their row and column (dS is 0 past cols)
       Acc* dalpha = io_.dalpha_part + chunk * rows_total + row0;
+      const std::size_t colsp = simd::padded<Acc>(cols);
       for (std::size_t r = 0; r < rows; ++r)
-        for (std::size_t c = 0; c < cols; ++c) {
-          dalpha[r] += dp_[r * lds_ + c];
-          dbeta_[c] += dp_[r * lds_ + c];
-        }
+        dalpha[r] += kernel::accumulate_row(dp_.data() + r * lds_, colsp, dbeta_.data());
     }
     if constexpr (pairs) {
       for (std::size_t r = 0; r < rows; ++r) {
@@ -314,7 +327,7 @@ class backward_worker {
               src_.policy->combine_backward_saved(std::span<const Acc>(saved(r, c)), g, dfq, dfk,
                                                   std::span<Acc>(dparams_));
             else
-              pair_backward(*src_.policy, fq, std::span<const Acc>(kr_.data() + c * dkp_, nk_), g, dfq, dfk,
+              pair_backward(*src_.policy, fq, std::span<const Acc>(kr_.data() + c * dkp_, nk_), g, dfq, dfk, src_.slots,
                             std::span<Acc>(dparams_));
           }
       }
@@ -326,11 +339,13 @@ class backward_worker {
   }
 
   /// The modifiers on one score: returns the final score; with g, turns the gradient at the final
-  /// score into the gradient at the first modifier's input, and records it at every bias on the way.
-  Acc through_ops(Acc s, std::size_t b, std::size_t h, std::size_t i, std::size_t j, Acc* g) const {
-    std::array<Acc, n_ops + 1> deriv{};
+  /// score into the gradient at the first modifier's input, records it at every bias on the way,
+  /// and adds the gradients of each modifier's learnables (a second evaluation, on the tape).
+  Acc through_ops(Acc s, std::size_t b, std::size_t h, std::size_t i, std::size_t j, Acc* g) {
+    std::array<Acc, n_ops + 1> deriv{}, in{}, g_out{};
     std::size_t k = 0;
     hana::for_each(ops_, [&](const auto& op) {
+      in[k] = s;
       const dual<Acc> y = op(dual<Acc>{s, Acc(1)}, b, h, i, j);
       deriv[k++] = y.d;
       s = y.v;
@@ -338,8 +353,20 @@ class backward_worker {
     if (g) {
       const std::size_t at = ((b * pr_.q_heads + h) * pr_.q_len + i) * pr_.kv_len + j;
       for (std::size_t m = n_ops; m-- > 0;) {
+        g_out[m] = *g;
         if (io_.bias_full[m]) io_.bias_full[m][at] = *g;
         *g *= deriv[m];
+      }
+      if constexpr (learning_ops) {
+        k = 0;
+        hana::for_each(ops_, [&](const auto& op) {
+          if constexpr (declares_learnables<std::decay_t<decltype(op)>>)
+            if (g_out[k] != Acc(0))
+              modifier_parameters_backward(
+                  op, in[k], b, h, i, j, g_out[k], io_.mods->slots[k],
+                  std::span<Acc>(dmodify_.data() + io_.mods->first[k], io_.mods->slots[k].size()));
+          ++k;
+        });
       }
     }
     return s;
@@ -356,8 +383,10 @@ class backward_worker {
   const Acc* q_rows_ = nullptr;  // this query block's rows (in place or in q_), ldq_ apart
   std::size_t ldq_ = 0;
   kernel::aligned_vector<Acc> q_, do_, s_, s0_, dp_, vis_, z_, kp_, vp_, kr_, dk_, dv_;
-  std::vector<Acc> dbeta_, dparams_;   // this key block's gradient at β; this task's at combine's parameters
-  kernel::aligned_vector<Acc> saved_;  // a saving pair policy's values, saved_ld_ per pair of the tile
+  kernel::aligned_vector<Acc> beta_, dbeta_;  // this key block's terms β and their gradient (lds_ wide)
+  std::vector<Acc> dparams_;                  // this task's gradient at combine's parameters
+  std::vector<Acc> dmodify_;                  // this task's at the modifiers' learnables
+  kernel::aligned_vector<Acc> saved_;         // a saving pair policy's values, saved_ld_ per pair of the tile
   std::size_t saved_n_ = 0, saved_ld_ = 0;
   std::vector<char> dead_, partial_;
 };

@@ -18,14 +18,29 @@ struct gradients {
   DX dx;                               // score tensor X's gradient, in its shape; empty for Q, K
   DScore dscore;                       // the scoring policy's parameter gradients (policy/gradient.hpp)
   std::vector<xt::xarray<Acc>> dbias;  // one per bias(t) term, in order, in t's shape
+  std::vector<learned_gradients> dmodify;  // one per modify(s, op) whose op lists learnables, in order
 };
 
 namespace detail {
 
+/// Whether the backward differentiates modifier Op: its derivative on dual numbers, and its
+/// learnables (if it lists them) on the tape.
+template <class Op, class Acc>
+constexpr bool modifier_differentiable() {
+  if constexpr (declares_learnables<Op>)
+    return modifies_in<Op, dual<Acc>> && modifies_in<Op, var<Acc>>;
+  else
+    return modifies_in<Op, dual<Acc>>;
+}
+
 template <class Acc, class Ops>
-inline constexpr bool all_dual_v = false;
+inline constexpr bool all_differentiable_v = false;
 template <class Acc, class... Op>
-inline constexpr bool all_dual_v<Acc, hana::tuple<Op...>> = (modifies_in<Op, dual<Acc>> && ...);
+inline constexpr bool all_differentiable_v<Acc, hana::tuple<Op...>> = (modifier_differentiable<Op, Acc>() && ...);
+template <class Ops>
+inline constexpr bool all_parameters_checked_v = false;
+template <class... Op>
+inline constexpr bool all_parameters_checked_v<hana::tuple<Op...>> = (check_parameters<Op>() && ...);
 
 template <class Plan>
 constexpr bool scores_have_fused_backward() {
@@ -38,8 +53,9 @@ constexpr bool scores_have_fused_backward() {
 
 /// Whether grad() runs on plans of this type (check_backward says why not).
 template <class Plan>
-inline constexpr bool has_fused_backward_v = Plan::has_values&& scores_have_fused_backward<Plan>() &&
-                                             all_dual_v<acc_t<Plan>, std::decay_t<decltype(std::declval<Plan>().ops)>>;
+inline constexpr bool has_fused_backward_v =
+    Plan::has_values&& scores_have_fused_backward<Plan>() &&
+    all_differentiable_v<acc_t<Plan>, std::decay_t<decltype(std::declval<Plan>().ops)>>;
 
 template <class Plan, class Acc>
 constexpr bool check_backward() {
@@ -51,12 +67,16 @@ constexpr bool check_backward() {
     static_assert(differentiable_in<P, Acc>(),
                   "xattn: grad(e, f, d_out): the scoring policy has no gradient. Either write operator()(q, k) "
                   "(and project_query/project_key/combine, if it has them) as templates over the scalar type T, "
-                  "calling math functions unqualified (using std::sqrt; sqrt(x)), so that they run on xattn::dual, "
-                  "or give it the analytic backward members listed in <xattn/policy/gradient.hpp>");
+                  "calling math functions unqualified (using std::sqrt; sqrt(x)), so that they run on xattn::var "
+                  "and xattn::dual, or give it the analytic backward members listed in <xattn/policy/gradient.hpp>");
+    check_parameters<P>();
   }
-  static_assert(all_dual_v<Acc, std::decay_t<decltype(std::declval<Plan>().ops)>>,
+  using Ops = std::decay_t<decltype(std::declval<Plan>().ops)>;
+  static_assert(all_differentiable_v<Acc, Ops>,
                 "xattn: grad(e): a score modifier must be a template over the score type U, calling math "
-                "functions unqualified (using std::tanh; tanh(s)), so that it runs on xattn::dual");
+                "functions unqualified (using std::tanh; tanh(s)), so that it runs on xattn::dual (and, when it "
+                "lists learnables in parameters(), on xattn::var)");
+  static_assert(all_parameters_checked_v<Ops>);
   return true;
 }
 
@@ -112,16 +132,16 @@ backward_report run_qk_backward(const Plan& p, const problem& pr, const schedule
                                 const strided_view<const DO>& d_out, const strided_view<const O>& out,
                                 const strided_view<const Acc, 3>& lse, const strided_view<Acc>& dq,
                                 const strided_view<Acc>& dk, const strided_view<Acc>& dv,
-                                std::vector<xt::xarray<Acc>>& dbias,
+                                std::vector<xt::xarray<Acc>>& dbias, std::vector<learned_gradients>& dmodify,
                                 parameter_gradients_t<typename decltype(p.base)::policy_type>& dscore,
                                 const std::pair<Acc, Acc>* exact = nullptr) {
   if constexpr (std::is_same_v<typename decltype(p.base)::policy_type, dot>) {
     const backward_schedule bs = resolve_backward(sch, pr, pr.q_dim, simd::width<Acc>);
     const dot_source<decltype(p.base.q.view), decltype(p.base.k.view)> src{p.base.q.view, p.base.k.view, pr.q_dim};
     return run_backward<Acc>(p, pr, bs, src, d_out, out, lse,
-                             backward_out<Acc, Acc>{dq, dk, dv, {}, {}, {}, {}, &dbias}, exact);
+                             backward_out<Acc, Acc>{dq, dk, dv, {}, {}, {}, {}, &dbias, &dmodify}, exact);
   } else {
-    return run_policy_backward<Acc>(p, pr, sch, d_out, out, lse, dq, dk, dv, dbias, dscore, exact);
+    return run_policy_backward<Acc>(p, pr, sch, d_out, out, lse, dq, dk, dv, dbias, dmodify, dscore, exact);
   }
 }
 
@@ -162,10 +182,10 @@ auto run_grad(const Plan& p, const F& f, const DOut& d_out, const schedule& sch)
   if constexpr (base_t::tensor_scores) {
     const backward_schedule bs = resolve_backward(sch, pr, 0, simd::width<Acc>);
     rep = run_backward<Acc>(p, pr, bs, tensor_source{}, dov, ov, lv,
-                            backward_out<Acc, Acc>{{}, {}, dv, dx, {}, {}, {}, &g.dbias});
+                            backward_out<Acc, Acc>{{}, {}, dv, dx, {}, {}, {}, &g.dbias, &g.dmodify});
   } else {
     g.dscore = zero_parameter_gradients(p.base.policy);
-    rep = run_qk_backward<Acc>(p, pr, sch, dov, ov, lv, dq, dk, dv, g.dbias, g.dscore);
+    rep = run_qk_backward<Acc>(p, pr, sch, dov, ov, lv, dq, dk, dv, g.dbias, g.dmodify, g.dscore);
   }
   // the probabilities recomputed from f.lse must sum to 1: a log-sum-exp of another expression
   // (or other inputs) would give silently wrong gradients

@@ -4,7 +4,7 @@
 //      operator() only keeps its raw rows and zero terms);
 //   2. the fused backward on the features (backward_worker with a separable or pair source):
 //      gradients at fq, α, fk, β and at combine's parameters;
-//   3. back through the projections, row by row (policy/gradient.hpp: analytic members or duals),
+//   3. back through the projections, row by row (policy/gradient.hpp: analytic members or the tape),
 //      into dQ, dK and the policy's parameter gradients -- in a fixed order (deterministic).
 #include "../policy/gradient.hpp"
 #include "backward.hpp"
@@ -70,6 +70,7 @@ template <class Acc, class P>
 void project_backward_all(const P& policy, const problem& pr, const feature_buffers<Acc>& fb,
                           const strided_view<Acc>& dq, const strided_view<Acc>& dk, const auto& q_view,
                           const auto& k_view, parameter_gradients_t<P>& g) {
+  const parameter_slots slots = automatic_slots(policy);
   auto back = [&](const auto& view, const strided_view<Acc>& to, std::size_t heads, std::size_t len, std::size_t d,
                   std::size_t n, bool keys, const std::vector<Acc>& df, const std::vector<Acc>& dterm) {
     std::vector<Acc> dx(d);
@@ -79,7 +80,7 @@ void project_backward_all(const P& policy, const problem& pr, const feature_buff
           const std::span<const Acc> dfr(df.data() + r * n, n);
           if constexpr (declares_features<P>) {
             const std::vector<Acc> x = detail::row_as<Acc>(view, b, h, s);
-            project_backward(policy, keys, std::span<const Acc>(x), dfr, dterm[r], std::span<Acc>(dx), g);
+            project_backward(policy, keys, std::span<const Acc>(x), dfr, dterm[r], std::span<Acc>(dx), slots, g);
           } else {
             std::copy(dfr.begin(), dfr.end(), dx.begin());
           }
@@ -98,24 +99,34 @@ backward_report run_policy_backward(const Plan& p, const problem& pr, const sche
                                     const strided_view<const DO>& d_out, const strided_view<const O>& out,
                                     const strided_view<const Acc, 3>& lse, const strided_view<Acc>& dq,
                                     const strided_view<Acc>& dk, const strided_view<Acc>& dv,
-                                    std::vector<xt::xarray<Acc>>& dbias,
+                                    std::vector<xt::xarray<Acc>>& dbias, std::vector<learned_gradients>& dmodify,
                                     parameter_gradients_t<typename decltype(p.base)::policy_type>& g,
                                     const std::pair<Acc, Acc>* exact = nullptr) {
   using P = typename decltype(p.base)::policy_type;
   feature_buffers<Acc> fb = project_features<Acc>(p, pr);
   const backward_schedule bs = resolve_backward(sch, pr, fb.n, simd::width<Acc>);
   std::vector<double> dparams;
-  backward_out<Acc, Acc> to{{fb.dfq.data(), fb.q_at}, {fb.dfk.data(), fb.k_at}, dv,       {},
-                            fb.dalpha.data(),         fb.dbeta.data(),          &dparams, &dbias};
+  backward_out<Acc, Acc> to{.dq = {fb.dfq.data(), fb.q_at},
+                            .dk = {fb.dfk.data(), fb.k_at},
+                            .dv = dv,
+                            .dalpha = fb.dalpha.data(),
+                            .dbeta = fb.dbeta.data(),
+                            .dparams = &dparams,
+                            .dbias = &dbias,
+                            .dmodify = &dmodify};
   backward_report rep;
   if constexpr (separable<P>()) {
     rep = run_backward<Acc>(p, pr, bs, separable_source<Acc>{fb.view()}, d_out, out, lse, to, exact);
   } else {
-    const pair_source<Acc, P> src{fb.view(), &p.base.policy, combine_parameter_count(p.base.policy)};
+    const pair_source<Acc, P> src{fb.view(), &p.base.policy, combine_parameter_count(p.base.policy),
+                                  automatic_slots(p.base.policy)};
     rep = run_backward<Acc>(p, pr, bs, src, d_out, out, lse, to, exact);
   }
-  if constexpr (combines_backward_in<P, Acc>)
+  if constexpr (combines_backward_in<P, Acc>) {
     if (!dparams.empty()) p.base.policy.add_combine_gradients(std::span<const double>(dparams), g);
+  } else if constexpr (learns_automatically<P>()) {
+    for (std::size_t k = 0; k < dparams.size(); ++k) g.d[k] += dparams[k];
+  }
   project_backward_all<Acc>(p.base.policy, pr, fb, dq, dk, p.base.q.view, p.base.k.view, g);
   return rep;
 }

@@ -4,6 +4,7 @@
 // bias tensor or causal alignment are checked and read against it) and see every position shifted
 // into it; dropout draws the whole problem's decisions. One mechanism for every policy, built-in or
 // a user's: context parallelism evaluates each rank's rows against each travelling key block so.
+#include "../learnable.hpp"
 #include "plan.hpp"
 #include "resolve.hpp"
 
@@ -44,6 +45,7 @@ struct shifted {
                 T value) const requires has_hide_row<X, T> {
     x.hide_row(s, n, b, h, at.q0 + i, at.k0 + j0, value);
   }
+  auto parameters() const requires declares_learnables<X> { return x.parameters(); }
   template <class U>
   U operator()(U s, std::size_t b, std::size_t h, std::size_t i, std::size_t j) const requires modifies_in<X, U> {
     return x(s, b, h, at.q0 + i, at.k0 + j);

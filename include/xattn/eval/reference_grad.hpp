@@ -3,9 +3,12 @@
 // the reference forward -- the oracle of the backward tests. The softmax and P·V are differentiated
 // by hand (dS = P ∘ (dP − rowsum(P ∘ dP))); modifiers by running them on dual numbers; the scoring
 // policy's operator() by one dual evaluation per input feature (so any policy written generically
-// in its scalar type differentiates here, whatever its speed). Masked scores are constants: a
-// filled or excluded score gets no gradient, as in d2l's masked fill.
+// in its scalar type differentiates here, whatever its speed), and learnables (learnable.hpp) by
+// one dual evaluation each, seeded: forward mode throughout, where the fused backward uses the
+// tape. Masked scores are constants: a filled or excluded score gets no gradient, as in d2l's
+// masked fill.
 #include "../dual.hpp"
+#include "../learnable.hpp"
 #include "../policy/ops/bias.hpp"
 #include "reference.hpp"
 
@@ -17,11 +20,13 @@
 namespace xattn {
 
 struct reference_gradients {
-  xt::xtensor<double, 4> dq;              // (B, Hq, Sq, Dq); empty for tensor scores
-  xt::xtensor<double, 4> dk;              // (B, Hkv, Skv, Dk); empty for tensor scores
-  xt::xtensor<double, 4> dv;              // (B, Hkv, Skv, Dv)
-  xt::xtensor<double, 4> dx;              // (B, Hq, Sq, Skv) for tensor scores X, else empty
-  std::vector<xt::xarray<double>> dbias;  // one per bias(t) term, in order, in t's shape
+  xt::xtensor<double, 4> dq;                 // (B, Hq, Sq, Dq); empty for tensor scores
+  xt::xtensor<double, 4> dk;                 // (B, Hkv, Skv, Dk); empty for tensor scores
+  xt::xtensor<double, 4> dv;                 // (B, Hkv, Skv, Dv)
+  xt::xtensor<double, 4> dx;                 // (B, Hq, Sq, Skv) for tensor scores X, else empty
+  std::vector<xt::xarray<double>> dbias;     // one per bias(t) term, in order, in t's shape
+  std::vector<double> dscore;                // a policy's learnables (learned_gradients' order); else empty
+  std::vector<std::vector<double>> dmodify;  // one per modifier with learnables, in order
 };
 
 template <class Op>
@@ -88,6 +93,16 @@ void add_pair_gradient(const P& policy, std::span<const double> q, std::span<con
   for (std::size_t n = 0; n < k.size(); ++n) dk[n] += g * one(kd, n);
 }
 
+/// Adds g · ∂f/∂(slot n) into d[n] for every learnable slot, f() evaluated on dual numbers with
+/// that slot seeded: one evaluation per learnable.
+template <class F>
+void add_learned_gradients(const parameter_slots& slots, double g, F&& f, std::vector<double>& d) {
+  for (std::size_t n = 0; n < slots.size(); ++n) {
+    const seed_learnable seed(slots.address(n));
+    d[n] += g * f().d;
+  }
+}
+
 }  // namespace detail
 
 /// Gradients of plan p's output (or weights, without values) given d_out, (B, Hq, Sq, Dv) -- or
@@ -143,6 +158,24 @@ reference_gradients reference_grad(const Plan& p, const xt::xtensor<double, 4>& 
     dw = d_out;
   }
 
+  // learnables: the policy's, and each modifier's (slots of the bound modifiers, which run below)
+  parameter_slots policy_slots;
+  if constexpr (!base_t::tensor_scores) {
+    if constexpr (declares_learnables<typename base_t::policy_type>) policy_slots = parameter_slots(p.base.policy);
+  }
+  r.dscore.assign(policy_slots.size(), 0.0);
+  std::array<parameter_slots, n_ops + 1> op_slots{};
+  std::array<std::size_t, n_ops + 1> op_out{};
+  op_index = 0;
+  hana::for_each(ops, [&](const auto& op) {
+    if constexpr (declares_learnables<std::decay_t<decltype(op)>>) {
+      op_slots[op_index] = parameter_slots(op);
+      op_out[op_index] = r.dmodify.size();
+      r.dmodify.emplace_back(op_slots[op_index].size(), 0.0);
+    }
+    ++op_index;
+  });
+
   std::vector<double> prob(Skv), dp(Skv), keep(Skv);
   for (std::size_t b = 0; b < B; ++b)
     for (std::size_t h = 0; h < H; ++h)
@@ -161,19 +194,32 @@ reference_gradients reference_grad(const Plan& p, const xt::xtensor<double, 4>& 
         for (std::size_t j = 0; j < Skv; ++j) {
           if (!all_visible(masks, b, h, i, j)) continue;  // filled or excluded: a constant
           // forward through the modifiers on duals, keeping each one's derivative
-          std::array<double, n_ops + 1> deriv{};
+          std::array<double, n_ops + 1> deriv{}, in{}, g_out{};
           double s = p.scale * detail::base_score(p, pr, b, h, i, j);
           std::size_t k = 0;
           hana::for_each(ops, [&](const auto& op) {
+            in[k] = s;
             const dual<double> y = op(dual<double>{s, 1.0}, b, h, i, j);
             deriv[k++] = y.d;
             s = y.v;
           });
           double g = prob[j] * (dp[j] - delta);
           for (std::size_t m = n_ops; m-- > 0;) {
+            g_out[m] = g;
             if (bias_views[m].data) bias_views[m](b, h, i, j) += g;
             g *= deriv[m];
           }
+          k = 0;
+          hana::for_each(ops, [&](const auto& op) {
+            if (op_slots[k].size())
+              detail::add_learned_gradients(
+                  op_slots[k], g_out[k],
+                  [&] {
+                    return dual<double>(op(dual<double>{in[k], 0.0}, b, h, i, j));
+                  },
+                  r.dmodify[op_out[k]]);
+            ++k;
+          });
           g *= p.scale;
           if constexpr (base_t::tensor_scores) {
             r.dx(b, h, i, j) += g;
@@ -181,6 +227,13 @@ reference_gradients reference_grad(const Plan& p, const xt::xtensor<double, 4>& 
             const auto q = detail::row_as<double>(p.base.q.view, b, h, i);
             const auto kr = detail::row_as<double>(p.base.k.view, b, h / G, j);
             detail::add_pair_gradient(p.base.policy, q, kr, g, &r.dq(b, h, i, 0), &r.dk(b, h / G, j, 0));
+            if (policy_slots.size()) {
+              using D = dual<double>;
+              const std::vector<D> qd(q.begin(), q.end()), kd(kr.begin(), kr.end());
+              detail::add_learned_gradients(
+                  policy_slots, g, [&] { return D(p.base.policy(std::span<const D>(qd), std::span<const D>(kd))); },
+                  r.dscore);
+            }
           }
         }
       }

@@ -1,7 +1,8 @@
 #pragma once
 // The backward pass's row operations (FlashAttention-2): probabilities recomputed from the saved
-// log-sum-exp and the softmax's gradient. Its products are the forward's microkernels: S and dP by
-// qk_tile, dQ by pv_tile, dV and dK by pv_tile_transposed.
+// log-sum-exp, the softmax's gradient, and a scoring policy's per-row and per-key terms with their
+// gradients. Its products are the forward's microkernels: S and dP by qk_tile, dQ by pv_tile, dV
+// and dK by pv_tile_transposed.
 #include "rows.hpp"
 
 #include <cstddef>
@@ -35,6 +36,29 @@ void softmax_grad_row(const T* p, T* dp, std::size_t n, T delta, T c) {
   constexpr std::size_t w = simd::width<T>;
   const batch<T> dv(delta), cv(c);
   for (std::size_t j = 0; j < n; j += w) simd::store(dp + j, cv * simd::load(p + j) * (simd::load(dp + j) - dv));
+}
+
+/// s[j] += a + b[j] over [0, n) (n a multiple of the batch size, b as wide): a score row's
+/// per-query term a and per-key terms b.
+template <class T>
+void add_terms_row(T* s, std::size_t n, T a, const T* b) {
+  constexpr std::size_t w = simd::width<T>;
+  const batch<T> av(a);
+  for (std::size_t j = 0; j < n; j += w) simd::store(s + j, simd::load(s + j) + (av + simd::load(b + j)));
+}
+
+/// col[j] += g[j] over [0, n) (n a multiple of the batch size, col as wide); returns Σ_j g[j]:
+/// one row of dS into the gradients at the key terms and at the row's query term.
+template <class T>
+T accumulate_row(const T* g, std::size_t n, T* col) {
+  constexpr std::size_t w = simd::width<T>;
+  batch<T> sum(T(0));
+  for (std::size_t j = 0; j < n; j += w) {
+    const batch<T> x = simd::load(g + j);
+    simd::store(col + j, simd::load(col + j) + x);
+    sum += x;
+  }
+  return simd::hsum(sum);
 }
 
 /// Σ_d a[d]·b[d] over [0, n) for rows of any element types, in T.

@@ -57,13 +57,14 @@ std::vector<std::pair<Acc, Acc>> exact_stats(const setup& su, const Plan& p, con
 }
 
 /// The rank's dQ (B, Hq, rows, Dq) and its own keys' dK (B, Hkv, rows, Dk), dV (B, Hkv, rows, Dv),
-/// in Acc; bias(t) and the scoring policy's parameter gradients of this rank's queries added into
-/// dbias and dscore (the caller sums them over the ranks).
+/// in Acc; bias(t), the modifiers' learnables and the scoring policy's parameter gradients of this
+/// rank's queries added into dbias, dmodify and dscore (the caller sums them over the ranks).
 template <class Acc, class Plan, class DO, class O, class DScore>
 void ring_gradients(const setup& su, const Plan& p, ring_problem<Plan> rp, const schedule& sch,
                     const strided_view<const DO>& d_out, const strided_view<const O>& out,
                     const strided_view<const Acc, 3>& lse, std::vector<Acc>& dq, std::vector<Acc>& dk_own,
-                    std::vector<Acc>& dv_own, std::vector<xt::xarray<Acc>>& dbias, DScore& dscore) {
+                    std::vector<Acc>& dv_own, std::vector<xt::xarray<Acc>>& dbias,
+                    std::vector<learned_gradients>& dmodify, DScore& dscore) {
   const problem& l = rp.local;
   const std::size_t rows = su.rows(su.rank), bq = l.batch * l.q_heads, bk = l.batch * l.kv_heads;
   const std::vector<std::pair<Acc, Acc>> exact = exact_stats<Acc>(su, p, rp, lse);
@@ -128,8 +129,8 @@ void ring_gradients(const setup& su, const Plan& p, ring_problem<Plan> rp, const
               bp, pr, sch, segment_view(d_out, qs), segment_view(out, qs), segment_view(lse, qs),
               strided_view<Acc>{dq_blk.data(), packed_layout(l.batch, l.q_heads, qs.size, l.q_dim)},
               strided_view<Acc>{dk_blk.data(), packed_layout(l.batch, l.kv_heads, ks.size, l.k_dim)},
-              strided_view<Acc>{dv_blk.data(), packed_layout(l.batch, l.kv_heads, ks.size, l.v_dim)}, dbias, dscore,
-              ex.empty() ? nullptr : ex.data());
+              strided_view<Acc>{dv_blk.data(), packed_layout(l.batch, l.kv_heads, ks.size, l.v_dim)}, dbias, dmodify,
+              dscore, ex.empty() ? nullptr : ex.data());
         });
         for (std::size_t r = 0; r < bq; ++r)
           for (std::size_t x = 0; x < qs.size * l.q_dim; ++x)

@@ -209,13 +209,16 @@ class context {
     std::vector<Acc> dq, dk, dv;
     typename xattn::detail::gradient_types<Plan, Acc>::type g;
     g.dscore = zero_parameter_gradients(p.base.policy);
-    hana::for_each(p.ops, [&](const auto& op) {  // every rank sums each bias, even one its masks hide
-      if constexpr (is_tensor_bias_v<std::decay_t<decltype(op)>>) g.dbias.push_back(xt::zeros<Acc>(op.tensor.shape));
+    hana::for_each(p.ops, [&](const auto& op) {  // every rank sums each bias and learnable, even where masks hide all
+      using Op = std::decay_t<decltype(op)>;
+      if constexpr (is_tensor_bias_v<Op>) g.dbias.push_back(xt::zeros<Acc>(op.tensor.shape));
+      if constexpr (declares_learnables<Op>) g.dmodify.push_back(parameter_slots(op).zeros());
     });
-    detail::ring_gradients<Acc>(su_, p, rp, sch, strided_view<const DO>{d_out.data(), of.at},
-                                strided_view<const O>{f.output.data(), of.at},
-                                strided_view<const Acc, 3>{f.lse.data(), lse_at}, dq, dk, dv, g.dbias, g.dscore);
+    detail::ring_gradients<Acc>(
+        su_, p, rp, sch, strided_view<const DO>{d_out.data(), of.at}, strided_view<const O>{f.output.data(), of.at},
+        strided_view<const Acc, 3>{f.lse.data(), lse_at}, dq, dk, dv, g.dbias, g.dmodify, g.dscore);
     for (auto& t : g.dbias) detail::sum_in_rank_order(su_.comm, t.data(), t.size());
+    for (auto& t : g.dmodify) detail::sum_in_rank_order(su_.comm, t.d.data(), t.d.size());
     detail::sum_parameters_in_rank_order(su_.comm, g.dscore);
     using xattn::detail::zero_gradient;
     const layout<4> dq_at = zero_gradient(g.dq, lt.how, {l.batch, l.q_heads, l.q_len, l.q_dim});

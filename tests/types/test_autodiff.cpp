@@ -1,0 +1,138 @@
+// The differentiable scalar types: var (reverse mode, one sweep for every input) against dual
+// (forward mode, one evaluation per input) and both against central finite differences of the
+// same generic code; learnable's conversions and parameter_slots' bookkeeping.
+#include <xattn/dual.hpp>
+#include <xattn/learnable.hpp>
+#include <xattn/var.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <array>
+#include <cmath>
+#include <span>
+#include <vector>
+
+using namespace xattn;
+
+namespace {
+
+/// Generic code touching every operation and math function the two types provide.
+template <class T>
+T f(std::span<const T> x) {
+  using std::abs, std::exp, std::log, std::max, std::min, std::pow, std::sqrt, std::tanh;
+  T s = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) s += x[i] * x[(i + 1) % x.size()];
+  T r = tanh(s) / sqrt(x[0] * x[0] + T(1)) + exp(-abs(x[1] - x[2])) + log(T(2) + x[3] * x[3]);
+  r += pow(abs(x[0]) + T(1), 1.5) + max(x[1], x[3]) * min(x[0], x[2]) - x[2] / (x[3] - T(3));
+  r -= T(0.5) * x[1];
+  r *= T(1.25);
+  r /= x[0] * x[0] + T(2);
+  return r;
+}
+
+const std::array<double, 4> at{0.3, -0.7, 1.1, 0.4};
+
+}  // namespace
+
+TEST_CASE("var: one sweep gives the derivatives dual numbers give one input at a time") {
+  tape<double>& t = tape<double>::local();
+  t.clear();
+  std::array<var<double>, 4> xv;
+  for (std::size_t n = 0; n < 4; ++n) xv[n] = t.input(at[n]);
+  const var<double> y = f<var<double>>(xv);
+  CHECK(y.v == f<double>(at));
+  t.sweep(y, 1.0);
+  for (std::size_t n = 0; n < 4; ++n) {
+    std::array<dual<double>, 4> xd;
+    for (std::size_t m = 0; m < 4; ++m) xd[m] = dual<double>(at[m], m == n ? 1.0 : 0.0);
+    const double forward = f<dual<double>>(xd).d;
+    std::array<double, 4> up = at, down = at;
+    const double h = 1e-6;
+    up[n] += h;
+    down[n] -= h;
+    const double central = (f<double>(up) - f<double>(down)) / (2 * h);
+    INFO("input " << n);
+    CHECK(std::abs(t.adjoint(xv[n]) - forward) < 1e-14);
+    CHECK(std::abs(forward - central) < 1e-8);
+  }
+}
+
+TEST_CASE("var: several outputs are swept at once, constants make no nodes, kinks are finite") {
+  tape<double>& t = tape<double>::local();
+  t.clear();
+  const var<double> c = var<double>(2.0) * 3 + 1;  // constants only: folded, no node
+  CHECK(c.id == 0);
+  CHECK(c.v == 7);
+  const var<double> x = t.input(0.5), y = t.input(-2.0);
+  const var<double> a = x * y + c, b = exp(x) - y / c;
+  const std::array<std::pair<std::uint32_t, double>, 2> seeds{{{a.id, 3.0}, {b.id, -1.0}}};
+  t.sweep(std::span<const std::pair<std::uint32_t, double>>(seeds));
+  // d(3a - b)/dx = 3y - e^x, d/dy = 3x + 1/c
+  CHECK(std::abs(t.adjoint(x) - (3 * -2.0 - std::exp(0.5))) < 1e-15);
+  CHECK(std::abs(t.adjoint(y) - (3 * 0.5 + 1 / 7.0)) < 1e-15);
+  CHECK(t.adjoint(c) == 0);
+  // sqrt at 0 has derivative 0, as dual's: a zero vector's norm sends no NaN back
+  t.clear();
+  const var<double> z = t.input(0.0);
+  t.sweep(sqrt(z * z), 1.0);
+  CHECK(t.adjoint(z) == 0);
+  CHECK(sqrt(dual<double>(0.0, 1.0)).d == 0);
+  t.clear();
+  const var<double> n = t.input(-1.5);
+  t.sweep(abs(n), 2.0);
+  CHECK(t.adjoint(n) == -2.0);
+}
+
+TEST_CASE("learnable: a value for float and double, an input for var, the seed for dual") {
+  const learnable<> w = 0.25;
+  CHECK(float(w) == 0.25f);
+  CHECK(double(w) == 0.25);
+  CHECK(dual<double>(w).d == 0);
+  {
+    const seed_learnable seed(&w);
+    CHECK(dual<double>(w).v == 0.25);
+    CHECK(dual<float>(w).d == 1.0f);
+  }
+  CHECK(dual<double>(w).d == 0);  // the seed ends with its scope
+  tape<float>& t = tape<float>::local();
+  t.clear();
+  const var<float> x = t.input(2.0f);
+  const var<float> y = x * var<float>(w) * var<float>(w);  // w twice: two leaves, both listed
+  REQUIRE(t.learned().size() == 2);
+  CHECK(t.learned()[0].address == &w);
+  t.sweep(y, 1.0f);
+  float dw = 0;
+  for (const auto& leaf : t.learned()) dw += t.adjoint(leaf.id);
+  CHECK(dw == 2.0f * 2.0f * 0.25f);  // d(x w²)/dw = 2 x w
+}
+
+namespace {
+struct with_parameters {
+  learnable<> a = 1;
+  std::vector<learnable<>> b{2.0, 3.0, 4.0};
+  std::array<learnable<float>, 2> c{5.0f, 6.0f};
+  double not_learned = 7;
+  auto parameters() const { return std::tie(a, b, c); }
+};
+struct lists_doubles {
+  double a = 1;
+  auto parameters() const { return std::tie(a); }
+};
+}  // namespace
+
+TEST_CASE("parameter_slots: parameters() order, ranges flattened, any other address unknown") {
+  STATIC_REQUIRE(declares_learnables<with_parameters>);
+  STATIC_REQUIRE(!declares_learnables<lists_doubles>);
+  const with_parameters p;
+  const parameter_slots s(p);
+  REQUIRE(s.size() == 6);
+  CHECK(s.find(&p.a) == 0);
+  CHECK(s.find(&p.b[0]) == 1);
+  CHECK(s.find(&p.b[2]) == 3);
+  CHECK(s.find(&p.c[1]) == 5);
+  CHECK(s.find(&p.not_learned) == parameter_slots::npos);
+  for (std::size_t n = 0; n < s.size(); ++n) CHECK(s.find(s.address(n)) == n);
+  const learned_gradients g = s.zeros();
+  CHECK(g.size() == 6);
+  CHECK_THROWS(g[6]);
+}
