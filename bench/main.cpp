@@ -41,6 +41,7 @@ int main(int argc, char** argv) {
   xattn_bench::register_xattn_variant();
   xattn_bench::register_sixteen_bit();
   xattn_bench::register_additive();
+  xattn_bench::register_user_policies();
   xattn_bench::register_documents();
   xattn_bench::register_tile_ops();
   xattn_bench::register_backward();

@@ -17,7 +17,7 @@ from pathlib import Path
 
 FUSED = "xattn"
 BASELINES = ["blas_unfused", "xtensor_eager", "ort"]
-OTHER = ("additive", "documents", "memory", "compile", "tile", "bandwidth")  # measurements outside the shape table
+OTHER = ("additive", "user_policy", "documents", "memory", "compile", "tile", "bandwidth")  # measurements outside the shape table
 PEAK = "peak_fma"
 PEAK_BF16 = "peak_bf16"
 # 16-bit operands (issue 18): their own table over the same shapes, and grouped-query decode rows
@@ -396,6 +396,18 @@ def other_measurements(benchmarks):
         if "fused_fwd_bwd" in forms and "torch_d2l_fwd_bwd" in forms:
             lines.append(f"| additive/{'/'.join(key)}: torch_d2l_fwd_bwd / fused_fwd_bwd (target ≥ 4) | "
                          f"{forms['torch_d2l_fwd_bwd'] / forms['fused_fwd_bwd']:.1f}× |")
+    users = {}
+    for name, counters in rows.items():  # user policies: forward, forward + backward, PyTorch
+        parts = name.split("/")
+        if parts[0] == "user_policy" and "ms" in counters:
+            users.setdefault(tuple(parts[2:]), {})[parts[1]] = statistics.median(counters["ms"])
+    for key, forms in users.items():
+        if "fused" in forms and "fused_fwd_bwd" in forms:
+            lines.append(f"| user_policy/{'/'.join(key)}: fused_fwd_bwd / fused (the backward's cost) | "
+                         f"{forms['fused_fwd_bwd'] / forms['fused']:.1f}× |")
+        if "fused_fwd_bwd" in forms and "torch_fwd_bwd" in forms:
+            lines.append(f"| user_policy/{'/'.join(key)}: torch_fwd_bwd / fused_fwd_bwd | "
+                         f"{forms['torch_fwd_bwd'] / forms['fused_fwd_bwd']:.2f}× |")
     for name, counters in rows.items():  # packed documents against dense, alternating in one loop
         if name.startswith("documents/") and "packed_over_dense" in counters:
             lines.append(f"| {name}: packed time / dense time (target ≤ 1/6 = 0.167) | "

@@ -7,7 +7,11 @@ bench/backward.cpp, with 1 and 2 threads. Written as Google-Benchmark-like JSON 
 "torch_d2l_fwd_bwd/<B>/<H>/<Sq>/<Skv>/<D>/<causal>/<threads>" with the same "gflops" count as
 xattn_fwd_bwd (3.5 x 4·B·H·Sq·Skv·D, causal half), for report.py to merge. Also d2l's
 AdditiveAttention forward + backward on bench/additive.cpp's shape, as
-"additive/torch_d2l_fwd_bwd/<B>/<Sq>/<Skv>/<d>/<h>/<threads>" with counter "ms". Skipped without torch.
+"additive/torch_d2l_fwd_bwd/<B>/<Sq>/<Skv>/<d>/<h>/<threads>" with counter "ms". And the scores of
+bench/user_policies.cpp written in PyTorch the usual way (normalise and bmm, cdist, weights and
+bmm, a gathered bias table), materialised, with autograd to the inputs and the learnables, as
+"user_policy/torch_fwd_bwd/<policy>/<B>/<H>/<Sq>/<Skv>/<D>/<threads>" with counter "ms".
+Skipped without torch.
 """
 import json
 import math
@@ -77,8 +81,57 @@ def additive_rows():
     return rows
 
 
+def user_policy_scores(policy, q, k, param, heads):
+    """bench/user_policies.cpp's scores for (batch x heads, S, D) q and k; param is the learnable."""
+    if policy == "cosine_temperature":
+        qn = torch.nn.functional.normalize(q, dim=-1)
+        kn = torch.nn.functional.normalize(k, dim=-1)
+        return torch.bmm(qn, kn.transpose(1, 2)) / param
+    if policy == "laplace":
+        return -torch.cdist(q, k, p=1) / param
+    if policy == "weighted_dot":
+        return torch.bmm(q * param, k.transpose(1, 2)) / math.sqrt(q.shape[-1])
+    # relative_bias: table (heads, 2R + 1) gathered at clamp(j - i, -R, R) + R, causal by -inf
+    n, r = q.shape[1], (param.shape[1] - 1) // 2
+    pos = torch.arange(n)
+    bucket = (pos[None, :] - pos[:, None]).clamp(-r, r) + r
+    scores = torch.bmm(q, k.transpose(1, 2)) / math.sqrt(q.shape[-1])
+    scores = (scores.view(-1, heads, n, n) + param[:, bucket]).view(-1, n, n)
+    upper = torch.triu(torch.ones(n, n, dtype=torch.bool), diagonal=1)
+    return scores.masked_fill(upper, -math.inf)
+
+
+def user_policy_rows():
+    b, h, s, d = 1, 4, 256, 64  # bench/user_policies.cpp's case
+    rows = []
+    for policy in ("cosine_temperature", "laplace", "weighted_dot", "relative_bias"):
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            g = torch.Generator().manual_seed(5)
+            q, k, v, d_out = (torch.rand(b * h, s, d, generator=g) * 2 - 1 for _ in range(4))
+            for t in (q, k, v):
+                t.requires_grad_(True)
+            if policy == "relative_bias":
+                param = (0.1 * torch.sin(torch.arange(h * 33, dtype=torch.float32))).view(h, 33)
+            elif policy == "weighted_dot":
+                param = 1.0 + 0.5 * torch.sin(torch.arange(d, dtype=torch.float32))
+            else:
+                param = torch.tensor(0.1 if policy == "cosine_temperature" else 8.0)
+            param.requires_grad_(True)
+            best = math.inf
+            for rep in range(6):
+                start = time.perf_counter()
+                out = torch.bmm(torch.softmax(user_policy_scores(policy, q, k, param, h), dim=-1), v)
+                out.backward(d_out)
+                best = min(best, time.perf_counter() - start) if rep > 0 else best
+            rows.append({"name": f"user_policy/torch_fwd_bwd/{policy}/{b}/{h}/{s}/{s}/{d}/{threads}",
+                         "run_type": "iteration", "real_time": best * 1e3, "time_unit": "ms", "ms": best * 1e3})
+            print(rows[-1]["name"], f"{best * 1e3:.1f} ms", file=sys.stderr)
+    return rows
+
+
 def main(out_path):
-    rows = additive_rows()
+    rows = additive_rows() + user_policy_rows()
     for (b, h, sq, skv, d, causal) in SHAPES:
         for threads in (1, 2):
             torch.set_num_threads(threads)

@@ -47,6 +47,7 @@ void register_blas_unfused();
 void register_xtensor_eager();
 void register_xattn_variant();
 void register_additive();
+void register_user_policies();
 void register_memory();
 void register_tile_ops();
 void register_backward();

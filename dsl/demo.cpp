@@ -139,17 +139,33 @@ int main(int argc, char** argv) {
   const auto add = dsl::training::fit_additive_lookup(/*steps*/ 200, /*lr*/ 0.05f);
   for (std::size_t n = 0; n < add.losses.size(); n += 40) std::printf("  step %3zu  loss %.5f\n", n, add.losses[n]);
   std::printf("  step %3zu  loss %.5f\n", add.losses.size() - 1, add.losses.back());
+
+  section(
+      "training: a user modifier's learnable table (relative position bias), SGD on g.dmodify, no derivative written");
+  const auto rb = dsl::training::fit_relative_bias_demo(/*steps*/ 200, /*lr*/ 0.015);
+  for (std::size_t n = 0; n < rb.losses.size(); n += 50) std::printf("  step %3zu  loss %.6f\n", n, rb.losses[n]);
+  std::printf("  step %3zu  loss %.6f\n", rb.losses.size() - 1, rb.losses.back());
+  for (std::size_t h = 0; h < 2; ++h) {
+    std::printf("  head %zu, bias at j - i = -4..0 (relative to j = i): teacher", h);
+    for (std::size_t b = 0; b < 5; ++b) std::printf(" %5.2f", rb.teacher[h * 5 + b]);
+    std::printf(", learned");
+    for (std::size_t b = 0; b < 5; ++b) std::printf(" %5.2f", rb.learned[h * 5 + b]);
+    std::printf("\n");
+  }
   const auto loss_png = out_dir / "training_loss.png";
   viz::line_plot_options loss_opt;
   loss_opt.log_y = true;
   loss_opt.title = "training loss";
   viz::write_line_plot(loss_png, {{"Nadaraya-Watson", nw.losses}, {"additive lookup", add.losses}}, loss_opt);
+  const auto rb_png = out_dir / "relative_bias_loss.png";
+  loss_opt.title = "relative position bias: training loss";
+  viz::write_line_plot(rb_png, {{"relative position bias", rb.losses}}, loss_opt);
   viz::heatmap_options add_opt;
   add_opt.range = {{0.0, 1.0}};
   add_opt.cell = 32;
   const auto add_png = out_dir / "additive_learned_weights.png";
   viz::write_heatmap(add_png, xt::xtensor<float, 2>(xt::view(add.weights, 0)), add_opt);
-  std::cout << "loss curves: " << loss_png.string()
+  std::cout << "loss curves: " << loss_png.string() << ", " << rb_png.string()
             << "\nlearned weights (query i reads keys 3i..3i+2, its type): " << add_png.string() << "\n";
 
   section("fused xattn vs unfused (sgemm, scalar-exp softmax, sgemm), (1, 8, S, 64), float, 2 threads each");

@@ -2,7 +2,10 @@
 // The training part of `make demo`, written as a user would: (1) d2l's Nadaraya-Watson regression
 // with a learnable Gaussian width, trained by SGD on g.dscore.d_sigma; (2) d2l's AdditiveAttention
 // module learning which keys a query should read (a synthetic lookup task) by Adam on its three
-// weight matrices. tests/dsl/test_training_demo.cpp checks that both losses fall.
+// weight matrices; (3) a user modifier's learnable table, relative position biases, recovered
+// from a teacher's outputs by SGD on g.dmodify. tests/dsl/test_training_demo.cpp checks all three.
+#include "training_examples.hpp"
+
 #include <xattn/nn/nn.hpp>
 #include <xattn/xattn.hpp>
 
@@ -129,6 +132,40 @@ inline additive_run fit_additive_lookup(int steps, float lr, std::uint64_t seed 
   model.keep_weights(true);
   model.forward(show.queries, show.keys, show.values, show.lens);
   run.weights = model.last_weights();
+  return run;
+}
+
+struct relative_bias_run {
+  std::vector<double> losses;            // before each step
+  std::vector<double> teacher, learned;  // per head, buckets j - i = -R..0, relative to j = i
+};
+
+/// Causal attention (2 heads, 24 tokens) whose scores get a teacher's relative position biases:
+/// head 0 favours the previous token, head 1 the distant past. A student table starting at zero
+/// learns it from the outputs alone by SGD (fit_relative_bias, training_examples.hpp).
+inline relative_bias_run fit_relative_bias_demo(int steps, double lr, std::uint64_t seed = 0) {
+  using namespace xattn;
+  constexpr std::size_t H = 2, S = 24, R = 4, W = 2 * R + 1;
+  xt::random::seed(seed);
+  const xt::xtensor<float, 4> q = xt::random::rand<float>({std::size_t(4), H, S, std::size_t(16)}, -1, 1),
+                              k = xt::random::rand<float>({std::size_t(4), H, S, std::size_t(16)}, -1, 1),
+                              v = xt::random::rand<float>({std::size_t(4), H, S, std::size_t(8)}, -2, 2);
+  const double favour[H][R + 1] = {{0, 0, 0, 2.5, 0}, {2.0, 1.0, 0, 0, 0}};  // buckets j - i = -4..0
+  dsl::relative_bias teacher{{}, std::int64_t(R)}, student{{}, std::int64_t(R)};
+  for (std::size_t h = 0; h < H; ++h)
+    for (std::size_t b = 0; b < W; ++b) {
+      teacher.table.push_back(b <= R ? favour[h][b] : 0.0);  // buckets after the query are hidden
+      student.table.push_back(0.0);
+    }
+  const xt::xtensor<float, 4> target =
+      eval(softmax(mask(modify(ref(q) * trans(ref(k)) / 4.0f, teacher), causal())) * ref(v));
+  relative_bias_run run;
+  run.losses = fit_relative_bias(student, q, k, v, target, steps, lr);
+  for (std::size_t h = 0; h < H; ++h)
+    for (std::size_t b = 0; b <= R; ++b) {
+      run.teacher.push_back(teacher.table[h * W + b].value - teacher.table[h * W + R].value);
+      run.learned.push_back(student.table[h * W + b].value - student.table[h * W + R].value);
+    }
   return run;
 }
 
