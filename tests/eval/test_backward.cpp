@@ -2,6 +2,7 @@
 // by finite differences in test_reference_grad.cpp): every mask kind, modifiers with a broadcast
 // bias, dropout, GQA, the three layouts, tensor scores, float and double -- and bitwise the same
 // for 1 and 2 threads and across runs.
+#include "support/bitwise.hpp"
 #include "support/random.hpp"
 
 #include <xattn/eval/reference_grad.hpp>
@@ -11,10 +12,10 @@
 #include <xtensor/xview.hpp>
 
 #include <cmath>
-#include <cstring>
 #include <limits>
 
 using namespace xattn;
+using testing::bitwise_equal;
 using testing::max_abs_diff;
 
 namespace {
@@ -40,13 +41,6 @@ xt::xarray<double> in_user_shape(const xt::xtensor<double, 4>& ref4, const G& go
   return xt::reshape_view(t, {s[0], s[1], s[2] * s[3]});
 }
 
-template <class A>
-bool same_bits(const A& a, const A& b) {
-  if (a.size() != b.size()) return false;
-  return a.size() == 0 ||
-         std::memcmp(a.data(), b.data(), a.size() * sizeof(*a.data())) == 0;  // empty: data() may be null
-}
-
 /// grad(e) against reference_grad, and bitwise for 1 and 2 threads (block sizes fixed).
 template <class E, class D>
 void check_grad(const E& e, const D& d_out, double tol, std::size_t heads = 1, bool packed = false,
@@ -67,10 +61,10 @@ void check_grad(const E& e, const D& d_out, double tol, std::size_t heads = 1, b
   for (std::size_t n = 0; n < g.dbias.size(); ++n) CHECK(max_abs_diff(g.dbias[n], want.dbias[n]) < tol);
   sch.threads = 2;
   const auto g2 = grad(e, f, d_out, sch);
-  CHECK(same_bits(g.dq, g2.dq));
-  CHECK(same_bits(g.dk, g2.dk));
-  CHECK(same_bits(g.dv, g2.dv));
-  CHECK(same_bits(g.dx, g2.dx));
+  CHECK(bitwise_equal(g.dq, g2.dq));
+  CHECK(bitwise_equal(g.dk, g2.dk));
+  CHECK(bitwise_equal(g.dv, g2.dv));
+  CHECK(bitwise_equal(g.dx, g2.dx));
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 // of the reference forward, and bitwise the same for 1 and 2 threads.
 #include "catalogue/cosine_temperature.hpp"
 #include "catalogue/laplace_kernel.hpp"
+#include "support/bitwise.hpp"
 #include "support/random.hpp"
 
 #include <xattn/eval/reference_grad.hpp>
@@ -14,10 +15,10 @@
 
 #include <array>
 #include <cmath>
-#include <cstring>
 #include <span>
 
 using namespace xattn;
+using testing::bitwise_equal;
 using testing::max_abs_diff;
 
 namespace {
@@ -72,11 +73,6 @@ struct user_weighted_dot {  // separable with features and learnable weights: Σ
   auto parameters() const { return std::tie(w); }
 };
 
-template <class A>
-bool same_bits(const A& a, const A& b) {
-  return a.size() == b.size() && (a.size() == 0 || std::memcmp(a.data(), b.data(), a.size() * sizeof(*a.data())) == 0);
-}
-
 /// grad(make(policy)) against reference_grad; 1 and 2 threads bitwise. Returns the gradients.
 template <class Make, class P, class D>
 auto check_inputs(const Make& make, const P& policy, const D& d_out, double tol) {
@@ -91,14 +87,14 @@ auto check_inputs(const Make& make, const P& policy, const D& d_out, double tol)
   CHECK(max_abs_diff(g.dv, want.dv) < tol);
   sch.threads = 2;
   const auto g2 = grad(e, f, d_out, sch);
-  CHECK(same_bits(g.dq, g2.dq));
-  CHECK(same_bits(g.dk, g2.dk));
-  CHECK(same_bits(g.dv, g2.dv));
+  CHECK(bitwise_equal(g.dq, g2.dq));
+  CHECK(bitwise_equal(g.dk, g2.dk));
+  CHECK(bitwise_equal(g.dv, g2.dv));
   if constexpr (std::is_same_v<std::decay_t<decltype(g.dscore)>, learned_gradients>) {
     REQUIRE(g.dscore.size() == want.dscore.size());
     for (std::size_t n = 0; n < want.dscore.size(); ++n)  // sums over every pair: relative
       CHECK(std::abs(g.dscore[n] - want.dscore[n]) < tol * (1 + std::abs(want.dscore[n])));
-    CHECK(same_bits(g.dscore.d, g2.dscore.d));
+    CHECK(bitwise_equal(g.dscore.d, g2.dscore.d));
   }
   return g;
 }

@@ -4,22 +4,17 @@
 // in the same order of operations, whatever else runs. Does not hold: block_k values with different
 // padded widths change how the online softmax groups its sums (max rescaling points, per-block
 // exp sums), so results differ in the last bits; they stay within rounding of each other.
+#include "support/bitwise.hpp"
 #include "support/random.hpp"
 
 #include <xattn/xattn.hpp>
 
 #include <catch2/catch.hpp>
 
-#include <cstring>
-
 using namespace xattn;
+using testing::bitwise_equal;
 
 namespace {
-
-template <class A, class B>
-bool bitwise_equal(const A& a, const B& b) {
-  return a.shape() == b.shape() && std::memcmp(a.data(), b.data(), a.size() * sizeof(*a.data())) == 0;
-}
 
 /// One expression per score path of the fused kernel, on the same operands.
 template <class T>

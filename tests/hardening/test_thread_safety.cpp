@@ -3,6 +3,7 @@
 // each call free to start its own OpenMP team. Every concurrent result must be bitwise the serial
 // one (bitwise: see test_determinism.cpp). Built a second time with -fsanitize=thread when
 // XATTN_TSAN is on.
+#include "support/bitwise.hpp"
 #include "support/random.hpp"
 
 #include <xattn/xattn.hpp>
@@ -10,19 +11,14 @@
 #include <catch2/catch.hpp>
 
 #include <atomic>
-#include <cstring>
 #include <functional>
 #include <thread>
 #include <vector>
 
 using namespace xattn;
+using testing::bitwise_equal;
 
 namespace {
-
-template <class A, class B>
-bool bitwise_equal(const A& a, const B& b) {
-  return a.shape() == b.shape() && std::memcmp(a.data(), b.data(), a.size() * sizeof(*a.data())) == 0;
-}
 
 // rng::tensor's xarray assigned to a 1-D xtensor draws a false -Wmaybe-uninitialized from GCC 12
 // inside xtl (depending on inlining), so the vector is filled in place, with the same draws.
