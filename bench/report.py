@@ -384,30 +384,26 @@ def other_measurements(benchmarks):
     for name, counters in rows.items():
         text = ", ".join(f"{k} = {statistics.median(v):.4g}" for k, v in counters.items())
         lines.append(f"| {name} | {text} |")
-    pairs = {}
-    for name, counters in rows.items():  # fused vs materialised additive attention, same threads
-        parts = name.split("/")
-        if parts[0] == "additive" and "ms" in counters:
-            pairs.setdefault(tuple(parts[2:]), {})[parts[1]] = statistics.median(counters["ms"])
-    for key, forms in pairs.items():
-        if "fused" in forms and "d2l_materialised" in forms:
-            lines.append(f"| additive/{'/'.join(key)}: d2l_materialised / fused | "
-                         f"{forms['d2l_materialised'] / forms['fused']:.1f}× |")
-        if "fused_fwd_bwd" in forms and "torch_d2l_fwd_bwd" in forms:
-            lines.append(f"| additive/{'/'.join(key)}: torch_d2l_fwd_bwd / fused_fwd_bwd (target ≥ 4) | "
-                         f"{forms['torch_d2l_fwd_bwd'] / forms['fused_fwd_bwd']:.1f}× |")
-    users = {}
-    for name, counters in rows.items():  # user policies: forward, forward + backward, PyTorch
-        parts = name.split("/")
-        if parts[0] == "user_policy" and "ms" in counters:
-            users.setdefault(tuple(parts[2:]), {})[parts[1]] = statistics.median(counters["ms"])
-    for key, forms in users.items():
-        if "fused" in forms and "fused_fwd_bwd" in forms:
-            lines.append(f"| user_policy/{'/'.join(key)}: fused_fwd_bwd / fused (the backward's cost) | "
-                         f"{forms['fused_fwd_bwd'] / forms['fused']:.1f}× |")
-        if "fused_fwd_bwd" in forms and "torch_fwd_bwd" in forms:
-            lines.append(f"| user_policy/{'/'.join(key)}: torch_fwd_bwd / fused_fwd_bwd | "
-                         f"{forms['torch_fwd_bwd'] / forms['fused_fwd_bwd']:.2f}× |")
+    def forms_of(family):  # {(shape fields): {form: median ms}} of rows family/<form>/<shape...>
+        out = {}
+        for name, counters in rows.items():
+            parts = name.split("/")
+            if parts[0] == family and "ms" in counters:
+                out.setdefault(tuple(parts[2:]), {})[parts[1]] = statistics.median(counters["ms"])
+        return out
+
+    def ratios(family, wanted):  # wanted: (numerator form, denominator form, label suffix, digits)
+        for key, forms in forms_of(family).items():
+            for num, den, note, digits in wanted:
+                if num in forms and den in forms:
+                    lines.append(f"| {family}/{'/'.join(key)}: {num} / {den}{note} | {forms[num] / forms[den]:.{digits}f}× |")
+
+    # fused vs materialised additive attention, same threads; user policies: forward, forward +
+    # backward, PyTorch
+    ratios("additive", [("d2l_materialised", "fused", "", 1),
+                        ("torch_d2l_fwd_bwd", "fused_fwd_bwd", " (target ≥ 4)", 1)])
+    ratios("user_policy", [("fused_fwd_bwd", "fused", " (the backward's cost)", 1),
+                           ("torch_fwd_bwd", "fused_fwd_bwd", "", 2)])
     for name, counters in rows.items():  # packed documents against dense, alternating in one loop
         if name.startswith("documents/") and "packed_over_dense" in counters:
             lines.append(f"| {name}: packed time / dense time (target ≤ 1/6 = 0.167) | "
