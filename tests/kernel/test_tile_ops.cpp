@@ -1,9 +1,11 @@
 // Each tile operation of the fused kernel against a plain loop, on odd sizes and both types.
+#include "support/bitwise.hpp"
 #include "support/random.hpp"
 
 #include <xattn/kernel/tile_ops.hpp>
 
 #include <catch2/catch.hpp>
+#include <xtensor/xview.hpp>
 
 #include <cmath>
 #include <limits>
@@ -111,9 +113,18 @@ TEMPLATE_TEST_CASE("lane_sums16 sums 16 batches at once, bit for bit as hsum sum
 TEMPLATE_TEST_CASE("pv_tile accumulates P V into O", "[kernel]", float, double) {
   using T = TestType;
   testing::rng r(2);
-  // 200 columns: with one or two rows, blocks of 2 x, 1 x and 1/4 x the six-row width
-  for (auto [rows, keys, dv] :
-       {std::tuple{1u, 1u, 1u}, {5u, 9u, 3u}, {9u, 64u, 70u}, {1u, 7u, 200u}, {2u, 13u, 200u}}) {
+  // 200 columns: with one or two rows, blocks of 2 x, 1 x and 1/4 x the six-row width; up to four
+  // rows over more than 32 keys and several column blocks: streamed in pieces of keys (300
+  // columns: two passes of at most 256)
+  for (auto [rows, keys, dv] : {std::tuple{1u, 1u, 1u},
+                                {5u, 9u, 3u},
+                                {9u, 64u, 70u},
+                                {1u, 7u, 200u},
+                                {2u, 13u, 200u},
+                                {1u, 50u, 200u},
+                                {3u, 40u, 70u},
+                                {4u, 100u, 300u},
+                                {10u, 37u, 130u}}) {
     const std::size_t dvp = padded<T>(dv), ldp = keys + 2;
     const auto p = r.tensor<T>({rows, ldp}), o0 = r.tensor<T>({rows, dvp});
     xt::xarray<T> v(std::vector<std::size_t>{keys, dvp}, T(0));
@@ -133,9 +144,9 @@ TEMPLATE_TEST_CASE("pv_tile accumulates P V into O", "[kernel]", float, double) 
 TEMPLATE_TEST_CASE("pv_tile: keys of weight 0 never contribute, even with inf or NaN values", "[kernel]", float,
                    double) {
   using T = TestType;
-  constexpr std::size_t keys = 11;
   testing::rng r(3);
-  for (auto [rows, dv] : {std::pair{7u, 5u}, {2u, 200u}}) {  // six-row blocks and wide two-row ones
+  // six-row blocks, wide two-row ones, and four rows streamed in pieces of keys
+  for (auto [rows, keys, dv] : {std::tuple{7u, 11u, 5u}, {2u, 11u, 200u}, {4u, 70u, 300u}}) {
     const std::size_t dvp = padded<T>(dv);
     auto p = r.tensor<T>({rows, keys});
     xt::xarray<T> v(std::vector<std::size_t>{keys, dvp}, T(0));
@@ -161,6 +172,22 @@ TEMPLATE_TEST_CASE("pv_tile: keys of weight 0 never contribute, even with inf or
         else
           REQUIRE(o(i, d) == Approx(want).margin(1e-5));
       }
+  }
+}
+
+TEMPLATE_TEST_CASE("pv_tile: a few rows over many keys, streamed in pieces, give the bits of a six-row block",
+                   "[kernel]", float, double) {
+  using T = TestType;
+  testing::rng r(4);
+  constexpr std::size_t keys = 147, dv = 300, dvp = padded<T>(dv);
+  const auto p = r.tensor<T>({6, keys}), v = r.tensor<T>({keys, dvp});
+  xt::xarray<T> six(std::vector<std::size_t>{6, dvp}, T(0.5));
+  kernel::pv_tile(p.data(), keys, 6, v.data(), dvp, keys, six.data(), dvp, dvp);  // one pass per column block
+  for (std::size_t rows = 1; rows <= 4; ++rows) {
+    xt::xarray<T> few(std::vector<std::size_t>{rows, dvp}, T(0.5));
+    kernel::pv_tile(p.data() + (6 - rows) * keys, keys, rows, v.data(), dvp, keys, few.data(), dvp, dvp);
+    INFO(rows << " rows");
+    REQUIRE(testing::bitwise_equal(few, xt::xarray<T>(xt::view(six, xt::range(6 - rows, 6), xt::all()))));
   }
 }
 

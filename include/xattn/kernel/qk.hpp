@@ -115,7 +115,7 @@ inline void qk_direct_micro(const Acc* q, std::size_t ldq, const K* const* k, st
     batch<Acc> kv[4];
     each<4>([&](auto c) { kv[c] = simd::in_register(simd::load_as<Acc>(k[c] + d)); });
     each<R>([&](auto r) {
-      const batch<Acc> qv = simd::load(q + r * ldq + d);
+      const batch<Acc> qv = simd::in_register(simd::load(q + r * ldq + d));
       each<4>([&](auto c) { acc[r][c] = xsimd::fma(qv, kv[c], acc[r][c]); });
     });
   }
