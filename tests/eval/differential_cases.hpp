@@ -1,5 +1,6 @@
 #pragma once
-// The scorers and mask families of the differential test; every built-in policy and mask appears.
+// The scorers and mask families of the differential fuzzer (tests/fuzz/pipelines.hpp); every
+// built-in policy and mask appears.
 #include "differential.hpp"
 
 namespace xattn::testing {

@@ -57,11 +57,25 @@ fuzz_case draw_case(testing::rng& r, std::uint64_t run_seed, std::uint64_t index
            : u < 0.70 ? storage::transposed
            : u < 0.85 ? storage::raw
                       : storage::packed;
+  if (index < combination_count()) {  // every pipeline once, then random ones
+    std::size_t k = 0;
+    for_each_combination([&](combination p) {
+      if (k++ != index) return;
+      c.elem = p.elem;
+      c.scorer = p.scorer;
+      c.masks = p.masks;
+      if (p.term != terminal_of(c.kind))
+        c.kind = p.term == terminal::raw      ? storage::raw
+                 : p.term == terminal::packed ? storage::packed
+                                              : storage::contiguous;
+    });
+  } else {
+    do {
+      c.scorer = r.size(0, scorer_names.size() - 1);
+      c.masks = r.size(0, mask_names.size() - 1);
+    } while (!allowed(c.elem, terminal_of(c.kind), c.scorer, c.masks));
+  }
   const terminal t = terminal_of(c.kind);
-  do {
-    c.scorer = r.size(0, scorer_names.size() - 1);
-    c.masks = r.size(0, mask_names.size() - 1);
-  } while (!allowed(c.elem, t, c.scorer, c.masks));
 
   auto& s = c.sizes;
   s.three_d = t == terminal::rank0 && r.coin(0.3);

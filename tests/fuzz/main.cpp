@@ -1,5 +1,6 @@
 // xattn-fuzz: random attention pipelines, fused eval() against the double reference.
-//   xattn-fuzz --cases N [--seed S]          run cases 0..N-1 of seed S (random seed if omitted)
+//   xattn-fuzz --cases N [--seed S]          run cases 0..N-1 of seed S (random seed if omitted);
+//                                            the first combination_count() cases run every pipeline once
 //   xattn-fuzz --seed S --case K --only      replay case K alone (what a failure prints)
 // Exit status 0 when every case passes, 1 otherwise.
 #include "run_case.hpp"
@@ -47,7 +48,8 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   if (only) cases = 1;
 
-  std::cout << "xattn-fuzz: seed " << seed << ", cases " << first << ".." << first + cases - 1 << std::endl;
+  std::cout << "xattn-fuzz: seed " << seed << ", cases " << first << ".." << first + cases - 1 << "; cases 0.."
+            << xattn::fuzz::combination_count() - 1 << " run every pipeline once" << std::endl;
   for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT}) std::signal(sig, on_crash);
 
   std::uint64_t passed = 0, failed = 0;

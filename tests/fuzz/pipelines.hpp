@@ -1,7 +1,8 @@
 #pragma once
-// The pipeline tables: every scorer and mask family of the differential test plus the fuzzer's
-// own, and which (element type, storage, scorer, masks) combinations are instantiated. The full
-// cross product for float on rank-0 terminals; the other terminal types and double get the
+// The pipeline tables: every scorer and mask family of tests/eval/differential_cases.hpp plus the
+// fuzzer's own, and which (element type, storage, scorer, masks) combinations are instantiated. The full
+// cross product for float on rank-0 terminals (XATTN_FUZZ_CROSS; without it, each scorer with the
+// branch_masks and dot with every family); the other terminal types and double get the
 // combinations that exercise what differs for them (addressing, SIMD width) without multiplying
 // compile time.
 #include "extra_families.hpp"
@@ -63,6 +64,12 @@ struct element_types {
 
 constexpr bool is_16bit(element e) { return e == element::bf16 || e == element::f16 || e == element::mixed; }
 
+/// The mask families that reach every branch of a scoring path: none, zero-length rows, causal
+/// skips, modifiers with a bias, dead rows.
+constexpr bool branch_masks(std::size_t m) {
+  return m == no_masks || m == lengths_2d || m == causal_masks || m == softcap_bias || m == dead;
+}
+
 /// Which combinations exist (used at compile time to instantiate and at run time to draw). 16-bit
 /// operands change how operands enter the tiles (widened in registers, when packed or read in
 /// place; bf16 pairs for vdpbf16ps where the build has it): every family with dot, every scorer
@@ -73,22 +80,47 @@ constexpr bool allowed(element e, terminal t, std::size_t s, std::size_t m) {
     if (t != terminal::rank0) return s == dot && m == causal_masks;
     return s == dot || (e != element::mixed && s != tensor && (m == no_masks || m == causal_masks));
   }
-  if (s == tensor) return t == terminal::rank0 && (!is_double || m == causal_masks || m == lengths_2d);
-  if (!is_double) return t == terminal::rank0 || s == dot || m == causal_masks;
+  const bool crossed = XATTN_FUZZ_CROSS || branch_masks(m);
+  if (s == tensor) return t == terminal::rank0 && (is_double ? m == causal_masks || m == lengths_2d : crossed);
+  if (!is_double) return t == terminal::rank0 ? crossed || s == dot : s == dot || m == causal_masks;
   if (t == terminal::rank0) return s == dot || m == causal_masks || m == no_masks;
   return s == dot && (m == causal_masks || m == lengths_2d || m == softcap_bias || m == dead);
 }
 
-/// Which of those also check grad() against reference_grad() (float and double operands): every scorer with dot's and
-/// the tensors' full mask table; the policies (feature-space backward) with five families that cover its branches
-/// (none, zero-length rows, causal skips, modifiers with a bias, dead rows) -- the rest would add instantiations, not
-/// paths. (The sanitizer build of CI leaves the policies out, XATTN_FUZZ_POLICY_GRADS=0: test_grad runs every policy's
-/// backward under the sanitizers, and their instantiations would double its build.)
+/// Which of those also check grad() against reference_grad() (float and double operands): dot and the
+/// tensor scores with their whole mask table; the policies (feature-space backward) with the branch_masks --
+/// the rest would add instantiations, not paths. (The sanitizer build of CI leaves the policies out,
+/// XATTN_FUZZ_POLICY_GRADS=0: test_grad runs every policy's backward under the sanitizers, and their
+/// instantiations would double its build.)
 constexpr bool grad_checked(element e, terminal t, std::size_t s, std::size_t m) {
   if (t == terminal::raw || is_16bit(e)) return false;
   if (s == dot || s == tensor) return true;
-  return XATTN_FUZZ_POLICY_GRADS &&
-         (m == no_masks || m == lengths_2d || m == causal_masks || m == softcap_bias || m == dead);
+  return XATTN_FUZZ_POLICY_GRADS && branch_masks(m);
+}
+
+/// One instantiated pipeline: element type, terminal type, scorer, mask family.
+struct combination {
+  element elem;
+  terminal term;
+  std::size_t scorer, masks;
+};
+
+/// f(c) for every allowed combination, in a fixed order.
+template <class F>
+constexpr void for_each_combination(F&& f) {
+  constexpr std::array<element, 5> elements{element::f32, element::f64, element::bf16, element::f16, element::mixed};
+  for (std::size_t e = 0; e < (XATTN_FUZZ_16BIT ? 5 : 2); ++e)
+    for (terminal t : {terminal::rank0, terminal::raw, terminal::packed})
+      for (std::size_t s = 0; s < scorer_names.size(); ++s)
+        for (std::size_t m = 0; m < mask_names.size(); ++m)
+          if (allowed(elements[e], t, s, m)) f(combination{elements[e], t, s, m});
+}
+
+/// How many combinations are allowed: the first that many cases of a run take one each.
+constexpr std::size_t combination_count() {
+  std::size_t n = 0;
+  for_each_combination([&](combination) { ++n; });
+  return n;
 }
 
 /// The reference differentiates a policy by one dual evaluation of its operator() per input
