@@ -8,14 +8,7 @@
 // relative weight error of at most 2δ, and the output is a convex combination of V rows, so
 //     |out - ref| <= 8 · n · ε · (1 + max|s|) · max|V|      (8: exp, rescaling and P·V roundings)
 // with ε = 2^-24 (float, and 16-bit operands: exact in float, accumulated in float) or 2^-53 (double).
-#include "support/random.hpp"
-
-#include <xattn/xattn.hpp>
-
-#include <catch2/catch.hpp>
-#include <xtensor/xview.hpp>
-
-#include <cmath>
+#include <cstddef>
 
 namespace xattn::testing {
 

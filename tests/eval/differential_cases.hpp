@@ -2,6 +2,11 @@
 // The scorers and mask families of the differential fuzzer (tests/fuzz/pipelines.hpp); every
 // built-in policy and mask appears.
 #include "differential.hpp"
+#include "support/random.hpp"
+
+#include <xattn/xattn.hpp>
+
+#include <cmath>
 
 namespace xattn::testing {
 

@@ -1,6 +1,8 @@
 // The backward's tile operations against plain loops: pv_tile_transposed (dV += Pᵀ·dO, dK += dSᵀ·Q),
+// the tile products restricted to the keys a mask keeps,
 // probs_row (P from a saved log-sum-exp, exact for rows of large fills), softmax_grad_row, and a
 // score row's terms (add_terms_row) and their gradients (accumulate_row).
+#include "support/bitwise.hpp"
 #include "support/random.hpp"
 
 #include <xattn/kernel/tile_ops.hpp>
@@ -32,6 +34,65 @@ TEMPLATE_TEST_CASE("pv_tile_transposed accumulates Pᵀ V into O", "[kernel]", f
         for (std::size_t j = 0; j < keys; ++j) want += double(p(j, i)) * double(v(j, d));
         REQUIRE(o(i, d) == Approx(want).margin(1e-4));
       }
+  }
+}
+
+// A causal diagonal tile: row i keeps keys [0, i + 1) (and a dead row keeps none); weights are 0
+// elsewhere. With ranges, the products skip the register blocks only excluded keys reach and must
+// give the same bits as without; skipped blocks of S are 0.
+TEMPLATE_TEST_CASE("tile products restricted to ranges skip excluded keys, same bits", "[kernel]", float, double) {
+  using T = TestType;
+  testing::rng r(15);
+  for (auto [rows, n] : {std::tuple{40u, 13u}, {144u, 64u}, {21u, 130u}}) {
+    const std::size_t cols = rows, colsp = padded<T>(cols), lds = colsp + 3, np = padded<T>(n);
+    std::vector<std::size_t> lo(rows, 0), hi(rows);
+    for (std::size_t i = 0; i < rows; ++i) hi[i] = i == 3 ? 0 : i + 1;
+    const auto row_range = [&](std::size_t i0, std::size_t R) {
+      std::size_t a = std::size_t(-1), b = 0;
+      for (std::size_t i = i0; i < i0 + R; ++i)
+        if (lo[i] < hi[i]) a = std::min(a, lo[i]), b = std::max(b, hi[i]);
+      return a < b ? std::pair{a, b} : std::pair<std::size_t, std::size_t>{0, 0};
+    };
+    const auto key_range = [&](std::size_t k, std::size_t R) {
+      std::size_t a = std::size_t(-1), b = 0;
+      for (std::size_t i = 0; i < rows; ++i)
+        if (lo[i] < k + R && k < hi[i]) a = std::min(a, i), b = i + 1;
+      return a < b ? std::pair{a, b} : std::pair<std::size_t, std::size_t>{0, 0};
+    };
+    const auto q = r.tensor<T>({rows, np}), k = r.tensor<T>({cols, np});
+    std::vector<T> kt(kernel::packed_kt_size<T>(cols, n)), s_all(rows * lds, T(-7)), s_cut(rows * lds, T(-7));
+    kernel::pack_kt([&](std::size_t c) { return &k(c, 0); }, cols, n, 1, kt.data());
+    kernel::qk_tile(q.data(), np, rows, kt.data(), n, colsp, s_all.data(), lds);
+    kernel::qk_tile(q.data(), np, rows, kt.data(), n, colsp, s_cut.data(), lds, row_range);
+    std::size_t skipped = 0;
+    for (std::size_t i = 0; i < rows; ++i)
+      for (std::size_t c = 0; c < colsp; ++c) {
+        const T got = s_cut[i * lds + c];
+        if (c >= lo[i] && c < hi[i]) REQUIRE(got == s_all[i * lds + c]);
+        if (got != s_all[i * lds + c]) {
+          REQUIRE(got == T(0));
+          ++skipped;
+        }
+      }
+    REQUIRE(skipped > 0);
+    // P: the scores where kept, 0 elsewhere; dQ-like (pv_tile) and dK-like (pv_tile_transposed)
+    std::vector<T> p(rows * lds, T(0));
+    for (std::size_t i = 0; i < rows; ++i)
+      for (std::size_t c = lo[i]; c < hi[i]; ++c) p[i * lds + c] = s_all[i * lds + c];
+    const auto o0 = r.tensor<T>({rows, np});
+    xt::xarray<T> o_all = o0, o_cut = o0;
+    kernel::pv_tile(p.data(), lds, rows, k.data(), np, cols, o_all.data(), np, np);
+    kernel::pv_tile(p.data(), lds, rows, k.data(), np, cols, o_cut.data(), np, np, row_range);
+    REQUIRE(testing::bitwise_equal(o_cut, o_all));
+    xt::xarray<T> t_all = o0, t_cut = o0;  // output rows are keys; p read transposed
+    kernel::pv_tile_transposed(p.data(), lds, cols, q.data(), np, rows, t_all.data(), np, np);
+    kernel::pv_tile_transposed(p.data(), lds, cols, q.data(), np, rows, t_cut.data(), np, np, key_range);
+    REQUIRE(testing::bitwise_equal(t_cut, t_all));
+    for (std::size_t c = 0; c < cols; ++c) {  // and they are the sums (t_all is not left untouched)
+      double want = o0(c, 0);
+      for (std::size_t i = 0; i < rows; ++i) want += double(p[i * lds + c]) * double(q(i, 0));
+      REQUIRE(t_cut(c, 0) == Approx(want).margin(1e-3));
+    }
   }
 }
 

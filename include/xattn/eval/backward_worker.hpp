@@ -23,6 +23,7 @@
 #include "mask_eval.hpp"
 #include "resolved_schedule.hpp"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <limits>
@@ -107,6 +108,8 @@ class backward_worker {
       saved_.assign(bq_ * bk * saved_ld_, Acc(0));
     }
     dead_.assign(bq_, 0);
+    lo_.assign(bq_, 0);
+    hi_.assign(bq_, 0);
     partial_.assign(bq_, 0);
   }
 
@@ -207,6 +210,50 @@ class backward_worker {
     return {buf, np};
   }
 
+  /// For a tile some mask hides part of: each row's visibility (vis_: NaN where visible, else the
+  /// mask's fill or -inf) and the keys [lo_, hi_) outside which its weights are 0 (excluded).
+  /// The tile products then skip the register blocks that only such keys reach: on the causal
+  /// diagonal, half the tile.
+  void find_ranges(std::size_t b, std::size_t h, std::size_t i0, std::size_t rows, std::size_t j0, std::size_t cols,
+                   bool all_visible) {
+    ranged_ = !all_visible;
+    tile_rows_ = rows;
+    if (all_visible) return;
+    for (std::size_t r = 0; r < rows; ++r) {
+      Acc* vis = vis_.data() + r * lds_;
+      std::fill(vis, vis + cols, std::numeric_limits<Acc>::quiet_NaN());
+      apply_masks(masks_, vis, cols, b, h, i0 + r, j0);
+      std::size_t lo = cols, hi = 0;
+      for (std::size_t c = 0; c < cols; ++c)
+        if (vis[c] != ninf) lo = std::min(lo, c), hi = c + 1;
+      lo_[r] = std::min(lo, hi), hi_[r] = hi;
+    }
+  }
+
+  /// range(r, R) of the tile products whose rows are query rows (S, dP, dQ): the keys rows
+  /// [r, r + R) do not exclude.
+  auto row_range() const {
+    return [this](std::size_t r, std::size_t R) -> std::pair<std::size_t, std::size_t> {
+      if (!ranged_) return {0, std::size_t(-1)};
+      std::size_t lo = std::size_t(-1), hi = 0;
+      for (std::size_t i = r; i < r + R; ++i)
+        if (lo_[i] < hi_[i]) lo = std::min(lo, lo_[i]), hi = std::max(hi, hi_[i]);
+      return lo < hi ? std::pair{lo, hi} : std::pair<std::size_t, std::size_t>{0, 0};
+    };
+  }
+
+  /// range(k, R) of those whose rows are keys (dV, dK): the query rows that do not exclude
+  /// every key of [k, k + R).
+  auto key_range() const {
+    return [this](std::size_t k, std::size_t R) -> std::pair<std::size_t, std::size_t> {
+      if (!ranged_) return {0, std::size_t(-1)};
+      std::size_t lo = std::size_t(-1), hi = 0;
+      for (std::size_t i = 0; i < tile_rows_; ++i)
+        if (lo_[i] < k + R && k < hi_[i]) lo = std::min(lo, i), hi = i + 1;
+      return lo < hi ? std::pair{lo, hi} : std::pair<std::size_t, std::size_t>{0, 0};
+    };
+  }
+
   /// The score of (i, j0 + c) before modifiers: scale · (Q·Kᵀ, c(fq, fk), or X) (+ α_i + β_j).
   void scores(std::size_t b, std::size_t h, std::size_t i0, std::size_t rows, std::size_t j0, std::size_t cols) {
     const std::size_t colsp = simd::padded<Acc>(cols);
@@ -229,7 +276,7 @@ class backward_worker {
           }
         }
       } else {
-        kernel::qk_tile(q_rows_, ldq_, rows, kp_.data(), n_, colsp, s_.data(), lds_);
+        kernel::qk_tile(q_rows_, ldq_, rows, kp_.data(), n_, colsp, s_.data(), lds_, row_range());
       }
       if constexpr (terms) {
         const Acc* alpha = src_.f.alpha + (b * pr_.q_heads + h) * pr_.q_len + i0;
@@ -245,6 +292,7 @@ class backward_worker {
     const std::size_t colsp = simd::padded<Acc>(cols);
     const std::size_t row0 = (b * pr_.q_heads + h) * pr_.q_len + i0;  // (B, Hq, Sq) row-major index
     const std::size_t rows_total = pr_.batch * pr_.q_heads * pr_.q_len;
+    find_ranges(b, h, i0, rows, j0, cols, all_visible);
     scores(b, h, i0, rows, j0, cols);
     for (std::size_t r = 0; r < rows; ++r) {
       Acc* s = s_.data() + r * lds_;
@@ -254,12 +302,7 @@ class backward_worker {
         for (std::size_t c = 0; c < cols; ++c) s[c] = through_ops(s[c], b, h, i, j0 + c, nullptr);
       }
       partial_[r] = !all_visible;
-      if (!all_visible) {
-        Acc* vis = vis_.data() + r * lds_;
-        std::fill(vis, vis + cols, std::numeric_limits<Acc>::quiet_NaN());
-        apply_masks(masks_, vis, cols, b, h, i, j0);  // hidden keys: their fill or -inf; visible: NaN
-        apply_masks(masks_, s, cols, b, h, i, j0);
-      }
+      if (!all_visible) apply_masks(masks_, s, cols, b, h, i, j0);
       std::fill(s + cols, s + colsp, ninf);
       const Acc shift = io_.shift[row0 + r];
       dead_[r] = std::isinf(shift) && shift < 0;
@@ -276,9 +319,9 @@ class backward_worker {
     const auto [d_out, ldd] = rows_of(io_.d_out, b, h, i0, rows, pr_.v_dim, dvp_, do_.data());
     // dV += Zᵀ · dO
     kernel::pv_tile_transposed(p_.drop.p > 0 ? z_.data() : s_.data(), lds_, cols, d_out, ldd, rows, dv_.data(), dvp_,
-                               dvp_);
+                               dvp_, key_range());
     // dP = dO · Vᵀ, then dS
-    kernel::qk_tile(d_out, ldd, rows, vp_.data(), pr_.v_dim, colsp, dp_.data(), lds_);
+    kernel::qk_tile(d_out, ldd, rows, vp_.data(), pr_.v_dim, colsp, dp_.data(), lds_, row_range());
     const Acc scale = Acc(p_.scale);
     for (std::size_t r = 0; r < rows; ++r) {
       Acc* dp = dp_.data() + r * lds_;
@@ -333,8 +376,8 @@ class backward_worker {
       }
     } else {
       // dK += dSᵀ · Q, dQ_chunk += dS · K
-      kernel::pv_tile_transposed(dp_.data(), lds_, cols, q_rows_, ldq_, rows, dk_.data(), dqp_, dqp_);
-      kernel::pv_tile(dp_.data(), lds_, rows, kr_.data(), dkp_, cols, dq, dqp_, dqp_);
+      kernel::pv_tile_transposed(dp_.data(), lds_, cols, q_rows_, ldq_, rows, dk_.data(), dqp_, dqp_, key_range());
+      kernel::pv_tile(dp_.data(), lds_, rows, kr_.data(), dkp_, cols, dq, dqp_, dqp_, row_range());
     }
   }
 
@@ -389,6 +432,9 @@ class backward_worker {
   kernel::aligned_vector<Acc> saved_;         // a saving pair policy's values, saved_ld_ per pair of the tile
   std::size_t saved_n_ = 0, saved_ld_ = 0;
   std::vector<char> dead_, partial_;
+  std::vector<std::size_t> lo_, hi_;  // this tile's rows: keys [lo_, hi_) not excluded (find_ranges)
+  std::size_t tile_rows_ = 0;
+  bool ranged_ = false;  // some mask hides part of this tile
 };
 
 }  // namespace xattn

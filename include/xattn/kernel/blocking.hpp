@@ -32,14 +32,29 @@ constexpr std::size_t packed_kt_size(std::size_t cols, std::size_t n) noexcept {
   return (cols + strip_width<Acc> - 1) / strip_width<Acc> * strip_width<Acc> * n;
 }
 
+/// Which columns (or reduction indices) rows [r, r + R) of a tile operation need: all of them.
+/// A tile of a masked block passes a function of (r, R) returning [lo, hi) instead; outside it,
+/// every row of the block has weight 0 (an excluding mask), so nothing there is computed.
+struct every_column {
+  constexpr std::pair<std::size_t, std::size_t> operator()(std::size_t, std::size_t) const noexcept {
+    return {0, std::size_t(-1)};
+  }
+};
+
 namespace detail {
 
+template <class F, std::size_t... I>
+[[gnu::always_inline]] inline void each_of(F& f, std::index_sequence<I...>) {
+  (f(std::integral_constant<std::size_t, I>{}), ...);
+}
+
 /// f(0), ..., f(N - 1) with compile-time indices: the register blocks are unrolled by the language,
-/// not left to the optimiser (at -O2 GCC keeps loop-indexed accumulator arrays in memory).
+/// not left to the optimiser (at -O2 GCC keeps loop-indexed accumulator arrays in memory). Always
+/// inlined: GCC otherwise may call a microkernel's epilogue out of line, the accumulators passed
+/// through the stack (seen once pv_micro had callers in two tile operations).
 template <std::size_t N, class F>
-inline void each(F&& f) {
-  [&]<std::size_t... I>(std::index_sequence<I...>) { (f(std::integral_constant<std::size_t, I>{}), ...); }
-  (std::make_index_sequence<N>{});
+[[gnu::always_inline]] inline void each(F&& f) {
+  each_of(f, std::make_index_sequence<N>{});
 }
 
 /// f(R, r) over rows in register blocks of blocking::rows, then one smaller block for the rest.

@@ -164,22 +164,32 @@ inline void pv_micro_rows(const Acc* p, std::size_t ldp, const V* v, std::size_t
 
 /// o[r, :] += sum_j p[r, j] * v[j, :] for r < rows, j < keys; v rows readable up to dv_padded. Keys
 /// with p[r, j] == 0 (masked, dropped, underflowed) never contribute, even when v[j] is inf or NaN.
-template <class Acc, class V>
+/// Rows [r, r + R) sum over keys range(r, R) only (the others have weight 0 in every row).
+template <class Acc, class V, class Range = every_column>
 void pv_tile(const Acc* p, std::size_t ldp, std::size_t rows, const V* v, std::size_t ldv, std::size_t keys, Acc* o,
-             std::size_t ldo, std::size_t dv_padded) {
+             std::size_t ldo, std::size_t dv_padded, Range range = {}) {
   detail::by_row_blocks<Acc>(rows, [&](auto R, std::size_t r) {
-    detail::pv_micro_rows<decltype(R)::value>(p + r * ldp, ldp, v, ldv, keys, o + r * ldo, ldo, dv_padded);
+    const auto [lo, hi] = range(r, R);
+    const std::size_t j1 = std::min(hi, keys);
+    if (lo < j1)
+      detail::pv_micro_rows<decltype(R)::value>(p + r * ldp + lo, ldp, v + lo * ldv, ldv, j1 - lo, o + r * ldo, ldo,
+                                                dv_padded);
   });
 }
 
 /// o[r, :] += sum_j p[j, r] * v[j, :]: pv_tile with p stored transposed (keys x rows, ldp apart),
 /// the backward's dV += Pᵀ·dO and dK += dSᵀ·Q without a transpose: the microkernel broadcasts
 /// p's elements one at a time, so it reads them along either axis at the same cost.
-template <class Acc, class V>
+/// Output rows [r, r + R) sum over range(r, R) only, as pv_tile.
+template <class Acc, class V, class Range = every_column>
 void pv_tile_transposed(const Acc* p, std::size_t ldp, std::size_t rows, const V* v, std::size_t ldv, std::size_t keys,
-                        Acc* o, std::size_t ldo, std::size_t dv_padded) {
+                        Acc* o, std::size_t ldo, std::size_t dv_padded, Range range = {}) {
   detail::by_row_blocks<Acc>(rows, [&](auto R, std::size_t r) {
-    detail::pv_micro_rows<decltype(R)::value, true>(p + r, ldp, v, ldv, keys, o + r * ldo, ldo, dv_padded);
+    const auto [lo, hi] = range(r, R);
+    const std::size_t j1 = std::min(hi, keys);
+    if (lo < j1)
+      detail::pv_micro_rows<decltype(R)::value, true>(p + lo * ldp + r, ldp, v + lo * ldv, ldv, j1 - lo, o + r * ldo,
+                                                      ldo, dv_padded);
   });
 }
 

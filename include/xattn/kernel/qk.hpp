@@ -4,6 +4,8 @@
 // accumulator type Acc; keys in any storage type, converted as they are loaded.
 #include "blocking.hpp"
 
+#include <algorithm>
+
 #pragma GCC diagnostic push  // GCC PR 105593, see simd/compat.hpp
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -36,20 +38,28 @@ inline void qk_micro(const Acc* q, std::size_t ldq, const P* kt, std::size_t ldk
 
 /// s[r, c] = sum_d q[r, d] * key(c)[d] for r < rows, c < cols_padded (a multiple of the batch
 /// size), keys packed by pack_kt. Strips outermost: one strip (n x sw) is reused by every row
-/// block from L1.
-template <class Acc, class P>
+/// block from L1. A register block whose columns lie outside range(r, R) is written as 0.
+template <class Acc, class P, class Range = every_column>
 void qk_tile(const Acc* q, std::size_t ldq, std::size_t rows, const P* kt, std::size_t n, std::size_t cols_padded,
-             Acc* s, std::size_t lds) {
+             Acc* s, std::size_t lds, Range range = {}) {
   constexpr std::size_t w = simd::width<Acc>, C = blocking<Acc>::vecs, sw = strip_width<Acc>;
+  const auto needed = [&](std::size_t r, std::size_t R, std::size_t c, std::size_t width) {
+    const auto [lo, hi] = range(r, R);
+    if (c < hi && lo < c + width) return true;
+    for (std::size_t i = 0; i < R; ++i) std::fill(s + (r + i) * lds + c, s + (r + i) * lds + c + width, Acc(0));
+    return false;
+  };
   std::size_t c = 0;
   for (; c + sw <= cols_padded; c += sw)
     detail::by_row_blocks<Acc>(rows, [&](auto R, std::size_t r) {
-      detail::qk_micro<decltype(R)::value, C>(q + r * ldq, ldq, kt + c * n, sw, n, s + r * lds + c, lds);
+      if (needed(r, R, c, sw))
+        detail::qk_micro<decltype(R)::value, C>(q + r * ldq, ldq, kt + c * n, sw, n, s + r * lds + c, lds);
     });
   for (; c < cols_padded; c += w)  // the last, partial strip: one batch at a time
     detail::by_row_blocks<Acc>(rows, [&](auto R, std::size_t r) {
-      detail::qk_micro<decltype(R)::value, 1>(q + r * ldq, ldq, kt + c / sw * sw * n + c % sw, sw, n, s + r * lds + c,
-                                              lds);
+      if (needed(r, R, c, w))
+        detail::qk_micro<decltype(R)::value, 1>(q + r * ldq, ldq, kt + c / sw * sw * n + c % sw, sw, n, s + r * lds + c,
+                                                lds);
     });
 }
 
