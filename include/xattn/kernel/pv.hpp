@@ -160,6 +160,19 @@ inline void pv_micro_rows(const Acc* p, std::size_t ldp, const V* v, std::size_t
   });
 }
 
+/// pv_tile and pv_tile_transposed: row blocks of the output, each over its keys range(r, R).
+template <bool PT, class Acc, class V, class Range>
+void pv_tile_rows(const Acc* p, std::size_t ldp, std::size_t rows, const V* v, std::size_t ldv, std::size_t keys,
+                  Acc* o, std::size_t ldo, std::size_t dv_padded, Range range) {
+  by_row_blocks<Acc>(rows, [&](auto R, std::size_t r) {
+    const auto [lo, hi] = range(r, R);
+    const std::size_t j1 = std::min(hi, keys);
+    if (lo < j1)
+      pv_micro_rows<decltype(R)::value, PT>(p + p_at<PT>(r, lo, ldp), ldp, v + lo * ldv, ldv, j1 - lo, o + r * ldo, ldo,
+                                            dv_padded);
+  });
+}
+
 }  // namespace detail
 
 /// o[r, :] += sum_j p[r, j] * v[j, :] for r < rows, j < keys; v rows readable up to dv_padded. Keys
@@ -168,13 +181,7 @@ inline void pv_micro_rows(const Acc* p, std::size_t ldp, const V* v, std::size_t
 template <class Acc, class V, class Range = every_column>
 void pv_tile(const Acc* p, std::size_t ldp, std::size_t rows, const V* v, std::size_t ldv, std::size_t keys, Acc* o,
              std::size_t ldo, std::size_t dv_padded, Range range = {}) {
-  detail::by_row_blocks<Acc>(rows, [&](auto R, std::size_t r) {
-    const auto [lo, hi] = range(r, R);
-    const std::size_t j1 = std::min(hi, keys);
-    if (lo < j1)
-      detail::pv_micro_rows<decltype(R)::value>(p + r * ldp + lo, ldp, v + lo * ldv, ldv, j1 - lo, o + r * ldo, ldo,
-                                                dv_padded);
-  });
+  detail::pv_tile_rows<false>(p, ldp, rows, v, ldv, keys, o, ldo, dv_padded, range);
 }
 
 /// o[r, :] += sum_j p[j, r] * v[j, :]: pv_tile with p stored transposed (keys x rows, ldp apart),
@@ -184,13 +191,7 @@ void pv_tile(const Acc* p, std::size_t ldp, std::size_t rows, const V* v, std::s
 template <class Acc, class V, class Range = every_column>
 void pv_tile_transposed(const Acc* p, std::size_t ldp, std::size_t rows, const V* v, std::size_t ldv, std::size_t keys,
                         Acc* o, std::size_t ldo, std::size_t dv_padded, Range range = {}) {
-  detail::by_row_blocks<Acc>(rows, [&](auto R, std::size_t r) {
-    const auto [lo, hi] = range(r, R);
-    const std::size_t j1 = std::min(hi, keys);
-    if (lo < j1)
-      detail::pv_micro_rows<decltype(R)::value, true>(p + lo * ldp + r, ldp, v + lo * ldv, ldv, j1 - lo, o + r * ldo,
-                                                      ldo, dv_padded);
-  });
+  detail::pv_tile_rows<true>(p, ldp, rows, v, ldv, keys, o, ldo, dv_padded, range);
 }
 
 }  // namespace xattn::kernel
