@@ -191,6 +191,72 @@ TEMPLATE_TEST_CASE("pv_tile: a few rows over many keys, streamed in pieces, give
   }
 }
 
+TEMPLATE_TEST_CASE("pack_strips packs value rows of any storage type into strips, zero-padded", "[kernel]", float,
+                   double, bfloat16, float16) {
+  using S = TestType;                                                      // the values' storage type
+  using T = std::conditional_t<std::is_same_v<S, double>, double, float>;  // the strips'
+  testing::rng r(5);
+  // whole strips (copied a batch at a time) and the tails around them
+  for (auto [rows, n] : {std::pair{1u, 1u}, {5u, 16u}, {37u, 40u}, {20u, 64u}, {3u, 70u}, {9u, 128u}})
+    for (std::ptrdiff_t dstride : {1, 2}) {
+      xt::xtensor<S, 2> v = xt::xtensor<S, 2>::from_shape({rows, n * std::size_t(dstride)});
+      for (auto& x : v) x = S(r.uniform(-1, 1));
+      // strips further apart than the rows they hold: nothing may be written in between
+      const std::size_t sw = kernel::strip_width<T>, strips = (n + sw - 1) / sw, stride = rows * sw + 3;
+      std::vector<T> out(strips * stride, T(99));
+      kernel::pack_strips<T>([&](std::size_t i) { return &v(i, 0); }, rows, n, dstride, out.data(), stride);
+      for (std::size_t s = 0; s < strips; ++s)
+        for (std::size_t e = 0; e < stride; ++e) {
+          const std::size_t i = e / sw, d = s * sw + e % sw;
+          INFO("rows " << rows << ", n " << n << ", stride " << dstride << ": strip " << s << ", element " << e);
+          if (i >= rows)
+            REQUIRE(out[s * stride + e] == T(99));
+          else
+            REQUIRE(out[s * stride + e] == (d < n ? T(v(i, d * std::size_t(dstride))) : T(0)));
+        }
+    }
+}
+
+TEMPLATE_TEST_CASE("pv_tile_strips: pv_tile's bits from values packed in strips, inf and NaN included", "[kernel]",
+                   float, double) {
+  using T = TestType;
+  testing::rng r(6);
+  const auto range = [](std::size_t row, std::size_t rows) { return std::pair{row / 2, row + rows + 3}; };
+  // six-row blocks and the smaller ones after them; whole strips, and the batches of a last partial one
+  for (auto [rows, keys, dv] : {std::tuple{1u, 1u, 1u},
+                                {7u, 11u, 5u},
+                                {2u, 13u, 200u},
+                                {13u, 37u, 70u},
+                                {6u, 64u, 64u},
+                                {4u, 100u, 300u},
+                                {11u, 29u, 40u}}) {
+    const std::size_t dvp = padded<T>(dv), sw = kernel::strip_width<T>, stride = keys * sw + 5;
+    auto p = r.tensor<T>({rows, keys});
+    xt::xarray<T> v(std::vector<std::size_t>{keys, dvp}, T(0));
+    for (std::size_t j = 0; j < keys; ++j)
+      for (std::size_t d = 0; d < dv; ++d) v(j, d) = T(r.uniform(-1, 1));
+    if (keys > 9 && dv > 3) {
+      v(4, 1) = std::numeric_limits<T>::quiet_NaN();
+      v(9, 3) = std::numeric_limits<T>::infinity();
+      for (std::size_t i = 0; i < rows; ++i)
+        if (i != 1) p(i, 4) = 0;  // only row 1 weighs the NaN key
+      p(0, 9) = 0;                // every row but 0 weighs the inf key
+    }
+    std::vector<T> vs((dvp + sw - 1) / sw * stride, T(0));
+    kernel::pack_strips<T>([&](std::size_t j) { return &v(j, 0); }, keys, dvp, 1, vs.data(), stride);
+    const xt::xarray<T> o0 = r.tensor<T>({rows, dvp});
+    xt::xarray<T> want = o0, got = o0, want_ranged = o0, got_ranged = o0;
+    kernel::pv_tile(p.data(), keys, rows, v.data(), dvp, keys, want.data(), dvp, dvp);
+    kernel::pv_tile_strips(p.data(), keys, rows, vs.data(), stride, keys, got.data(), dvp, dvp);
+    kernel::pv_tile(p.data(), keys, rows, v.data(), dvp, keys, want_ranged.data(), dvp, dvp, range);
+    kernel::pv_tile_strips(p.data(), keys, rows, vs.data(), stride, keys, got_ranged.data(), dvp, dvp, range);
+    INFO("rows " << rows << ", keys " << keys << ", dv " << dv);
+    REQUIRE(testing::bitwise_equal(got, want));
+    REQUIRE(testing::bitwise_equal(got_ranged, want_ranged));
+    REQUIRE(!testing::bitwise_equal(got, o0));
+  }
+}
+
 TEMPLATE_TEST_CASE("row_max, exp_row (base 2), scale_row", "[kernel]", float, double) {
   using T = TestType;
   constexpr T inf = std::numeric_limits<T>::infinity();

@@ -43,7 +43,7 @@ struct row_map {
 template <class Acc, class Path, class Plan, class Ops, class Masks>
 class fused_worker {
  public:
-  static constexpr std::size_t w = simd::width<Acc>;
+  static constexpr std::size_t w = simd::width<Acc>, sw = kernel::strip_width<Acc>;
   using keys_t = typename Path::keys;
   using value_type = typename decltype([] {
     if constexpr (Plan::has_values)
@@ -67,8 +67,9 @@ class fused_worker {
         sc_(Acc(p.scale * (fold_log2e ? kernel::log2e : 1.0))),
         s_(bq_ * lds_),
         o_(bq_ * dvp_),
-        vb_(bk_ * dvp_),
-        st_(bq_) {
+        vb_(rs.decoding ? bk_ * dvp_ : 0),
+        st_(bq_),
+        decoding_(rs.decoding) {
     // bf16 values by vdpbf16ps unless decoding: decided per problem, so neither the thread count
     // nor the blocking changes which probabilities are rounded
     if constexpr (takes_value_pairs_v<Acc, value_type>)
@@ -155,9 +156,15 @@ class fused_worker {
                              o_.data() + p.r0 * dvp_, dvp_);
           continue;
         }
-      with_values(b, kv_head(m.h0), j0, p.cols, p.r1 - p.r0, [&](const auto* v_ptr, std::size_t ldv) {
-        kernel::pv_tile(s_.data() + p.r0 * lds_, lds_, p.r1 - p.r0, v_ptr, ldv, p.cols, o_.data() + p.r0 * dvp_, dvp_,
-                        dvp_);
+      const Acc* pr = s_.data() + p.r0 * lds_;
+      Acc* o = o_.data() + p.r0 * dvp_;
+      if (!decoding_) {
+        kernel::pv_tile_strips(pr, lds_, p.r1 - p.r0, value_strips(b, kv_head(m.h0), j0), bk_ * sw, p.cols, o, dvp_,
+                               dvp_);
+        continue;
+      }
+      with_values(b, kv_head(m.h0), j0, p.cols, [&](const auto* v_ptr, std::size_t ldv) {
+        kernel::pv_tile(pr, lds_, p.r1 - p.r0, v_ptr, ldv, p.cols, o, dvp_, dvp_);
       });
     }
     for (std::size_t r = 0; r < rows; ++r) {
@@ -257,18 +264,30 @@ class fused_worker {
     });
   }
 
-  /// f(V rows, row stride) over the V rows of the key block: in place when they hold Acc, or when
-  /// they hold a 16-bit type and few query rows read them (decoding: widened in registers, so a
-  /// 16-bit KV cache is read once, at half the bytes), contiguous and batch-aligned; else converted
-  /// into zero-padded rows: another type once per head and thread (head_blocks), Acc in another
-  /// layout once per task into a tile that every row block of the task reads.
+  /// The values of key block j0 of head (b, hk) in strips (pack_strips, bk_ · sw apart), converted
+  /// to Acc: once per head and thread (head_blocks), so every query block of the head reads them.
+  /// Not when decoding: there the few rows read each value once, and the copy would double the
+  /// bytes read.
+  const Acc* value_strips(std::size_t b, std::size_t hk, std::size_t j0) {
+    const auto& vv = p_.v.view;
+    if (vh_.empty()) vh_ = head_blocks<Acc>((pr_.kv_len + bk_ - 1) / bk_, bk_ * ((dvp_ + sw - 1) / sw * sw));
+    return vh_.block(b, hk, j0 / bk_, [&](std::size_t kb, Acc* to) {
+      const std::size_t k0 = kb * bk_;
+      kernel::pack_strips<Acc>([&](std::size_t c) { return vv.row(b, hk, k0 + c); }, std::min(bk_, pr_.kv_len - k0),
+                               pr_.v_dim, vv.inner_stride(), to, bk_ * sw);
+    });
+  }
+
+  /// Decoding: f(V rows, row stride) over the V rows of the key block: in place when they hold
+  /// Acc or a 16-bit type (widened in registers, so a 16-bit KV cache is read once, at half the
+  /// bytes), contiguous and batch-aligned; else converted into zero-padded rows: another type
+  /// once per head and thread (head_blocks), Acc in another layout once per task into a tile.
   template <class F>
-  void with_values(std::size_t b, std::size_t hk, std::size_t j0, std::size_t cols, std::size_t rows, F&& f) {
+  void with_values(std::size_t b, std::size_t hk, std::size_t j0, std::size_t cols, F&& f) {
     const auto& vv = p_.v.view;
     using V = std::remove_cv_t<std::remove_pointer_t<decltype(vv.data)>>;
     if constexpr (std::is_same_v<V, Acc> || simd::detail::widens16_v<Acc, V>)
-      if ((std::is_same_v<V, Acc> || rows <= detail::max_decode_rows) && vv.inner_stride() == 1 && pr_.v_dim % w == 0 &&
-          vv.at.stride[2] >= std::ptrdiff_t(pr_.v_dim))
+      if (vv.inner_stride() == 1 && pr_.v_dim % w == 0 && vv.at.stride[2] >= std::ptrdiff_t(pr_.v_dim))
         return f(vv.row(b, hk, j0), std::size_t(vv.at.stride[2]));
     const auto convert = [&](std::size_t k0, std::size_t n, Acc* to) {
       for (std::size_t c = 0; c < n; ++c) {
@@ -303,9 +322,10 @@ class fused_worker {
   bool fold_log2e_;
   Acc sc_;  // the expression's scale, times log2 e when folded
   kernel::aligned_vector<Acc> s_, o_, vb_;
-  head_blocks<Acc> vh_;      // values of another type, widened: allocated when first needed
+  head_blocks<Acc> vh_;      // values in strips, or (decoding) of another type widened: allocated when first needed
   value_pairs<Acc> vpairs_;  // bf16 values in key pairs (vdpbf16ps), unless decoding
   std::vector<kernel::row_state<Acc>> st_;
+  bool decoding_;  // few query rows per key head (resolved_schedule::decoding): values read in place
 };
 
 }  // namespace xattn

@@ -43,4 +43,28 @@ void pack_kt(RowFn row, std::size_t cols, std::size_t n, std::ptrdiff_t dstride,
   }
 }
 
+/// Packs rows 0..rows-1 (row i's elements at row(i)[d * dstride], d < n, of any element type)
+/// into strips of strip_width columns: strip s holds columns [s·sw, s·sw + sw) of every row, sw
+/// contiguous elements per row, at out + s · strip_stride (strip_stride >= rows · sw); columns
+/// past n are zero, up to whole strips. The right operand of pv_tile_strips: a register block
+/// then reads its values in memory order, one cache line per row, where rows read in place are
+/// a row stride apart (256 or 512 bytes at D = 64 or 128: a few L1 sets, and a miss per row).
+template <class P, class Acc = P, class RowFn>
+void pack_strips(RowFn row, std::size_t rows, std::size_t n, std::ptrdiff_t dstride, P* out, std::size_t strip_stride) {
+  constexpr std::size_t sw = strip_width<Acc>;
+  const std::size_t whole = dstride == 1 ? n / sw : 0;  // strips copied a batch at a time
+  for (std::size_t i = 0; i < rows; ++i) {
+    const auto* x = row(i);
+    for (std::size_t s = 0; s < whole; ++s) {
+      P* dst = out + s * strip_stride + i * sw;
+      if constexpr (std::is_same_v<P, Acc>)
+        for (std::size_t c = 0; c < sw; c += simd::width<Acc>) simd::store(dst + c, simd::load_as<Acc>(x + s * sw + c));
+      else
+        for (std::size_t c = 0; c < sw; ++c) dst[c] = P(x[s * sw + c]);
+    }
+    for (std::size_t d = whole * sw; d < (n + sw - 1) / sw * sw; ++d)
+      out[d / sw * strip_stride + i * sw + d % sw] = d < n ? P(x[std::ptrdiff_t(d) * dstride]) : P(0);
+  }
+}
+
 }  // namespace xattn::kernel

@@ -173,6 +173,32 @@ void pv_tile_rows(const Acc* p, std::size_t ldp, std::size_t rows, const V* v, s
   });
 }
 
+/// pv_tile_rows with the values packed by pack_strips: strip s (columns [s·sw, s·sw + sw)) at
+/// v + s · strip_stride, sw elements per key. Each register block is one strip (or a batch of the
+/// last, partial one), so the sums are pv_tile's, bit for bit.
+template <bool PT, class Acc, class V, class Range>
+void pv_strips_rows(const Acc* p, std::size_t ldp, std::size_t rows, const V* v, std::size_t strip_stride,
+                    std::size_t keys, Acc* o, std::size_t ldo, std::size_t dv_padded, Range range) {
+  constexpr std::size_t w = simd::width<Acc>, C = blocking<Acc>::vecs, sw = strip_width<Acc>;
+  by_row_blocks<Acc>(rows, [&](auto R, std::size_t r) {
+    const auto [lo, hi] = range(r, R);
+    const std::size_t j1 = std::min(hi, keys);
+    if (lo >= j1) return;
+    const Acc* pr = p + p_at<PT>(r, lo, ldp);
+    const auto block = [&](auto cvecs, std::size_t c) {  // columns [c, c + CC·w), in strip c / sw
+      constexpr std::size_t CC = decltype(cvecs)::value;
+      const V* vs = v + c / sw * strip_stride + lo * sw + c % sw;
+      const unsigned flagged = pv_micro<decltype(R)::value, CC, PT>(pr, ldp, vs, sw, j1 - lo, o + r * ldo + c, ldo);
+      for (std::size_t i = 0; flagged != 0 && i < R; ++i)
+        if (flagged & (1u << i))
+          pv_exact_row(pr + p_at<PT>(i, 0, ldp), PT ? ldp : 1, vs, sw, j1 - lo, o + (r + i) * ldo + c, CC * w);
+    };
+    std::size_t c = 0;
+    for (; c + sw <= dv_padded; c += sw) block(std::integral_constant<std::size_t, C>{}, c);
+    for (; c < dv_padded; c += w) block(std::integral_constant<std::size_t, 1>{}, c);
+  });
+}
+
 }  // namespace detail
 
 /// o[r, :] += sum_j p[r, j] * v[j, :] for r < rows, j < keys; v rows readable up to dv_padded. Keys
@@ -192,6 +218,22 @@ template <class Acc, class V, class Range = every_column>
 void pv_tile_transposed(const Acc* p, std::size_t ldp, std::size_t rows, const V* v, std::size_t ldv, std::size_t keys,
                         Acc* o, std::size_t ldo, std::size_t dv_padded, Range range = {}) {
   detail::pv_tile_rows<true>(p, ldp, rows, v, ldv, keys, o, ldo, dv_padded, range);
+}
+
+/// pv_tile with v packed by pack_strips (strips strip_stride apart), the same bits: the forward's
+/// P·V when many query rows read each value row. Rows read in place took 1.1-1.4x the time of the
+/// score product of the same size on Zen 3 (AVX2), each 6-row block missing L1 once per value row.
+template <class Acc, class V, class Range = every_column>
+void pv_tile_strips(const Acc* p, std::size_t ldp, std::size_t rows, const V* v, std::size_t strip_stride,
+                    std::size_t keys, Acc* o, std::size_t ldo, std::size_t dv_padded, Range range = {}) {
+  detail::pv_strips_rows<false>(p, ldp, rows, v, strip_stride, keys, o, ldo, dv_padded, range);
+}
+
+/// pv_tile_transposed with v packed by pack_strips: the backward's dV += Pᵀ·dO and dK += dSᵀ·Q.
+template <class Acc, class V, class Range = every_column>
+void pv_tile_transposed_strips(const Acc* p, std::size_t ldp, std::size_t rows, const V* v, std::size_t strip_stride,
+                               std::size_t keys, Acc* o, std::size_t ldo, std::size_t dv_padded, Range range = {}) {
+  detail::pv_strips_rows<true>(p, ldp, rows, v, strip_stride, keys, o, ldo, dv_padded, range);
 }
 
 }  // namespace xattn::kernel
