@@ -130,7 +130,7 @@ TEST_CASE("catalogue: the learnables of user policies and of a user modifier (fi
   SECTION("relative position bias's table (a modifier's learnables), after a bias tensor and a softcap") {
     dsl::relative_bias rb{{}, 2};
     for (int n = 0; n < 2 * 5; ++n) rb.table.push_back(0.3 * std::sin(n));
-    const xt::xtensor<double, 1> key_bias = r.tensor<double>({7});
+    const xt::xtensor<double, 1> key_bias = r.vector<double>(7);
     const auto make = [&] {
       return softmax(mask(modify(softcap(Q * trans(K) / 2.0 + bias(key_bias), 1.5), rb), causal())) * V;
     };

@@ -88,7 +88,7 @@ TEST_CASE("weights: additive, rank-3 operands, packed heads, double") {
   testing::rng r(2);
   const xt::xtensor<double, 3> q = r.tensor<double>({2, 9, 5}), k = r.tensor<double>({2, 23, 3});
   const xt::xtensor<double, 2> wq = r.tensor<double>({6, 5}), wk = r.tensor<double>({6, 3});
-  const xt::xtensor<double, 1> wv = r.tensor<double>({6});
+  const xt::xtensor<double, 1> wv = r.vector<double>(6);
   auto Q = ref(q), K = ref(k);
   const xt::xtensor<int, 1> lens = {0, 11};
   check_weights(softmax(mask(score(additive{wq, wk, wv}, Q, K), lengths(lens))), 1e-13);  // pair_features

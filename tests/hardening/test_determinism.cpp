@@ -24,7 +24,7 @@ struct operands {
                     v = r.tensor<T>({2, 2, 203, 17});
   xt::xtensor<int, 1> lens = {150, 203};
   xt::xtensor<float, 2> wq = r.tensor<float>({7, 24}), wk = r.tensor<float>({7, 24});
-  xt::xtensor<float, 1> wv = r.tensor<float>({7});
+  xt::xtensor<float, 1> wv = r.vector<float>(7);
 };
 
 /// f(expression, name) for a dot, a projected (gaussian), a pairwise (additive) and a lambda scorer.

@@ -20,14 +20,6 @@ using testing::bitwise_equal;
 
 namespace {
 
-// rng::tensor's xarray assigned to a 1-D xtensor draws a false -Wmaybe-uninitialized from GCC 12
-// inside xtl (depending on inlining), so the vector is filled in place, with the same draws.
-xt::xtensor<double, 1> random_vector(testing::rng& r, std::size_t n) {
-  xt::xtensor<double, 1> x = xt::xtensor<double, 1>::from_shape({n});
-  for (auto& e : x) e = r.uniform(-1, 1);
-  return x;
-}
-
 struct operands {
   testing::rng r{60};
   xt::xtensor<float, 4> q = r.tensor<float>({2, 4, 150, 16}), k = r.tensor<float>({2, 2, 257, 16}),
@@ -37,7 +29,7 @@ struct operands {
   xt::xtensor<int, 1> lens = {140, 257};
   xt::xtensor<float, 2> bias_t = r.tensor<float>({150, 257});
   xt::xtensor<double, 2> wq = r.tensor<double>({6, 12}), wk = r.tensor<double>({6, 12});
-  xt::xtensor<double, 1> wv = random_vector(r, 6);
+  xt::xtensor<double, 1> wv = r.vector<double>(6);
 };
 
 /// Jobs that evaluate one expression each and say whether the result matches `want`.

@@ -64,7 +64,7 @@ TEST_CASE("nn::additive_attention: d2l's worked example with seeded init and wit
   require_uniform_over_valid(attention.last_weights());
   testing::rng r(11);
   const xt::xtensor<float, 2> w_q = r.tensor<float>({8, 20}), w_k = r.tensor<float>({8, 2});
-  const xt::xtensor<float, 1> w_v = r.tensor<float>({8});
+  const xt::xtensor<float, 1> w_v = r.vector<float>(8);
   attention.set_weights(w_q, w_k, w_v);
   REQUIRE(attention.w_v().weight().shape()[0] == 1);
   REQUIRE(attention.w_v().weight()(0, 3) == w_v(3));

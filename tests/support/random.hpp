@@ -25,6 +25,15 @@ struct rng {
     for (auto& x : a) x = T(uniform(lo, hi));
     return a;
   }
+
+  /// tensor<T>({n}) as a 1-D xtensor, the same draws, filled in place: assigning tensor's xarray to
+  /// a 1-D xtensor draws a false -Wmaybe-uninitialized from GCC 12 inside xtl, depending on inlining.
+  template <class T>
+  xt::xtensor<T, 1> vector(std::size_t n, double lo = -1, double hi = 1) {
+    xt::xtensor<T, 1> a = xt::xtensor<T, 1>::from_shape({n});
+    for (auto& x : a) x = T(uniform(lo, hi));
+    return a;
+  }
 };
 
 /// max |a - b| over all elements; +inf when the shapes differ, when there is nothing to compare,
