@@ -110,6 +110,29 @@ TEMPLATE_TEST_CASE("lane_sums16 sums 16 batches at once, bit for bit as hsum sum
   }
 }
 
+namespace {
+
+/// keys x dvp values, the first dv columns of each row drawn from r, the padding zero.
+template <class T>
+xt::xarray<T> random_values(testing::rng& r, std::size_t keys, std::size_t dv, std::size_t dvp) {
+  xt::xarray<T> v(std::vector<std::size_t>{keys, dvp}, T(0));
+  for (std::size_t j = 0; j < keys; ++j)
+    for (std::size_t d = 0; d < dv; ++d) v(j, d) = T(r.uniform(-1, 1));
+  return v;
+}
+
+/// NaN at value (4, 1), inf at (9, 3), weighed by row 1 only and by every row but 0 respectively.
+template <class T>
+void plant_nonfinite(xt::xarray<T>& p, xt::xarray<T>& v) {
+  v(4, 1) = std::numeric_limits<T>::quiet_NaN();
+  v(9, 3) = std::numeric_limits<T>::infinity();
+  for (std::size_t i = 0; i < p.shape()[0]; ++i)
+    if (i != 1) p(i, 4) = 0;
+  p(0, 9) = 0;
+}
+
+}  // namespace
+
 TEMPLATE_TEST_CASE("pv_tile accumulates P V into O", "[kernel]", float, double) {
   using T = TestType;
   testing::rng r(2);
@@ -127,9 +150,7 @@ TEMPLATE_TEST_CASE("pv_tile accumulates P V into O", "[kernel]", float, double) 
                                 {10u, 37u, 130u}}) {
     const std::size_t dvp = padded<T>(dv), ldp = keys + 2;
     const auto p = r.tensor<T>({rows, ldp}), o0 = r.tensor<T>({rows, dvp});
-    xt::xarray<T> v(std::vector<std::size_t>{keys, dvp}, T(0));
-    for (std::size_t j = 0; j < keys; ++j)
-      for (std::size_t d = 0; d < dv; ++d) v(j, d) = T(r.uniform(-1, 1));
+    xt::xarray<T> v = random_values<T>(r, keys, dv, dvp);
     xt::xarray<T> o = o0;
     kernel::pv_tile(p.data(), ldp, rows, v.data(), dvp, keys, o.data(), dvp, dvp);
     for (std::size_t i = 0; i < rows; ++i)
@@ -149,14 +170,8 @@ TEMPLATE_TEST_CASE("pv_tile: keys of weight 0 never contribute, even with inf or
   for (auto [rows, keys, dv] : {std::tuple{7u, 11u, 5u}, {2u, 11u, 200u}, {4u, 70u, 300u}}) {
     const std::size_t dvp = padded<T>(dv);
     auto p = r.tensor<T>({rows, keys});
-    xt::xarray<T> v(std::vector<std::size_t>{keys, dvp}, T(0));
-    for (std::size_t j = 0; j < keys; ++j)
-      for (std::size_t d = 0; d < dv; ++d) v(j, d) = T(r.uniform(-1, 1));
-    v(4, 1) = std::numeric_limits<T>::quiet_NaN();
-    v(9, 3) = std::numeric_limits<T>::infinity();
-    for (std::size_t i = 0; i < rows; ++i)
-      if (i != 1) p(i, 4) = 0;  // only row 1 weighs the NaN key
-    p(0, 9) = 0;                // every row but 0 weighs the inf key
+    xt::xarray<T> v = random_values<T>(r, keys, dv, dvp);
+    plant_nonfinite(p, v);
     xt::xarray<T> o(std::vector<std::size_t>{rows, dvp}, T(1));
     kernel::pv_tile(p.data(), keys, rows, v.data(), dvp, keys, o.data(), dvp, dvp);
     for (std::size_t i = 0; i < rows; ++i)
@@ -232,16 +247,8 @@ TEMPLATE_TEST_CASE("pv_tile_strips: pv_tile's bits from values packed in strips,
                                 {11u, 29u, 40u}}) {
     const std::size_t dvp = padded<T>(dv), sw = kernel::strip_width<T>, stride = keys * sw + 5;
     auto p = r.tensor<T>({rows, keys});
-    xt::xarray<T> v(std::vector<std::size_t>{keys, dvp}, T(0));
-    for (std::size_t j = 0; j < keys; ++j)
-      for (std::size_t d = 0; d < dv; ++d) v(j, d) = T(r.uniform(-1, 1));
-    if (keys > 9 && dv > 3) {
-      v(4, 1) = std::numeric_limits<T>::quiet_NaN();
-      v(9, 3) = std::numeric_limits<T>::infinity();
-      for (std::size_t i = 0; i < rows; ++i)
-        if (i != 1) p(i, 4) = 0;  // only row 1 weighs the NaN key
-      p(0, 9) = 0;                // every row but 0 weighs the inf key
-    }
+    xt::xarray<T> v = random_values<T>(r, keys, dv, dvp);
+    if (keys > 9 && dv > 3) plant_nonfinite(p, v);
     std::vector<T> vs((dvp + sw - 1) / sw * stride, T(0));
     kernel::pack_strips<T>([&](std::size_t j) { return &v(j, 0); }, keys, dvp, 1, vs.data(), stride);
     const xt::xarray<T> o0 = r.tensor<T>({rows, dvp});
