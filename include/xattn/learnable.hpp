@@ -3,12 +3,14 @@
 // (a template over its scalar type) holds its parameters as learnable<> and lists them in
 //   auto parameters() const { return std::tie(tau, table); }   // learnables, or contiguous ranges of them
 // and uses them as T(tau) inside its generic code. grad() then differentiates them too, with no
-// derivative written: T(tau) on the backward's reverse-mode scalar (var.hpp) is an input of the
-// tape, on a dual number (dual.hpp) the seeded direction when the reference oracle asks for it.
+// derivative written: T(tau) on the backward's reverse-mode scalars (var.hpp, var_lanes.hpp) is an
+// input of their tape, on a dual number (dual.hpp) the seeded direction when the reference oracle
+// asks for it.
 // g.dscore (policies) and g.dmodify (modifiers) hold the gradients as learned_gradients, one entry
 // per learnable in parameters()'s order, ranges flattened.
 #include "dual.hpp"
 #include "var.hpp"
+#include "var_lanes.hpp"
 
 #include <concepts>
 #include <cstddef>
@@ -46,6 +48,10 @@ struct learnable {
   template <class U>
   operator var<U>() const {
     return tape<U>::local().learned_input(this, U(value));
+  }
+  template <class U>
+  operator var_lanes<U>() const {
+    return lane_tape<U>::local().learned_input(this, U(value));
   }
 };
 

@@ -12,6 +12,7 @@
 #include <xattn/xattn.hpp>
 
 #include <catch2/catch.hpp>
+#include <xtensor/xview.hpp>
 
 #include <array>
 #include <cmath>
@@ -140,6 +141,18 @@ TEMPLATE_TEST_CASE("grad: built-in and user scoring policies against the referen
   SECTION("scaled_dot") { check_inputs(lengths_of, scaled_dot{}, d_out, tol); }
   SECTION("a user policy with operator() only") {
     check_inputs(causal_of, dsl::cosine_with_temperature{0.7}, d_out, tol);
+  }
+  SECTION("a user policy with operator() only, zero key rows: lanes that branch apart") {
+    // cosine_with_temperature returns 0 where a norm is 0: in a batch of keys holding a zero row the
+    // lanes disagree (divergent_lanes), and the backward takes that batch pair by pair
+    auto kz = k;
+    for (std::size_t b = 0; b < 2; ++b)
+      for (std::size_t h = 0; h < 2; ++h) xt::view(kz, b, h, xt::keep(2, 18), xt::all()) = T(0);
+    const auto KZ = ref(kz);
+    auto make = [&](const auto& p) { return softmax(mask(score(p, Q, KZ), lengths(lens))) * V; };
+    const auto g = check_inputs(make, dsl::cosine_with_temperature{0.7}, d_out, tol);
+    CHECK(xt::amax(xt::abs(xt::view(g.dk, xt::all(), xt::all(), 2, xt::all())))() == 0);  // the branch's constant 0
+    CHECK(xt::amax(xt::abs(g.dq))() > 1e-3);                                              // not vacuous
   }
   SECTION("a user combine policy") { check_inputs(lengths_of, dsl::laplace_kernel{1.5}, d_out, tol); }
   SECTION("a user separable policy with terms only") { check_inputs(causal_of, user_weighted_sum{}, d_out, tol); }

@@ -1,9 +1,11 @@
 // The differentiable scalar types: var (reverse mode, one sweep for every input) against dual
 // (forward mode, one evaluation per input) and both against central finite differences of the
-// same generic code; learnable's conversions and parameter_slots' bookkeeping.
+// same generic code; var_lanes (reverse mode on several lanes at once) against var lane by lane;
+// learnable's conversions and parameter_slots' bookkeeping.
 #include <xattn/dual.hpp>
 #include <xattn/learnable.hpp>
 #include <xattn/var.hpp>
+#include <xattn/var_lanes.hpp>
 
 #include <catch2/catch.hpp>
 
@@ -81,6 +83,87 @@ TEST_CASE("var: several outputs are swept at once, constants make no nodes, kink
   const var<double> n = t.input(-1.5);
   t.sweep(abs(n), 2.0);
   CHECK(t.adjoint(n) == -2.0);
+}
+
+TEMPLATE_TEST_CASE("var_lanes: each lane's value and adjoints are var's on that lane's inputs", "", float, double) {
+  using T = TestType;
+  using L = var_lanes<T>;
+  constexpr std::size_t lanes = lane_count<T>;
+  lane_tape<T>& t = lane_tape<T>::local();
+  t.clear();
+  // lane l evaluates f at `at` moved by l / 50; lane 1's seed is 0
+  std::array<std::array<T, lanes>, 4> in;
+  std::array<T, lanes> seed;
+  for (std::size_t l = 0; l < lanes; ++l) {
+    for (std::size_t n = 0; n < 4; ++n) in[n][l] = T(at[n] + double(l) / 50);
+    seed[l] = l == 1 ? T(0) : T(1) + T(l);
+  }
+  std::array<L, 4> xl;
+  for (std::size_t n = 0; n < 4; ++n) xl[n] = t.input(L::batch_type::load(in[n].data()));
+  const L y = f<L>(xl);
+  t.sweep(y, L::batch_type::load(seed.data()));
+  std::array<T, lanes> value, adj;
+  y.v.store(value.data());
+  // xsimd's exp, log, tanh and pow round differently from std's in the last bits
+  const double tol = std::is_same_v<T, float> ? 2e-6 : 1e-14;
+  for (std::size_t l = 0; l < lanes; ++l) {
+    tape<T>& s = tape<T>::local();
+    s.clear();
+    std::array<var<T>, 4> xv;
+    for (std::size_t n = 0; n < 4; ++n) xv[n] = s.input(in[n][l]);
+    const var<T> ys = f<var<T>>(xv);
+    s.sweep(ys, seed[l]);
+    INFO("lane " << l);
+    CHECK(std::abs(value[l] - ys.v) <= tol * std::abs(ys.v));
+    for (std::size_t n = 0; n < 4; ++n) {
+      t.adjoint(xl[n].id).store(adj.data());
+      CHECK(std::abs(adj[l] - s.adjoint(xv[n])) <= tol * (1 + std::abs(s.adjoint(xv[n]))));
+      if (l == 1) CHECK(adj[l] == 0);  // seed 0: nothing flows back
+    }
+  }
+}
+
+TEST_CASE("var_lanes: comparisons must agree across lanes; kinks and unseeded lanes send nothing back") {
+  using L = var_lanes<double>;
+  using B = L::batch_type;
+  constexpr std::size_t lanes = lane_count<double>;
+  lane_tape<double>& t = lane_tape<double>::local();
+  t.clear();
+  std::array<double, lanes> a{}, one{};
+  for (std::size_t l = 0; l < lanes; ++l) a[l] = double(l), one[l] = 1;
+  const L x = t.input(B::load(a.data()));
+  CHECK(x >= L(0.0));                             // true in every lane
+  CHECK_FALSE(x < L(0.0));                        // false in every lane
+  CHECK_THROWS_AS(x == L(0.0), divergent_lanes);  // lane 0 only
+  CHECK_THROWS_AS(x > L(0.5), divergent_lanes);
+  CHECK((x <=> L(-1.0)) == std::partial_ordering::greater);  // var's three-way comparison too
+  CHECK_THROWS_AS(x <=> L(0.5), divergent_lanes);
+  // sqrt at 0 (lane 0) has derivative 0, as var's
+  std::array<double, lanes> adj{};
+  t.sweep(sqrt(x), B::load(one.data()));
+  t.adjoint(x.id).store(adj.data());
+  CHECK(adj[0] == 0);
+  for (std::size_t l = 1; l < lanes; ++l) CHECK(adj[l] == Approx(0.5 / std::sqrt(double(l))));
+  // ∂(1 / x)/∂x is -inf in lane 0, whose seed is 0: nothing flows back there, not NaN
+  std::array<double, lanes> seed = one;
+  seed[0] = 0;
+  t.sweep(L(1.0) / x, B::load(seed.data()));
+  t.adjoint(x.id).store(adj.data());
+  CHECK(adj[0] == 0);
+  for (std::size_t l = 1; l < lanes; ++l) CHECK(adj[l] == Approx(-1.0 / (double(l) * double(l))));
+  // constants make no nodes; a learnable is an input of the lanes' tape
+  CHECK((L(2.0) * L(3.0)).id == 0);
+  t.clear();
+  const learnable<> w = 0.5;
+  const L z = t.input(B::load(a.data())) * L(w) * L(w);
+  REQUIRE(t.learned().size() == 2);
+  CHECK(t.learned()[1].address == &w);
+  t.sweep(z, B::load(one.data()));
+  double dw = 0;
+  for (const auto& leaf : t.learned()) dw += hsum(t.adjoint(leaf.id));
+  double want = 0;
+  for (std::size_t l = 0; l < lanes; ++l) want += 2 * a[l] * 0.5;  // d(x w²)/dw = 2 x w, summed over lanes
+  CHECK(dw == Approx(want));
 }
 
 TEST_CASE("learnable: a value for float and double, an input for var, the seed for dual") {

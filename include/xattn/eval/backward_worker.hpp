@@ -69,6 +69,14 @@ class backward_worker {
   static constexpr bool pairs = is_pair_source_v<Source>;
   static constexpr bool terms = pairs || is_separable_source_v<Source>;
   static constexpr bool saves = saves_pair_values<Source, Acc>();
+  // a pair policy differentiated automatically runs its per-pair code on lanes of keys (var_lanes)
+  static constexpr bool lanes = [] {
+    if constexpr (pairs && !saves)
+      return pairs_in_lanes<typename Source::policy_type, Acc>();
+    else
+      return false;
+  }();
+  static constexpr std::size_t w = lane_count<Acc>;
   static constexpr std::size_t n_ops = decltype(hana::length(std::declval<Ops>()))::value;
   static constexpr Acc ninf = -std::numeric_limits<Acc>::infinity();
   static constexpr std::size_t sw = kernel::strip_width<Acc>;
@@ -375,16 +383,34 @@ class backward_worker {
     if constexpr (pairs) {
       for (std::size_t r = 0; r < rows; ++r) {
         const std::span<const Acc> fq(q_rows_ + r * ldq_, n_);
-        for (std::size_t c = 0; c < cols; ++c)
-          if (const Acc g = dp_[r * lds_ + c]; g != Acc(0)) {
-            const std::span<Acc> dfq(dq + r * dqp_, n_), dfk(dk_.data() + c * dkp_, nk_);
-            if constexpr (saves)
-              src_.policy->combine_backward_saved(std::span<const Acc>(saved(r, c)), g, dfq, dfk,
-                                                  std::span<Acc>(dparams_));
-            else
-              pair_backward(*src_.policy, fq, std::span<const Acc>(kr_.data() + c * dkp_, nk_), g, dfq, dfk, src_.slots,
-                            std::span<Acc>(dparams_));
+        const auto one_pair = [&](std::size_t c) {
+          const Acc g = dp_[r * lds_ + c];
+          if (g == Acc(0)) return;
+          const std::span<Acc> dfq(dq + r * dqp_, n_), dfk(dk_.data() + c * dkp_, nk_);
+          if constexpr (saves)
+            src_.policy->combine_backward_saved(std::span<const Acc>(saved(r, c)), g, dfq, dfk,
+                                                std::span<Acc>(dparams_));
+          else
+            pair_backward(*src_.policy, fq, std::span<const Acc>(kr_.data() + c * dkp_, nk_), g, dfq, dfk, src_.slots,
+                          std::span<Acc>(dparams_));
+        };
+        if constexpr (lanes) {
+          for (std::size_t c0 = 0; c0 < cols; c0 += w) {
+            const std::size_t n = std::min(w, cols - c0);
+            const Acc* g = dp_.data() + r * lds_ + c0;
+            if (std::all_of(g, g + n, [](Acc x) { return x == Acc(0); })) continue;
+            std::array<const Acc*, w> keys{};
+            std::array<Acc*, w> dfk{};
+            for (std::size_t l = 0; l < n; ++l)
+              keys[l] = kr_.data() + (c0 + l) * dkp_, dfk[l] = dk_.data() + (c0 + l) * dkp_;
+            if (!pair_backward_lanes(pair_code(*src_.policy), fq, keys.data(), nk_, g, n,
+                                     std::span<Acc>(dq + r * dqp_, n_), dfk.data(), src_.slots,
+                                     std::span<Acc>(dparams_)))
+              for (std::size_t l = 0; l < n; ++l) one_pair(c0 + l);
           }
+        } else {
+          for (std::size_t c = 0; c < cols; ++c) one_pair(c);
+        }
       }
     } else {
       // dK += dSᵀ · Q, dQ_chunk += dS · K

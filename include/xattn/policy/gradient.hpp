@@ -27,6 +27,7 @@
 //   auto parts();   std::tie of its members, each a double or a contiguous tensor of double
 #include "../learnable.hpp"
 #include "concepts.hpp"
+#include "pair_lanes.hpp"
 
 #include <algorithm>
 #include <span>
@@ -215,6 +216,16 @@ void pair_backward(const P& p, std::span<const T> fq, std::span<const T> fk, T d
   } else {
     detail::pair_backward_reverse<T>([&](auto a, auto b) { return p(a, b); }, fq, fk, ds, dfq, dfk, slots, dp);
   }
+}
+
+/// Whether the per-pair backward of P runs on lanes of pairs (pair_lanes.hpp): P has no analytic
+/// combine_backward, and its per-pair code is generic.
+template <class P, class T>
+constexpr bool pairs_in_lanes() {
+  if constexpr (combines_backward_in<P, T>)
+    return false;
+  else
+    return pair_code_in_lanes<P, T>();
 }
 
 /// dp += g · ∂op(s)/∂(op's learnables) for a score modifier at one score (g: the gradient at its
