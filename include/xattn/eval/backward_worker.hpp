@@ -76,7 +76,6 @@ class backward_worker {
     else
       return false;
   }();
-  static constexpr std::size_t w = lane_count<Acc>;
   static constexpr std::size_t n_ops = decltype(hana::length(std::declval<Ops>()))::value;
   static constexpr Acc ninf = -std::numeric_limits<Acc>::infinity();
   static constexpr std::size_t sw = kernel::strip_width<Acc>;
@@ -395,19 +394,9 @@ class backward_worker {
                           std::span<Acc>(dparams_));
         };
         if constexpr (lanes) {
-          for (std::size_t c0 = 0; c0 < cols; c0 += w) {
-            const std::size_t n = std::min(w, cols - c0);
-            const Acc* g = dp_.data() + r * lds_ + c0;
-            if (std::all_of(g, g + n, [](Acc x) { return x == Acc(0); })) continue;
-            std::array<const Acc*, w> keys{};
-            std::array<Acc*, w> dfk{};
-            for (std::size_t l = 0; l < n; ++l)
-              keys[l] = kr_.data() + (c0 + l) * dkp_, dfk[l] = dk_.data() + (c0 + l) * dkp_;
-            if (!pair_backward_lanes(pair_code(*src_.policy), fq, keys.data(), nk_, g, n,
-                                     std::span<Acc>(dq + r * dqp_, n_), dfk.data(), src_.slots,
-                                     std::span<Acc>(dparams_)))
-              for (std::size_t l = 0; l < n; ++l) one_pair(c0 + l);
-          }
+          const auto row = [&](Acc* base) { return [this, base](std::size_t c) { return base + c * dkp_; }; };
+          pair_backward_row(pair_code(*src_.policy), fq, row(kr_.data()), row(dk_.data()), nk_, dp_.data() + r * lds_,
+                            cols, std::span<Acc>(dq + r * dqp_, n_), src_.slots, std::span<Acc>(dparams_), one_pair);
         } else {
           for (std::size_t c = 0; c < cols; ++c) one_pair(c);
         }

@@ -8,6 +8,7 @@
 #include "../var_lanes.hpp"
 #include "concepts.hpp"
 
+#include <algorithm>
 #include <array>
 #include <span>
 #include <vector>
@@ -86,6 +87,24 @@ bool pair_backward_lanes(Pair&& pair, std::span<const T> fq, const T* const* key
     for (const auto& leaf : t.learned())
       if (const std::size_t n = slots.find(leaf.address); n != parameter_slots::npos) dp[n] += hsum(t.adjoint(leaf.id));
   return true;
+}
+
+/// The per-pair backward of one query row against keys c < cols (features key(c), gradients into
+/// dkey(c)): pair_backward_lanes for each batch of lane_count<T> keys where some ds[c] is not 0,
+/// and one(c) for each pair of a batch whose lanes branch apart.
+template <class T, class Pair, class Key, class DKey, class One>
+void pair_backward_row(Pair&& pair, std::span<const T> fq, Key&& key, DKey&& dkey, std::size_t nk, const T* ds,
+                       std::size_t cols, std::span<T> dfq, const parameter_slots& slots, std::span<T> dp, One&& one) {
+  constexpr std::size_t w = lane_count<T>;
+  std::array<const T*, w> keys{};
+  std::array<T*, w> dfk{};
+  for (std::size_t c0 = 0; c0 < cols; c0 += w) {
+    const std::size_t n = std::min(w, cols - c0);
+    if (std::all_of(ds + c0, ds + c0 + n, [](T x) { return x == T(0); })) continue;
+    for (std::size_t l = 0; l < n; ++l) keys[l] = key(c0 + l), dfk[l] = dkey(c0 + l);
+    if (!pair_backward_lanes(pair, fq, keys.data(), nk, ds + c0, n, dfq, dfk.data(), slots, dp))
+      for (std::size_t l = 0; l < n; ++l) one(c0 + l);
+  }
 }
 
 }  // namespace xattn
