@@ -163,3 +163,33 @@ TEST_CASE("a chosen schedule gives the bits of the same schedule written out") {
   REQUIRE(std::memcmp(chosen.data(), written.data(), chosen.size() * sizeof(float)) == 0);
   REQUIRE(testing::max_abs_diff(chosen, reference(e).output) < 2e-6);
 }
+
+// The backward's blocks: block_k whole 6-row register blocks and whole strips of the score
+// microkernel (16 floats wide with AVX2, 64 with AVX-512; doubles: 8 and 32), block_q halved while
+// the transposed products' strip (block_q rows of the strip width) exceeds 24 KiB, dividing block_k.
+TEST_CASE("resolve_backward: blocks of whole register blocks and strips, block_q's strip within L1") {
+  struct arch {
+    std::size_t lanes, strip, bytes, block_k, block_q;
+  };
+  for (const arch a :
+       {arch{8, 16, 4, 144, 144}, arch{16, 64, 4, 192, 96}, arch{4, 8, 8, 144, 144}, arch{8, 32, 8, 192, 96}}) {
+    INFO("lanes " << a.lanes << ", strip " << a.strip << ", " << a.bytes << "-byte elements");
+    const auto s = resolve_backward({}, shape(1, 8, 2048, 2048, 64, 64), 64, a.lanes, a.strip, a.bytes, cores(1));
+    REQUIRE(s.block_k == a.block_k);
+    REQUIRE(s.block_q == a.block_q);
+    REQUIRE(s.block_k % 6 == 0);
+    REQUIRE(s.block_k % a.strip == 0);
+    REQUIRE(s.block_k % s.block_q == 0);
+    // the user's values are kept; block_q follows a requested block_k
+    REQUIRE(resolve_backward({.block_q = 30}, shape(1, 8, 2048, 2048, 64, 64), 64, a.lanes, a.strip, a.bytes, cores(1))
+                .block_q == 30);
+    const auto r =
+        resolve_backward({.block_k = 120}, shape(1, 8, 2048, 2048, 64, 64), 64, a.lanes, a.strip, a.bytes, cores(1));
+    REQUIRE(r.block_k == (120 + a.lanes - 1) / a.lanes * a.lanes);
+    REQUIRE(r.block_k % r.block_q == 0);
+    // short sequences: no larger than the problem
+    const auto t = resolve_backward({}, shape(1, 1, 20, 50, 64, 64), 64, a.lanes, a.strip, a.bytes, cores(1));
+    REQUIRE(t.block_q == 20);
+    REQUIRE(t.block_k == (50 + a.lanes - 1) / a.lanes * a.lanes);
+  }
+}

@@ -1,10 +1,12 @@
 // The backward's tile operations against plain loops: pv_tile_transposed (dV += Pᵀ·dO, dK += dSᵀ·Q),
 // the tile products restricted to the keys a mask keeps,
-// probs_row (P from a saved log-sum-exp, exact for rows of large fills), softmax_grad_row, and a
-// score row's terms (add_terms_row) and their gradients (accumulate_row).
+// probs_row (P from a saved log-sum-exp, exact for rows of large fills), softmax_grad_row, the two
+// fused into the score products' epilogues (probs_epilogue, softmax_grad_epilogue), Δ = rowsum(dO ∘
+// O) (dot_row), and a score row's terms (add_terms_row) and their gradients (accumulate_row).
 #include "support/bitwise.hpp"
 #include "support/random.hpp"
 
+#include <xattn/kernel/aligned.hpp>
 #include <xattn/kernel/tile_ops.hpp>
 
 #include <catch2/catch.hpp>
@@ -127,6 +129,90 @@ TEMPLATE_TEST_CASE("softmax_grad_row: c · p · (dp - delta)", "[kernel]", float
   kernel::softmax_grad_row(p.data(), dp.data(), n, T(0.3), T(0.125));
   for (std::size_t j = 0; j < n; ++j)
     REQUIRE(dp[j] == Approx(0.125 * double(p[j]) * (double(dp0[j]) - 0.3)).margin(1e-6));
+}
+
+// The plain tiles' fused path: P and dS computed in qk_tile's epilogue, on the products' registers.
+// P against the exact e^(c·q·k - lse) in double and against the passes it replaces (qk_tile, then
+// scale_row and probs_row); dS bitwise against softmax_grad_row on the same P and dP. Shapes cover
+// whole strips and a last strip one batch wide at a time (cols 80: 64 + 16 floats with AVX-512).
+TEMPLATE_TEST_CASE("qk_tile's epilogues: the backward's P and dS on the products' registers", "[kernel]", float,
+                   double) {
+  using T = TestType;
+  constexpr std::size_t w = simd::width<T>;
+  testing::rng r(16);
+  const double tol = std::is_same_v<T, float> ? 4e-6 : 1e-14;
+  for (auto [rows, n, cols] : {std::tuple{40u, 13u, 48u}, {96u, 64u, 192u}, {7u, 128u, 80u}, {13u, 5u, 32u}}) {
+    const std::size_t colsp = padded<T>(cols), lds = colsp + w, np = padded<T>(n);
+    const T scale = T(0.3);
+    const auto q = r.tensor<T>({rows, np}), k = r.tensor<T>({cols, np}), d_o = r.tensor<T>({rows, np}),
+               v = r.tensor<T>({cols, np});
+    std::vector<T> kt(kernel::packed_kt_size<T>(cols, n)), vt(kernel::packed_kt_size<T>(cols, n));
+    kernel::pack_kt([&](std::size_t c) { return &k(c, 0); }, cols, n, 1, kt.data());
+    kernel::pack_kt([&](std::size_t c) { return &v(c, 0); }, cols, n, 1, vt.data());
+    // each row's log-sum-exp in double, and the exact probabilities
+    std::vector<double> lse(rows), exact(rows * cols);
+    for (std::size_t i = 0; i < rows; ++i) {
+      double m = -INFINITY, l = 0;
+      for (std::size_t c = 0; c < cols; ++c) {
+        double x = 0;
+        for (std::size_t d = 0; d < n; ++d) x += double(q(i, d)) * double(k(c, d));
+        exact[i * cols + c] = double(scale) * x, m = std::max(m, double(scale) * x);
+      }
+      for (std::size_t c = 0; c < cols; ++c) l += std::exp(exact[i * cols + c] - m);
+      lse[i] = m + std::log(l);
+      for (std::size_t c = 0; c < cols; ++c) exact[i * cols + c] = std::exp(exact[i * cols + c] - lse[i]);
+    }
+    // the passes the epilogue replaces
+    std::vector<T> p_ref(rows * lds, T(-3)), p(rows * lds, T(-3)), t(rows);
+    kernel::qk_tile(q.data(), np, rows, kt.data(), n, colsp, p_ref.data(), lds);
+    for (std::size_t i = 0; i < rows; ++i) {
+      kernel::scale_row(p_ref.data() + i * lds, colsp, scale);
+      kernel::probs_row(p_ref.data() + i * lds, colsp, T(lse[i]), T(0));
+      t[i] = T(lse[i]) * T(kernel::log2e);
+    }
+    kernel::aligned_vector<simd::batch<T>> sums(rows, simd::batch<T>(T(0)));
+    kernel::qk_tile(q.data(), np, rows, kt.data(), n, colsp, p.data(), lds, kernel::every_column{},
+                    kernel::probs_epilogue<T>{t.data(), T(double(scale) * kernel::log2e), sums.data()});
+    for (std::size_t i = 0; i < rows; ++i) {
+      double sum = 0;
+      for (std::size_t c = 0; c < cols; ++c) {
+        const T got = p[i * lds + c];
+        REQUIRE(got == Approx(exact[i * cols + c]).epsilon(tol).margin(tol / 8));
+        REQUIRE(got == Approx(double(p_ref[i * lds + c])).epsilon(2 * tol).margin(tol / 4));
+        sum += double(got);
+      }
+      REQUIRE(double(simd::hsum(sums[i])) == Approx(sum).epsilon(tol));
+      REQUIRE(sum == Approx(1.0).epsilon(cols * tol));
+    }
+    // dS = c · P · (dP - delta): the epilogue's bits are softmax_grad_row's on the same P and dP
+    std::vector<T> ds_ref(rows * lds, T(-3)), ds(rows * lds, T(-3)), delta(rows);
+    for (std::size_t i = 0; i < rows; ++i) delta[i] = T(r.uniform(-1, 1));
+    kernel::qk_tile(d_o.data(), np, rows, vt.data(), n, colsp, ds_ref.data(), lds);
+    for (std::size_t i = 0; i < rows; ++i)
+      kernel::softmax_grad_row(p.data() + i * lds, ds_ref.data() + i * lds, colsp, delta[i], scale);
+    kernel::qk_tile(d_o.data(), np, rows, vt.data(), n, colsp, ds.data(), lds, kernel::every_column{},
+                    kernel::softmax_grad_epilogue<T>{delta.data(), scale, p.data() - ds.data()});
+    REQUIRE(testing::bitwise_equal(ds, ds_ref));
+  }
+}
+
+TEMPLATE_TEST_CASE("dot_row: Δ of a row, contiguous or strided, a batch at a time or not", "[kernel]", float, double) {
+  using T = TestType;
+  testing::rng r(17);
+  for (std::size_t n : {1u, 7u, 16u, 64u, 131u}) {
+    const auto a = r.tensor<T>({2 * n}), b = r.tensor<T>({2 * n});
+    double want = 0, want_strided = 0;
+    for (std::size_t d = 0; d < n; ++d)
+      want += double(a(d)) * double(b(d)), want_strided += double(a(2 * d)) * double(b(2 * d + 1));
+    const double tol = (std::is_same_v<T, float> ? 1e-6 : 1e-15) * double(n);
+    REQUIRE(kernel::dot_row<T>(a.data(), 1, b.data(), 1, n) == Approx(want).margin(tol));
+    REQUIRE(kernel::dot_row<T>(a.data(), 2, b.data() + 1, 2, n) == Approx(want_strided).margin(tol));
+    std::vector<float> af(n);  // other element types: widened to T one by one
+    for (std::size_t d = 0; d < n; ++d) af[d] = float(a(d));
+    double want_f = 0;
+    for (std::size_t d = 0; d < n; ++d) want_f += double(af[d]) * double(b(d));
+    REQUIRE(kernel::dot_row<T>(af.data(), 1, b.data(), 1, n) == Approx(want_f).margin(tol));
+  }
 }
 
 TEMPLATE_TEST_CASE("add_terms_row and accumulate_row: a score row's terms and their gradients", "[kernel]", float,

@@ -175,7 +175,14 @@ backward_report run_backward(const Plan& p, const problem& pr, const backward_sc
       for (std::size_t h = 0; h < pr.q_heads; ++h)
         for (std::size_t i = 0; i < pr.q_len; ++i, ++r) {
           DQ* dst = to.dq.row(b, h, i);
-          for (std::size_t d = 0; d < n; ++d) {
+          std::size_t d = 0;
+          if constexpr (std::is_same_v<DQ, Acc>)  // the same sums a batch at a time
+            for (constexpr std::size_t w = simd::width<Acc>; to.dq.inner_stride() == 1 && d + w <= n; d += w) {
+              simd::batch<Acc> s(Acc(0));
+              for (std::size_t c = 0; c < chunks; ++c) s += simd::load(dq_part.data() + (c * rows + r) * dqp + d);
+              simd::store(dst + d, s);
+            }
+          for (; d < n; ++d) {
             Acc s = 0;
             for (std::size_t c = 0; c < chunks; ++c) s += dq_part[(c * rows + r) * dqp + d];
             dst[std::ptrdiff_t(d) * to.dq.inner_stride()] = DQ(s);

@@ -77,6 +77,7 @@ class backward_worker {
       return false;
   }();
   static constexpr std::size_t n_ops = decltype(hana::length(std::declval<Ops>()))::value;
+  static constexpr bool plain_scores = !tensor_scores && !terms && n_ops == 0;  // S = scale · Q·Kᵀ
   static constexpr Acc ninf = -std::numeric_limits<Acc>::infinity();
   static constexpr std::size_t sw = kernel::strip_width<Acc>;
   static constexpr std::size_t in_strips(std::size_t n) { return (n + sw - 1) / sw * sw; }
@@ -125,6 +126,8 @@ class backward_worker {
     lo_.assign(bq_, 0);
     hi_.assign(bq_, 0);
     partial_.assign(bq_, 0);
+    lse2_.assign(bq_, Acc(0));
+    sums_.assign(bq_, simd::batch<Acc>(Acc(0)));
   }
 
   /// Task (b, hk, chunk): keys [chunk · chunk_keys, ...) of key head hk, every query head of its group.
@@ -272,6 +275,15 @@ class backward_worker {
     };
   }
 
+  /// o += Pᵀ·X for this tile (P: rows x cols, lds_ apart; X: the tile's rows packed in strips, bq_ · sw
+  /// apart; o: a row per key, width wide), one strip of columns at a time: the strip (rows · sw
+  /// elements, 24 KiB for 96 rows of 64 floats) then serves every register block of keys from L1.
+  void transposed_product(const Acc* p, const Acc* x, std::size_t rows, std::size_t cols, Acc* o, std::size_t width) {
+    for (std::size_t c = 0; c < width; c += sw)
+      kernel::pv_tile_transposed_strips(p, lds_, cols, x + c / sw * bq_ * sw, bq_ * sw, rows, o + c, width,
+                                        std::min(sw, width - c), key_range());
+  }
+
   /// The score of (i, j0 + c) before modifiers: scale · (Q·Kᵀ, c(fq, fk), or X) (+ α_i + β_j).
   void scores(std::size_t b, std::size_t h, std::size_t i0, std::size_t rows, std::size_t j0, std::size_t cols) {
     const std::size_t colsp = simd::padded<Acc>(cols);
@@ -305,11 +317,46 @@ class backward_worker {
     }
   }
 
+  /// Whether a tile takes query_block_plain: every score a plain scaled product Q·Kᵀ (no
+  /// modifier, mask, dropout or scoring policy), whole batches of keys, and every row with its
+  /// own finite log-sum-exp (rel 0).
+  bool plain_tile(std::size_t row0, std::size_t rows, std::size_t cols, bool all_visible) const {
+    if (!all_visible || p_.drop.p > 0 || cols % simd::width<Acc> != 0) return false;
+    for (std::size_t r = 0; r < rows; ++r)
+      if (!std::isfinite(io_.shift[row0 + r]) || io_.rel[row0 + r] != 0) return false;
+    return true;
+  }
+
+  /// query_block for a plain tile: P and dS come out of the score products' epilogues.
+  void query_block_plain(std::size_t b, std::size_t h, std::size_t chunk, std::size_t i0, std::size_t rows,
+                         std::size_t cols) {
+    const std::size_t row0 = (b * pr_.q_heads + h) * pr_.q_len + i0;
+    const std::size_t rows_total = pr_.batch * pr_.q_heads * pr_.q_len;
+    ranged_ = false;
+    for (std::size_t r = 0; r < rows; ++r) {
+      lse2_[r] = io_.shift[row0 + r] * Acc(kernel::log2e);
+      sums_[r] = simd::batch<Acc>(Acc(0));
+    }
+    std::tie(q_rows_, ldq_) = rows_of(q_view(), b, h, i0, rows, n_, dqp_, q_.data());
+    const Acc scale = Acc(p_.scale);
+    kernel::qk_tile(q_rows_, ldq_, rows, kp_.data(), n_, cols, s_.data(), lds_, kernel::every_column{},
+                    kernel::probs_epilogue<Acc>{lse2_.data(), Acc(p_.scale * kernel::log2e), sums_.data()});
+    for (std::size_t r = 0; r < rows; ++r) io_.row_sums[chunk * rows_total + row0 + r] += simd::hsum(sums_[r]);
+    const auto [d_out, ldd] = rows_of(io_.d_out, b, h, i0, rows, pr_.v_dim, dvp_, do_.data());
+    kernel::pack_strips<Acc>([&](std::size_t r) { return d_out + r * ldd; }, rows, pr_.v_dim, 1, dos_.data(), bq_ * sw);
+    transposed_product(s_.data(), dos_.data(), rows, cols, dv_.data(), dvp_);
+    kernel::qk_tile(d_out, ldd, rows, vp_.data(), pr_.v_dim, cols, dp_.data(), lds_, kernel::every_column{},
+                    kernel::softmax_grad_epilogue<Acc>{io_.delta + row0, scale, s_.data() - dp_.data()});
+    gradient_products(b, h, chunk, i0, rows, cols);
+  }
+
   void query_block(std::size_t b, std::size_t h, std::size_t chunk, std::size_t i0, std::size_t rows, std::size_t j0,
                    std::size_t cols, bool all_visible) {
     const std::size_t colsp = simd::padded<Acc>(cols);
     const std::size_t row0 = (b * pr_.q_heads + h) * pr_.q_len + i0;  // (B, Hq, Sq) row-major index
     const std::size_t rows_total = pr_.batch * pr_.q_heads * pr_.q_len;
+    if constexpr (plain_scores)
+      if (plain_tile(row0, rows, cols, all_visible)) return query_block_plain(b, h, chunk, i0, rows, cols);
     find_ranges(b, h, i0, rows, j0, cols, all_visible);
     scores(b, h, i0, rows, j0, cols);
     for (std::size_t r = 0; r < rows; ++r) {
@@ -337,8 +384,7 @@ class backward_worker {
     const auto [d_out, ldd] = rows_of(io_.d_out, b, h, i0, rows, pr_.v_dim, dvp_, do_.data());
     // dV += Zᵀ · dO
     kernel::pack_strips<Acc>([&](std::size_t r) { return d_out + r * ldd; }, rows, pr_.v_dim, 1, dos_.data(), bq_ * sw);
-    kernel::pv_tile_transposed_strips(p_.drop.p > 0 ? z_.data() : s_.data(), lds_, cols, dos_.data(), bq_ * sw, rows,
-                                      dv_.data(), dvp_, dvp_, key_range());
+    transposed_product(p_.drop.p > 0 ? z_.data() : s_.data(), dos_.data(), rows, cols, dv_.data(), dvp_);
     // dP = dO · Vᵀ, then dS
     kernel::qk_tile(d_out, ldd, rows, vp_.data(), pr_.v_dim, colsp, dp_.data(), lds_, row_range());
     const Acc scale = Acc(p_.scale);
@@ -404,8 +450,7 @@ class backward_worker {
     } else {
       // dK += dSᵀ · Q, dQ_chunk += dS · K
       kernel::pack_strips<Acc>([&](std::size_t r) { return q_rows_ + r * ldq_; }, rows, n_, 1, qs_.data(), bq_ * sw);
-      kernel::pv_tile_transposed_strips(dp_.data(), lds_, cols, qs_.data(), bq_ * sw, rows, dk_.data(), dqp_, dqp_,
-                                        key_range());
+      transposed_product(dp_.data(), qs_.data(), rows, cols, dk_.data(), dqp_);
       kernel::pv_tile_strips(dp_.data(), lds_, rows, ks_.data(), bs_.block_k * sw, cols, dq, dqp_, dqp_, row_range());
     }
   }
@@ -465,7 +510,9 @@ class backward_worker {
   kernel::aligned_vector<Acc> saved_;         // a saving pair policy's values, saved_ld_ per pair of the tile
   std::size_t saved_n_ = 0, saved_ld_ = 0;
   std::vector<char> dead_, partial_;
-  std::vector<std::size_t> lo_, hi_;  // this tile's rows: keys [lo_, hi_) not excluded (find_ranges)
+  std::vector<Acc> lse2_;                          // a plain tile's rows: log-sum-exp times log2 e
+  kernel::aligned_vector<simd::batch<Acc>> sums_;  // a plain tile's rows: partial sums of P
+  std::vector<std::size_t> lo_, hi_;               // this tile's rows: keys [lo_, hi_) not excluded (find_ranges)
   std::size_t tile_rows_ = 0;
   bool ranged_ = false;  // some mask hides part of this tile
 };

@@ -136,7 +136,8 @@ backward_report run_qk_backward(const Plan& p, const problem& pr, const schedule
                                 parameter_gradients_t<typename decltype(p.base)::policy_type>& dscore,
                                 const std::pair<Acc, Acc>* exact = nullptr) {
   if constexpr (std::is_same_v<typename decltype(p.base)::policy_type, dot>) {
-    const backward_schedule bs = resolve_backward(sch, pr, pr.q_dim, simd::width<Acc>);
+    const backward_schedule bs =
+        resolve_backward(sch, pr, pr.q_dim, simd::width<Acc>, kernel::strip_width<Acc>, sizeof(Acc));
     const dot_source<decltype(p.base.q.view), decltype(p.base.k.view)> src{p.base.q.view, p.base.k.view, pr.q_dim};
     return run_backward<Acc>(p, pr, bs, src, d_out, out, lse,
                              backward_out<Acc, Acc>{dq, dk, dv, {}, {}, {}, {}, &dbias, &dmodify}, exact);
@@ -180,7 +181,7 @@ auto run_grad(const Plan& p, const F& f, const DOut& d_out, const schedule& sch)
       dx{g.dx.data(), dx_at};
   backward_report rep;
   if constexpr (base_t::tensor_scores) {
-    const backward_schedule bs = resolve_backward(sch, pr, 0, simd::width<Acc>);
+    const backward_schedule bs = resolve_backward(sch, pr, 0, simd::width<Acc>, kernel::strip_width<Acc>, sizeof(Acc));
     rep = run_backward<Acc>(p, pr, bs, tensor_source{}, dov, ov, lv,
                             backward_out<Acc, Acc>{{}, {}, dv, dx, {}, {}, {}, &g.dbias, &g.dmodify});
   } else {

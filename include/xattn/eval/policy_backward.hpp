@@ -104,7 +104,7 @@ backward_report run_policy_backward(const Plan& p, const problem& pr, const sche
                                     const std::pair<Acc, Acc>* exact = nullptr) {
   using P = typename decltype(p.base)::policy_type;
   feature_buffers<Acc> fb = project_features<Acc>(p, pr);
-  const backward_schedule bs = resolve_backward(sch, pr, fb.n, simd::width<Acc>);
+  const backward_schedule bs = resolve_backward(sch, pr, fb.n, simd::width<Acc>, kernel::strip_width<Acc>, sizeof(Acc));
   std::vector<double> dparams;
   backward_out<Acc, Acc> to{.dq = {fb.dfq.data(), fb.q_at},
                             .dk = {fb.dfk.data(), fb.k_at},

@@ -13,6 +13,7 @@
 #include <unistd.h>
 #include <algorithm>
 #include <cstddef>
+#include <numeric>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -161,10 +162,17 @@ inline resolved_schedule resolve_schedule(const schedule& requested, const probl
 
 /// The backward pass's schedule: key-block-outer tasks (batch, key head, key chunk), each keeping
 /// dK and dV of its key block while it walks every query block of the heads that read it.
-///  - block_k = block_q = 144 (or as requested): whole 6-row microkernel blocks and whole SIMD
-///    batches (144 = 24 x 6 = 9 x 16), and square, so a causal diagonal cuts one query block per key
-///    block, not two (120 x 128 did: causal backward 6 % slower); 96 and 144 are within 1 % of each
-///    other at D = 64 and 128 (1 x 8 x 2048², 1 thread, alternating runs).
+///  - block_k (or as requested): the least multiple of 6 and of the score microkernel's strip width
+///    (16 floats with AVX2, 64 with AVX-512) that is at least 144: whole 6-row register blocks and
+///    whole strips. AVX2: 144 (= 24 x 6 = 9 x 16; 96 and 144 within 1 % at D = 64 and 128, 1 x 8 x
+///    2048², 1 thread). AVX-512: 192; at 144 a ninth of the score products' columns went through
+///    the one-batch-wide microkernel at half the rate.
+///  - block_q (or as requested): block_k, halved while a strip of the transposed products' right
+///    operand (block_q rows of the strip width) exceeds 24 KiB and the half is a multiple of 6, so
+///    that the strip serves every register block of keys from L1: AVX2 144, AVX-512 96 (at D = 128,
+///    1 x 8 x 2048², 1 thread: 70 % of the FMA peak against 68 % at 192). block_q divides block_k,
+///    so a causal diagonal cuts the same area of partial tiles as square blocks (120 x 128 did not:
+///    causal backward 6 % slower).
 ///  - key_chunks: enough chunks for 8 tasks when batch x key heads is smaller, up to 8 and at least
 ///    block_k keys each. dQ gathers one partial per chunk, summed in chunk order: like the forward's
 ///    decoding split this depends on the shape only, so the gradients are bitwise identical for
@@ -180,14 +188,18 @@ struct backward_schedule {
 };
 
 inline backward_schedule resolve_backward(const schedule& requested, const problem& pr, std::size_t width,
-                                          std::size_t lanes, const machine& m = machine::here()) {
+                                          std::size_t lanes, std::size_t strip, std::size_t elem_bytes,
+                                          const machine& m = machine::here()) {
   using namespace detail;
   backward_schedule r;
   r.flop = 2.0 * double(pr.batch * pr.q_heads * pr.q_len) * double(pr.kv_len) * double(3 * width + 2 * pr.v_dim);
   std::tie(r.threads, r.threads_reason) = resolve_threads(requested, r.flop, m);
+  const std::size_t block = padded_to(144, std::lcm<std::size_t>(6, strip));
   r.block_k = padded_to(
-      std::min<std::size_t>(requested.block_k ? requested.block_k : 144, std::max<std::size_t>(pr.kv_len, 1)), lanes);
-  r.block_q = std::min<std::size_t>(requested.block_q ? requested.block_q : 144, std::max<std::size_t>(pr.q_len, 1));
+      std::min<std::size_t>(requested.block_k ? requested.block_k : block, std::max<std::size_t>(pr.kv_len, 1)), lanes);
+  std::size_t bq = r.block_k;
+  while (bq * strip * elem_bytes > 24 * 1024 && bq % 12 == 0) bq /= 2;
+  r.block_q = std::min<std::size_t>(requested.block_q ? requested.block_q : bq, std::max<std::size_t>(pr.q_len, 1));
   const std::size_t heads = pr.batch * pr.kv_heads, blocks = (pr.kv_len + r.block_k - 1) / r.block_k;
   r.key_chunks = std::clamp<std::size_t>((8 + heads - 1) / std::max<std::size_t>(heads, 1), 1,
                                          std::min(max_key_chunks, std::max<std::size_t>(blocks, 1)));

@@ -2,10 +2,14 @@
 // The backward pass's row operations (FlashAttention-2): probabilities recomputed from the saved
 // log-sum-exp, the softmax's gradient, and a scoring policy's per-row and per-key terms with their
 // gradients. Its products are the forward's microkernels: S and dP by qk_tile, dQ by pv_tile, dV
-// and dK by pv_tile_transposed.
+// and dK by pv_tile_transposed; for tiles of plain products, P and dS come out of qk_tile's
+// epilogues (probs_epilogue, softmax_grad_epilogue) instead of passes over the tile.
+#include "blocking.hpp"
+#include "exp.hpp"
 #include "rows.hpp"
 
 #include <cstddef>
+#include <type_traits>
 
 #pragma GCC diagnostic push  // GCC PR 105593, see simd/compat.hpp
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -27,6 +31,58 @@ T probs_row(T* s, std::size_t n, T shift, T rel) {
   to_base2_row(s, n);
   return exp_row(s, n, rel * static_cast<T>(log2e));
 }
+
+/// qk_tile's epilogue for the scores of a tile every score of which is a plain product (nothing
+/// hidden, no modifier): stores the probabilities p = 2^(sum · c - t_r), c = scale · log2 e and
+/// t_r = lse_r · log2 e, and adds each row's to sums[r] (a batch of partial sums per row); every
+/// column must be a key (no padding: it would get probability 2^-t_r). One FMA and the
+/// exponential on registers replace probs_row's passes over the tile (scale, subtract, base 2,
+/// exponential): the same probabilities to a few roundings (c and t_r are rounded once each).
+template <class Acc>
+struct probs_epilogue {
+  const Acc* t;      // per tile row: its log-sum-exp times log2 e
+  Acc c;             // the score scale times log2 e
+  batch<Acc>* sums;  // per tile row: partial sums of its probabilities
+  struct bound {
+    const probs_epilogue* e;
+    std::size_t r0;
+    template <std::size_t C>
+    [[gnu::always_inline]] void operator()(std::size_t i, const batch<Acc> (&acc)[C], Acc* dst) const {
+      const batch<Acc> t(e->t[r0 + i]), c(e->c);
+      batch<Acc> sum = e->sums[r0 + i];
+      detail::each<C>([&](auto k) {
+        const batch<Acc> p = exp2_nonpositive(xsimd::fms(acc[k], c, t));
+        simd::store(dst + k * simd::width<Acc>, p);
+        sum += p;
+      });
+      e->sums[r0 + i] = sum;
+    }
+  };
+  bound at(std::size_t r, std::size_t) const noexcept { return {this, r}; }
+};
+
+/// qk_tile's epilogue for dP = dO·Vᵀ of such a tile: stores dS = c · p · (dP - delta_r) (what
+/// softmax_grad_row computes), p read at the same place in the probabilities' tile, p_offset
+/// elements from dP's.
+template <class Acc>
+struct softmax_grad_epilogue {
+  const Acc* delta;  // per tile row: rowsum(dO ∘ O)
+  Acc c;             // the score scale
+  std::ptrdiff_t p_offset;
+  struct bound {
+    const softmax_grad_epilogue* e;
+    std::size_t r0;
+    template <std::size_t C>
+    [[gnu::always_inline]] void operator()(std::size_t i, const batch<Acc> (&acc)[C], Acc* dst) const {
+      const batch<Acc> d(e->delta[r0 + i]), c(e->c);
+      detail::each<C>([&](auto k) {
+        Acc* at = dst + k * simd::width<Acc>;
+        simd::store(at, c * simd::load(at + e->p_offset) * (acc[k] - d));
+      });
+    }
+  };
+  bound at(std::size_t r, std::size_t) const noexcept { return {this, r}; }
+};
 
 /// dp[j] = c · p[j] · (dp[j] - delta) over [0, n) (n a multiple of the batch size): the gradient
 /// of the scores from that of the probabilities, delta = Σ_j p[j]·dp[j] = rowsum(dO ∘ O), times
@@ -61,11 +117,21 @@ T accumulate_row(const T* g, std::size_t n, T* col) {
   return simd::hsum(sum);
 }
 
-/// Σ_d a[d]·b[d] over [0, n) for rows of any element types, in T.
+/// Σ_d a[d]·b[d] over [0, n) for rows of any element types, in T; contiguous rows of T a batch at a
+/// time (Δ = rowsum(dO ∘ O) for every row: as a scalar loop, 1 % of the D = 128 backward).
 template <class T, class A, class B>
 T dot_row(const A* a, std::ptrdiff_t sa, const B* b, std::ptrdiff_t sb, std::size_t n) {
   T s = 0;
-  for (std::size_t d = 0; d < n; ++d) s += T(a[std::ptrdiff_t(d) * sa]) * T(b[std::ptrdiff_t(d) * sb]);
+  std::size_t d = 0;
+  if constexpr (std::is_same_v<A, T> && std::is_same_v<B, T>) {
+    constexpr std::size_t w = simd::width<T>;
+    if (sa == 1 && sb == 1 && n >= w) {
+      batch<T> acc(T(0));
+      for (; d + w <= n; d += w) acc = xsimd::fma(simd::load(a + d), simd::load(b + d), acc);
+      s = simd::hsum(acc);
+    }
+  }
+  for (; d < n; ++d) s += T(a[std::ptrdiff_t(d) * sa]) * T(b[std::ptrdiff_t(d) * sb]);
   return s;
 }
 

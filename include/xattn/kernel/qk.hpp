@@ -12,14 +12,29 @@
 
 namespace xattn::kernel {
 
+/// qk_tile's default epilogue: each register block's sums stored as they are. An epilogue's at(r, c)
+/// binds the block whose first row and column are r and c; the bound one gets each row i of the
+/// block, its C batches of sums and where they go (columns c, c + w, ...), and may store something
+/// else: the backward fuses its elementwise steps into the products this way (backward.hpp), on
+/// registers instead of another pass over the tile.
+struct plain_epilogue {
+  struct bound {
+    template <class Acc, std::size_t C>
+    [[gnu::always_inline]] void operator()(std::size_t, const batch<Acc> (&acc)[C], Acc* dst) const {
+      detail::each<C>([&](auto c) { simd::store(dst + c * simd::width<Acc>, acc[c]); });
+    }
+  };
+  constexpr bound at(std::size_t, std::size_t) const noexcept { return {}; }
+};
+
 namespace detail {
 
 // qk_micro and pv_micro write out the same rank-1-update loop on purpose: sharing it through a
 // function taking the accumulator array by reference made GCC keep the accumulators on the stack
 // (-O2 and -O3, even when forced inline), measured in the generated code.
-template <std::size_t R, std::size_t C, class Acc, class P>
+template <std::size_t R, std::size_t C, class Acc, class P, class Epi = plain_epilogue::bound>
 inline void qk_micro(const Acc* q, std::size_t ldq, const P* kt, std::size_t ldk, std::size_t n, Acc* s,
-                     std::size_t lds) {
+                     std::size_t lds, const Epi& epi = {}) {
   constexpr std::size_t w = simd::width<Acc>;
   batch<Acc> acc[R][C];
   each<R * C>([&](auto i) { acc[i / C][i % C] = batch<Acc>(Acc(0)); });
@@ -31,17 +46,18 @@ inline void qk_micro(const Acc* q, std::size_t ldq, const P* kt, std::size_t ldk
       each<C>([&](auto c) { acc[r][c] = xsimd::fma(qv, k[c], acc[r][c]); });
     });
   }
-  each<R * C>([&](auto i) { simd::store(s + i / C * lds + i % C * w, acc[i / C][i % C]); });
+  each<R>([&](auto r) { epi(r, acc[r], s + r * lds); });
 }
 
 }  // namespace detail
 
 /// s[r, c] = sum_d q[r, d] * key(c)[d] for r < rows, c < cols_padded (a multiple of the batch
 /// size), keys packed by pack_kt. Strips outermost: one strip (n x sw) is reused by every row
-/// block from L1. A register block whose columns lie outside range(r, R) is written as 0.
-template <class Acc, class P, class Range = every_column>
+/// block from L1. A register block whose columns lie outside range(r, R) is written as 0; the
+/// others go through the epilogue (plain_epilogue: stored as they are).
+template <class Acc, class P, class Range = every_column, class Epi = plain_epilogue>
 void qk_tile(const Acc* q, std::size_t ldq, std::size_t rows, const P* kt, std::size_t n, std::size_t cols_padded,
-             Acc* s, std::size_t lds, Range range = {}) {
+             Acc* s, std::size_t lds, Range range = {}, const Epi& epi = {}) {
   constexpr std::size_t w = simd::width<Acc>, C = blocking<Acc>::vecs, sw = strip_width<Acc>;
   const auto needed = [&](std::size_t r, std::size_t R, std::size_t c, std::size_t width) {
     const auto [lo, hi] = range(r, R);
@@ -53,13 +69,14 @@ void qk_tile(const Acc* q, std::size_t ldq, std::size_t rows, const P* kt, std::
   for (; c + sw <= cols_padded; c += sw)
     detail::by_row_blocks<Acc>(rows, [&](auto R, std::size_t r) {
       if (needed(r, R, c, sw))
-        detail::qk_micro<decltype(R)::value, C>(q + r * ldq, ldq, kt + c * n, sw, n, s + r * lds + c, lds);
+        detail::qk_micro<decltype(R)::value, C>(q + r * ldq, ldq, kt + c * n, sw, n, s + r * lds + c, lds,
+                                                epi.at(r, c));
     });
   for (; c < cols_padded; c += w)  // the last, partial strip: one batch at a time
     detail::by_row_blocks<Acc>(rows, [&](auto R, std::size_t r) {
       if (needed(r, R, c, w))
         detail::qk_micro<decltype(R)::value, 1>(q + r * ldq, ldq, kt + c / sw * sw * n + c % sw, sw, n, s + r * lds + c,
-                                                lds);
+                                                lds, epi.at(r, c));
     });
 }
 
