@@ -284,6 +284,16 @@ class backward_worker {
                                         std::min(sw, width - c), key_range());
   }
 
+  /// dV += Zᵀ·dO for this tile (Z: the weights after dropout, lds_ apart); returns the tile's dO
+  /// rows as rows_of gives them, for dP.
+  std::pair<const Acc*, std::size_t> value_gradient(std::size_t b, std::size_t h, std::size_t i0, std::size_t rows,
+                                                    std::size_t cols, const Acc* z) {
+    const auto [d_out, ldd] = rows_of(io_.d_out, b, h, i0, rows, pr_.v_dim, dvp_, do_.data());
+    kernel::pack_strips<Acc>([&](std::size_t r) { return d_out + r * ldd; }, rows, pr_.v_dim, 1, dos_.data(), bq_ * sw);
+    transposed_product(z, dos_.data(), rows, cols, dv_.data(), dvp_);
+    return {d_out, ldd};
+  }
+
   /// The score of (i, j0 + c) before modifiers: scale · (Q·Kᵀ, c(fq, fk), or X) (+ α_i + β_j).
   void scores(std::size_t b, std::size_t h, std::size_t i0, std::size_t rows, std::size_t j0, std::size_t cols) {
     const std::size_t colsp = simd::padded<Acc>(cols);
@@ -342,9 +352,7 @@ class backward_worker {
     kernel::qk_tile(q_rows_, ldq_, rows, kp_.data(), n_, cols, s_.data(), lds_, kernel::every_column{},
                     kernel::probs_epilogue<Acc>{lse2_.data(), Acc(p_.scale * kernel::log2e), sums_.data()});
     for (std::size_t r = 0; r < rows; ++r) io_.row_sums[chunk * rows_total + row0 + r] += simd::hsum(sums_[r]);
-    const auto [d_out, ldd] = rows_of(io_.d_out, b, h, i0, rows, pr_.v_dim, dvp_, do_.data());
-    kernel::pack_strips<Acc>([&](std::size_t r) { return d_out + r * ldd; }, rows, pr_.v_dim, 1, dos_.data(), bq_ * sw);
-    transposed_product(s_.data(), dos_.data(), rows, cols, dv_.data(), dvp_);
+    const auto [d_out, ldd] = value_gradient(b, h, i0, rows, cols, s_.data());
     kernel::qk_tile(d_out, ldd, rows, vp_.data(), pr_.v_dim, cols, dp_.data(), lds_, kernel::every_column{},
                     kernel::softmax_grad_epilogue<Acc>{io_.delta + row0, scale, s_.data() - dp_.data()});
     gradient_products(b, h, chunk, i0, rows, cols);
@@ -381,10 +389,7 @@ class backward_worker {
         random::scale_row(p_.drop, std::uint32_t(b), std::uint32_t(h), std::uint32_t(i), std::uint32_t(j0), cols, z);
       }
     }
-    const auto [d_out, ldd] = rows_of(io_.d_out, b, h, i0, rows, pr_.v_dim, dvp_, do_.data());
-    // dV += Zᵀ · dO
-    kernel::pack_strips<Acc>([&](std::size_t r) { return d_out + r * ldd; }, rows, pr_.v_dim, 1, dos_.data(), bq_ * sw);
-    transposed_product(p_.drop.p > 0 ? z_.data() : s_.data(), dos_.data(), rows, cols, dv_.data(), dvp_);
+    const auto [d_out, ldd] = value_gradient(b, h, i0, rows, cols, p_.drop.p > 0 ? z_.data() : s_.data());
     // dP = dO · Vᵀ, then dS
     kernel::qk_tile(d_out, ldd, rows, vp_.data(), pr_.v_dim, colsp, dp_.data(), lds_, row_range());
     const Acc scale = Acc(p_.scale);
