@@ -16,6 +16,7 @@
 #include <xtensor/xadapt.hpp>
 
 #include <cmath>
+#include <ctime>
 
 namespace xattn_bench {
 
@@ -47,11 +48,18 @@ void run_backward(benchmark::State& state, const attention_shape& s, int threads
   auto measure = [&](const auto& e) {
     auto f = xattn::eval_with_lse(e, sch);
     const double flop = attention_flop(s) * (Forward ? 3.5 : 2.5);
-    run_timed(state, flop, [&] {
+    const std::clock_t cpu = std::clock();
+    const double per_iteration = run_timed(state, flop, [&] {
       if constexpr (Forward) f = xattn::eval_with_lse(e, sch);
       auto g = xattn::grad(e, f, dout, sch);
       benchmark::DoNotOptimize(g.dq.data());
     });
+    // The process's CPU time over threads x wall time: below 1 where a thread waited (serial
+    // passes, the last tasks). The host's slowing of a thread does not lower it, so it tells the
+    // code's scaling from the machine's.
+    if (per_iteration > 0)
+      state.counters["busy"] =
+          double(std::clock() - cpu) / CLOCKS_PER_SEC / (double(threads) * per_iteration * double(state.iterations()));
   };
   if (s.causal)
     measure(softmax(mask(Q * trans(K) * scale, xattn::causal(xattn::align::bottom_right))) * V);

@@ -144,15 +144,18 @@ def shape_rows(results, variants):
     return rows
 
 
-def backward_table(results, peaks):
+def backward_table(results, peaks, benchmarks=()):
     """The backward rows: GFLOP/s by FlashAttention-2's count (2.5 x 4·B·H·Sq·Skv·D per backward,
-    3.5 x for forward + backward; causal half), % of peak_fma, and the ratios the targets name."""
+    3.5 x for forward + backward; causal half), % of peak_fma, the ratios the targets name, and
+    xattn_bwd's busy counter (CPU time over threads x wall time: what the code kept busy, whatever
+    the host did to the threads' speed)."""
     rows = shape_rows(results, BACKWARD)
     if not rows:
         return ""
+    busy = {parts[1:]: v for parts, v in counter_medians(benchmarks, "busy").items() if parts[0] == "xattn_bwd"}
     header = SHAPE_FIELDS + [f"{v} GFLOP/s" for v in BACKWARD] + [
         "xattn_bwd % of peak_fma", "xattn_bwd / blas_unfused_bwd", "xattn_fwd_bwd / blas_unfused_fwd_bwd",
-        "xattn_fwd_bwd / torch_d2l_fwd_bwd"]
+        "xattn_fwd_bwd / torch_d2l_fwd_bwd", "xattn_bwd busy"]
     lines = ["", "## Backward (FlashAttention-2 flop count: 2.5 x forward per backward, 3.5 x both)", "",
              "| " + " | ".join(header) + " |", "|" + "|".join(["---:"] * len(header)) + "|"]
     for shape, row in rows.items():
@@ -161,7 +164,8 @@ def backward_table(results, peaks):
             cell(None if pct is None else 100 * pct, "{:.0f} %"),
             cell(ratio(row.get("xattn_bwd"), row.get("blas_unfused_bwd")), "{:.2f}×"),
             cell(ratio(row.get("xattn_fwd_bwd"), row.get("blas_unfused_fwd_bwd")), "{:.2f}×"),
-            cell(ratio(row.get("xattn_fwd_bwd"), row.get("torch_d2l_fwd_bwd")), "{:.2f}×")]) + " |")
+            cell(ratio(row.get("xattn_fwd_bwd"), row.get("torch_d2l_fwd_bwd")), "{:.2f}×"),
+            cell(busy.get(tuple(str(x) for x in shape)), "{:.2f}")]) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -423,7 +427,7 @@ def main(argv):
 
     results = collect(data.get("benchmarks", []))
     peaks, table, variants = split(results)
-    md = (markdown(data.get("context", {}), peaks, table, variants) + backward_table(results, peaks)
+    md = (markdown(data.get("context", {}), peaks, table, variants) + backward_table(results, peaks, data.get("benchmarks", []))
           + sixteen_table(results, peaks) + other_measurements(data.get("benchmarks", []))
           + decode_bandwidth(results, data.get("benchmarks", []))
           + ring_table(results, data.get("benchmarks", [])))

@@ -110,6 +110,45 @@ TEST_CASE("grad: rank-3 and packed heads() operands come back in their own shape
   CHECK(g.dv.shape() == vp.shape());
 }
 
+// With one key chunk and rows of whole batches (16 features) dQ accumulates in the result itself
+// when its rows lie in the kernel's order; packed heads() interleave the heads and must not.
+TEST_CASE("grad: dQ in place for one key chunk, and not for packed heads") {
+  testing::rng rng(23);
+  const schedule one_block{12, 32, 1};  // 23 keys: one block, one chunk
+  xt::xtensor<float, 4> q = rng.tensor<float>({2, 4, 19, 16}), k = rng.tensor<float>({2, 2, 23, 16}),
+                        v = rng.tensor<float>({2, 2, 23, 16});
+  const xt::xtensor<float, 4> d4 = rng.tensor<float>({2, 4, 19, 16});
+  check_grad(softmax(ref(q) * trans(ref(k)) / 4.0f) * ref(v), d4, 2e-5, 1, false, one_block);
+  check_grad(softmax(mask(ref(q) * trans(ref(k)) / 4.0f, causal())) * ref(v), d4, 2e-5, 1, false, one_block);
+  xt::xtensor<float, 3> qp = rng.tensor<float>({2, 19, 4 * 16}), kp = rng.tensor<float>({2, 23, 2 * 16}),
+                        vp = rng.tensor<float>({2, 23, 2 * 16});
+  const xt::xtensor<float, 3> dp = rng.tensor<float>({2, 19, 4 * 16});
+  check_grad(softmax(heads(qp, 4) * trans(heads(kp, 2)) / 4.0f) * heads(vp, 2), dp, 2e-5, 4, true, one_block);
+  xt::xtensor<double, 3> q3 = rng.tensor<double>({3, 19, 16}), k3 = rng.tensor<double>({3, 23, 16}),
+                         v3 = rng.tensor<double>({3, 23, 8});
+  const xt::xtensor<double, 3> d3 = rng.tensor<double>({3, 19, 8});
+  check_grad(softmax(ref(q3) * trans(ref(k3)) / 4.0) * ref(v3), d3, 1e-12, 1, false, one_block);
+}
+
+// A task per key block: the key blocks of one chunk run on any thread, each query block's dQ rows
+// taking them in key order (turns). 19 key blocks of 16 make 7 chunks of 3; with 2 threads a
+// block often starts while the one before it in its chunk still runs.
+TEST_CASE("grad: a chunk's key blocks on two threads add into dQ in key order") {
+  testing::rng rng(24);
+  xt::xtensor<float, 4> q = rng.tensor<float>({1, 2, 150, 8}), k = rng.tensor<float>({1, 1, 300, 8}),
+                        v = rng.tensor<float>({1, 1, 300, 8});
+  const xt::xtensor<float, 4> d_out = rng.tensor<float>({1, 2, 150, 8});
+  const auto e = softmax(mask(ref(q) * trans(ref(k)), window(200, 0))) * ref(v);
+  const auto f = eval_with_lse(e);
+  const auto one = grad(e, f, d_out, schedule{6, 16, 1});
+  for (int run = 0; run < 8; ++run) {
+    const auto two = grad(e, f, d_out, schedule{6, 16, 2});
+    REQUIRE(bitwise_equal(one.dq, two.dq));
+    REQUIRE(bitwise_equal(one.dk, two.dk));
+    REQUIRE(bitwise_equal(one.dv, two.dv));
+  }
+}
+
 TEST_CASE("grad: score tensors (d2l's masked_softmax(X, valid_lens) followed by V)") {
   testing::rng rng(23);
   xt::xtensor<double, 4> x = rng.tensor<double>({2, 3, 17, 21}, -3, 3), v = rng.tensor<double>({2, 3, 21, 4});

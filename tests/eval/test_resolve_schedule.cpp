@@ -9,7 +9,9 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstring>
+#include <vector>
 
 using namespace xattn;
 
@@ -191,5 +193,47 @@ TEST_CASE("resolve_backward: blocks of whole register blocks and strips, block_q
     const auto t = resolve_backward({}, shape(1, 1, 20, 50, 64, 64), 64, a.lanes, a.strip, a.bytes, cores(1));
     REQUIRE(t.block_q == 20);
     REQUIRE(t.block_k == (50 + a.lanes - 1) / a.lanes * a.lanes);
+  }
+}
+
+// The backward's chunks: at least 8 when batch x key heads is smaller, up to 8 of whole key blocks
+// (11 blocks in 8 chunks take 2 each: 6 chunks), never depending on the thread count (the dQ
+// partials are summed in chunk order); then a task per key block.
+TEST_CASE("resolve_backward: key chunks by the shape only, a task per key block") {
+  struct want {
+    std::size_t batch, kv_heads, kv_len, key_chunks;
+  };
+  for (const want w : {want{1, 8, 2048, 1}, want{1, 4, 2048, 2}, want{1, 3, 2048, 3}, want{1, 1, 32768, 8},
+                       want{1, 1, 2048, 6}, want{1, 1, 300, 2}, want{1, 1, 100, 1}}) {
+    INFO("batch " << w.batch << ", key heads " << w.kv_heads << ", keys " << w.kv_len);
+    const auto shp = shape(w.batch, w.kv_heads, 2048, w.kv_len, 64, 64);
+    const auto one = resolve_backward({}, shp, 64, 16, 64, 4, cores(1));
+    REQUIRE(one.key_chunks == w.key_chunks);
+    REQUIRE(one.chunk_keys % one.block_k == 0);
+    REQUIRE((w.key_chunks - 1) * one.chunk_keys < w.kv_len);
+    // a task per key block of each chunk (slots past a short last chunk idle): for 1, 2 and 3
+    // threads, every block once, and each after the block before it in its chunk
+    const std::size_t per_chunk = one.chunk_keys / one.block_k, heads = w.batch * w.kv_heads;
+    REQUIRE(one.tasks == heads * w.key_chunks * per_chunk);
+    for (int threads : {1, 2, 3}) {
+      const auto s = resolve_backward({.threads = threads}, shp, 64, 16, 64, 4, cores(threads));
+      REQUIRE(s.tasks == one.tasks);
+      std::vector<std::size_t> seen(heads * w.key_chunks * per_chunk, 0), next(heads * w.key_chunks, 0);
+      std::size_t blocks = 0;
+      for (std::size_t t = 0; t < s.tasks; ++t) {
+        const auto [head, chunk, block, id] = s.task_at(t);
+        REQUIRE(head < heads);
+        REQUIRE(chunk < w.key_chunks);
+        REQUIRE(block == next[chunk * heads + head]++);
+        REQUIRE(id == (chunk * heads + head) * per_chunk + block);  // the same for every thread count
+        ++seen[id];
+        blocks += chunk * s.chunk_keys + block * s.block_k < std::min(w.kv_len, (chunk + 1) * s.chunk_keys);
+      }
+      REQUIRE(std::all_of(seen.begin(), seen.end(), [](std::size_t n) { return n == 1; }));
+      REQUIRE(blocks == heads * ((w.kv_len + s.block_k - 1) / s.block_k));
+    }
+    const auto two = resolve_backward({.threads = 2}, shp, 64, 16, 64, 4, cores(2));
+    REQUIRE(two.key_chunks == one.key_chunks);
+    REQUIRE(two.chunk_keys == one.chunk_keys);
   }
 }

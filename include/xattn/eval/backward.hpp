@@ -1,13 +1,15 @@
 #pragma once
-// The fused backward driver: Δ = rowsum(dO ∘ O) per row, then every (batch, key head, key chunk)
-// task on the schedule's threads (any thread may take any task: each writes only its own dK, dV
-// rows, its chunk's dQ partial and its chunk's bias-gradient entries), then dQ summed over the
-// chunks in order and the bias gradients reduced over their broadcast axes -- all in an order that
-// does not depend on the thread count.
+// The fused backward driver: Δ = rowsum(dO ∘ O) per row, then every key block's task on the
+// schedule's threads (any thread may take any task: each writes only its own dK, dV rows and
+// bias-gradient entries, and adds into its key chunk's dQ partial after the chunk's earlier key
+// blocks), then dQ summed over the chunks in order and the bias gradients reduced over their
+// broadcast axes -- all in an order that does not depend on the thread count.
 #include "backward_worker.hpp"
 #include "positions.hpp"
 #include "reference_grad.hpp"
 
+#include <array>
+#include <memory>
 #include <vector>
 
 namespace xattn {
@@ -112,35 +114,39 @@ backward_report run_backward(const Plan& p, const problem& pr, const backward_sc
   using IO = backward_io<Acc, DO, Ops>;
   const std::size_t n = tensor_scores ? 0 : to.dq.at.shape[3];
   const std::size_t rows = pr.batch * pr.q_heads * pr.q_len, dqp = simd::padded<Acc>(n);
-  std::vector<Acc> delta(rows), row_sums(bs.key_chunks * rows, Acc(0));
-  std::vector<Acc> dq_part(bs.key_chunks * rows * dqp, Acc(0)), dalpha_part(terms ? bs.key_chunks * rows : 0, Acc(0));
+  const std::size_t chunks = bs.key_chunks;
+  // The dQ partials, (chunks, B, Hq, Sq, dqp), zeroed row by row on the threads below. One chunk
+  // accumulates in place when dQ's rows are the kernel's rows (dqp wide, in order).
+  Acc* dq_part = nullptr;
+  if constexpr (std::is_same_v<DQ, Acc>)
+    if (!tensor_scores && chunks == 1 && n == dqp && to.dq.inner_stride() == 1 &&
+        to.dq.at.stride[2] == std::ptrdiff_t(dqp) &&
+        (pr.q_heads == 1 || to.dq.at.stride[1] == std::ptrdiff_t(pr.q_len * dqp)) &&
+        (pr.batch == 1 || to.dq.at.stride[0] == std::ptrdiff_t(pr.q_heads * pr.q_len * dqp)))
+      dq_part = to.dq.data;
+  const bool direct = dq_part != nullptr;
+  std::unique_ptr<Acc[]> dq_buf;
+  if (!tensor_scores && !direct) dq_part = (dq_buf = std::make_unique_for_overwrite<Acc[]>(chunks * rows * dqp)).get();
+  std::vector<Acc> delta(rows), row_sums(chunks * rows, Acc(0));
+  std::vector<Acc> dalpha_part(terms ? chunks * rows : 0, Acc(0));
   std::size_t params = 0;
   if constexpr (is_pair_source_v<Source>) params = src.params;
   std::vector<Acc> dparams_part(bs.tasks * params, Acc(0));
   const modifier_slots<Ops> mods(ops);
   std::vector<Acc> dmodify_part(bs.tasks * mods.total, Acc(0));
-  for (std::size_t b = 0, r = 0; b < pr.batch; ++b)
-    for (std::size_t h = 0; h < pr.q_heads; ++h)
-      for (std::size_t i = 0; i < pr.q_len; ++i, ++r)
-        delta[r] = kernel::dot_row<Acc>(d_out.row(b, h, i), d_out.inner_stride(), out.row(b, h, i), out.inner_stride(),
-                                        pr.v_dim);
   std::vector<Acc> shift(rows), rel(rows, Acc(0));
-  for (std::size_t b = 0, r = 0; b < pr.batch; ++b)
-    for (std::size_t h = 0; h < pr.q_heads; ++h)
-      for (std::size_t i = 0; i < pr.q_len; ++i, ++r) {
-        shift[r] = lse(b, h, i);
-        if (std::abs(shift[r]) > large_lse && !std::isinf(shift[r]))
-          std::tie(shift[r], rel[r]) = exact ? exact[r] : exact_row_stats<Acc>(p, pr, ops, masks, b, h, i);
-      }
+  std::vector<std::atomic<std::uint32_t>> turns(pr.batch * pr.q_heads * chunks *
+                                                ((pr.q_len + bs.block_q - 1) / std::max<std::size_t>(bs.block_q, 1)));
   IO io{.d_out = d_out,
         .shift = shift.data(),
         .rel = rel.data(),
         .delta = delta.data(),
-        .dq_part = dq_part.data(),
+        .dq_part = dq_part,
         .dalpha_part = dalpha_part.data(),
         .dbeta = to.dbeta,
         .dparams_part = dparams_part.data(),
         .row_sums = row_sums.data(),
+        .turns = turns.data(),
         .dk = to.dk,
         .dv = to.dv,
         .dx = to.dx,
@@ -159,27 +165,37 @@ backward_report run_backward(const Plan& p, const problem& pr, const backward_sc
   });
 
   using worker_t = backward_worker<Acc, Plan, Ops, std::decay_t<decltype(masks)>, IO, Source>;
-  const std::size_t chunks = bs.key_chunks;
+  // Every pass over the rows runs on the threads too (each row's work is the same for any count).
+  const auto row_index = [&](std::size_t r) {
+    return std::array<std::size_t, 3>{r / pr.q_len / pr.q_heads, r / pr.q_len % pr.q_heads, r % pr.q_len};
+  };
 #pragma omp parallel num_threads(bs.threads) if (bs.threads > 1)
   {
+#pragma omp for schedule(static)
+    for (std::size_t r = 0; r < rows; ++r) {  // Δ, the shift, and the row's dQ partials zeroed
+      const auto [b, h, i] = row_index(r);
+      delta[r] = kernel::dot_row<Acc>(d_out.row(b, h, i), d_out.inner_stride(), out.row(b, h, i), out.inner_stride(),
+                                      pr.v_dim);
+      shift[r] = lse(b, h, i);
+      if (std::abs(shift[r]) > large_lse && !std::isinf(shift[r]))
+        std::tie(shift[r], rel[r]) = exact ? exact[r] : exact_row_stats<Acc>(p, pr, ops, masks, b, h, i);
+      if constexpr (!tensor_scores)
+        for (std::size_t c = 0; c < chunks; ++c) std::fill_n(dq_part + (c * rows + r) * dqp, dqp, Acc(0));
+    }
     worker_t wk(p, pr, ops, masks, bs, io, src);
 #pragma omp for schedule(dynamic, 1)
-    for (std::size_t t = 0; t < bs.tasks; ++t) {
-      const std::size_t c = t % chunks, bh = t / chunks;
-      wk.run(bh / pr.kv_heads, bh % pr.kv_heads, c);
-    }
-  }
-
-  if constexpr (!tensor_scores) {
-    for (std::size_t b = 0, r = 0; b < pr.batch; ++b)
-      for (std::size_t h = 0; h < pr.q_heads; ++h)
-        for (std::size_t i = 0; i < pr.q_len; ++i, ++r) {
+    for (std::size_t t = 0; t < bs.tasks; ++t) wk.run(t);
+    if constexpr (!tensor_scores) {
+#pragma omp for schedule(static)
+      for (std::size_t r = 0; r < rows; ++r) {  // dQ: the partials summed in chunk order
+        const auto [b, h, i] = row_index(r);
+        if (!direct) {
           DQ* dst = to.dq.row(b, h, i);
           std::size_t d = 0;
           if constexpr (std::is_same_v<DQ, Acc>)  // the same sums a batch at a time
             for (constexpr std::size_t w = simd::width<Acc>; to.dq.inner_stride() == 1 && d + w <= n; d += w) {
               simd::batch<Acc> s(Acc(0));
-              for (std::size_t c = 0; c < chunks; ++c) s += simd::load(dq_part.data() + (c * rows + r) * dqp + d);
+              for (std::size_t c = 0; c < chunks; ++c) s += simd::load(dq_part + (c * rows + r) * dqp + d);
               simd::store(dst + d, s);
             }
           for (; d < n; ++d) {
@@ -187,12 +203,14 @@ backward_report run_backward(const Plan& p, const problem& pr, const backward_sc
             for (std::size_t c = 0; c < chunks; ++c) s += dq_part[(c * rows + r) * dqp + d];
             dst[std::ptrdiff_t(d) * to.dq.inner_stride()] = DQ(s);
           }
-          if constexpr (terms) {
-            Acc s = 0;
-            for (std::size_t c = 0; c < chunks; ++c) s += dalpha_part[c * rows + r];
-            to.dalpha[r] = s;
-          }
         }
+        if constexpr (terms) {
+          Acc s = 0;
+          for (std::size_t c = 0; c < chunks; ++c) s += dalpha_part[c * rows + r];
+          to.dalpha[r] = s;
+        }
+      }
+    }
   }
   if (params) {  // summed in task order, in double
     to.dparams->assign(params, 0.0);

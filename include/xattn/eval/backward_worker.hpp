@@ -1,16 +1,16 @@
 #pragma once
-// One thread's backward work: a task is (batch, key head, key chunk). For each key block of the
-// chunk it packs K and V once, then walks every query block of every query head that reads this
-// key head, recomputing P from the saved log-sum-exp (FlashAttention-2):
+// One thread's backward work: a task is one key block of a key head. It packs K and V once, then
+// walks every query block of every query head that reads this key head, recomputing P from the
+// saved log-sum-exp (FlashAttention-2):
 //   S = scale·Q·Kᵀ (then modifiers, masks)   P = e^(S − lse)        dV += Zᵀ·dO   (Z: P after dropout)
 //   dP = dO·Vᵀ (dropout: × keep/(1−p))       dS = P ∘ (dP − Δ)      dK += scale·dSᵀ·Q
 //   dQ_chunk += scale·dS·K
 // dK and dV of the key block stay in this worker until every query has been seen (no races); dQ
-// goes to the chunk's own partial, summed in chunk order afterwards. Filled and excluded scores
-// are constants (dS = 0 there); modifiers are differentiated on dual numbers (their learnables on
-// the tape). With a scoring policy, Q and K above are its projected features (and α, β its terms,
-// whose gradients are dS's row and column sums); a combine policy pairs features one by one
-// instead of the microkernels.
+// goes to its key chunk's partial, summed in chunk order afterwards, each query block's rows taking
+// the chunk's key blocks in key order. Filled and excluded scores are constants (dS = 0 there);
+// modifiers are differentiated on dual numbers (their learnables on the tape). With a scoring
+// policy, Q and K above are its projected features (and α, β its terms, whose gradients are dS's
+// row and column sums); a combine policy pairs features one by one instead of the microkernels.
 #include "../dual.hpp"
 #include "../kernel/aligned.hpp"
 #include "../kernel/backward.hpp"
@@ -25,7 +25,9 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <vector>
 
@@ -38,20 +40,21 @@ struct modifier_slots;
 template <class Acc, class DO, class Ops>
 struct backward_io {
   static constexpr std::size_t NOps = decltype(hana::length(std::declval<Ops>()))::value;
-  strided_view<const DO> d_out{};             // (B, Hq, Sq, Dv)
-  const Acc* shift = nullptr;                 // (B, Hq, Sq) row-major: P = e^(S - shift - rel) (see probs_row);
-  const Acc* rel = nullptr;                   //   shift = -inf: the row sees no key
-  const Acc* delta = nullptr;                 // (B, Hq, Sq) row-major: rowsum(dO ∘ O)
-  Acc* dq_part = nullptr;                     // (chunks, B, Hq, Sq, n_pad): dQ, or dfq of a policy's features
-  Acc* dalpha_part = nullptr;                 // (chunks, B, Hq, Sq): gradient at α (policies with terms)
-  Acc* dbeta = nullptr;                       // (B, Hkv, Skv): gradient at β
-  Acc* dparams_part = nullptr;                // (tasks, params): a combine policy's parameter gradients
-  Acc* row_sums = nullptr;                    // (chunks, B, Hq, Sq): Σ P, 1 per row when lse is this expression's
-  strided_view<Acc> dk{}, dv{};               // (B, Hkv, Skv, n), (B, Hkv, Skv, Dv)
-  strided_view<Acc> dx{};                     // tensor scores: (B, Hq, Sq, Skv)
-  std::array<Acc*, NOps + 1> bias_full{};     // per modifier: (B, Hq, Sq, Skv) row-major gradient at a bias, or null
-  const modifier_slots<Ops>* mods = nullptr;  // the modifiers' learnables
-  Acc* dmodify_part = nullptr;                // (tasks, mods->total): their gradients
+  strided_view<const DO> d_out{};               // (B, Hq, Sq, Dv)
+  const Acc* shift = nullptr;                   // (B, Hq, Sq) row-major: P = e^(S - shift - rel) (see probs_row);
+  const Acc* rel = nullptr;                     //   shift = -inf: the row sees no key
+  const Acc* delta = nullptr;                   // (B, Hq, Sq) row-major: rowsum(dO ∘ O)
+  Acc* dq_part = nullptr;                       // (chunks, B, Hq, Sq, n_pad): dQ, or dfq of a policy's features
+  Acc* dalpha_part = nullptr;                   // (chunks, B, Hq, Sq): gradient at α (policies with terms)
+  Acc* dbeta = nullptr;                         // (B, Hkv, Skv): gradient at β
+  Acc* dparams_part = nullptr;                  // (task ids, params): a combine policy's parameter gradients
+  Acc* row_sums = nullptr;                      // (chunks, B, Hq, Sq): Σ P, 1 per row when lse is this expression's
+  std::atomic<std::uint32_t>* turns = nullptr;  // (B, Hq, chunks, query blocks): key blocks of the chunk done there
+  strided_view<Acc> dk{}, dv{};                 // (B, Hkv, Skv, n), (B, Hkv, Skv, Dv)
+  strided_view<Acc> dx{};                       // tensor scores: (B, Hq, Sq, Skv)
+  std::array<Acc*, NOps + 1> bias_full{};       // per modifier: (B, Hq, Sq, Skv) row-major gradient at a bias, or null
+  const modifier_slots<Ops>* mods = nullptr;    // the modifiers' learnables
+  Acc* dmodify_part = nullptr;                  // (task ids, mods->total): their gradients
 };
 
 /// Whether a pair policy keeps per-pair values from the recomputed score for its backward.
@@ -130,15 +133,17 @@ class backward_worker {
     sums_.assign(bq_, simd::batch<Acc>(Acc(0)));
   }
 
-  /// Task (b, hk, chunk): keys [chunk · chunk_keys, ...) of key head hk, every query head of its group.
-  void run(std::size_t b, std::size_t hk, std::size_t chunk) {
-    const std::size_t c0 = chunk * bs_.chunk_keys, c1 = std::min(pr_.kv_len, c0 + bs_.chunk_keys);
+  /// Task t (backward_schedule::task_at): one key block of a key head, every query head of its
+  /// group. A slot past a short last chunk has nothing to do.
+  void run(std::size_t t) {
+    const auto [head, chunk, block, id] = bs_.task_at(t);
+    const std::size_t j0 = chunk * bs_.chunk_keys + block * bs_.block_k;
+    if (j0 >= std::min(pr_.kv_len, (chunk + 1) * bs_.chunk_keys)) return;
     if constexpr (pairs) std::fill(dparams_.begin(), dparams_.end(), Acc(0));
     if constexpr (learning_ops) std::fill(dmodify_.begin(), dmodify_.end(), Acc(0));
-    for (std::size_t j0 = c0; j0 < c1; j0 += bs_.block_k) key_block(b, hk, chunk, j0, std::min(bs_.block_k, c1 - j0));
-    const std::size_t task = (b * pr_.kv_heads + hk) * bs_.key_chunks + chunk;
-    if constexpr (pairs) std::copy(dparams_.begin(), dparams_.end(), io_.dparams_part + task * dparams_.size());
-    if constexpr (learning_ops) std::copy(dmodify_.begin(), dmodify_.end(), io_.dmodify_part + task * dmodify_.size());
+    key_block(head / pr_.kv_heads, head % pr_.kv_heads, chunk, j0, std::min(bs_.block_k, pr_.kv_len - j0));
+    if constexpr (pairs) std::copy(dparams_.begin(), dparams_.end(), io_.dparams_part + id * dparams_.size());
+    if constexpr (learning_ops) std::copy(dmodify_.begin(), dmodify_.end(), io_.dmodify_part + id * dmodify_.size());
   }
 
  private:
@@ -201,12 +206,22 @@ class backward_worker {
       }
     }
     std::fill(dv_.begin(), dv_.end(), Acc(0));
+    // The chunk's key blocks add into its dQ partial rows (and row sums, α's gradient) in key
+    // order, whichever threads run them: each query block waits for its turn.
+    const auto mine = std::uint32_t(j0 % bs_.chunk_keys / bs_.block_k);
+    const std::size_t q_blocks = (pr_.q_len + bq_ - 1) / bq_;
     for (std::size_t h = hk * group; h < (hk + 1) * group; ++h)
       for (std::size_t i0 = 0; i0 < pr_.q_len; i0 += bq_) {
+        std::atomic<std::uint32_t>& turn =
+            io_.turns[((b * pr_.q_heads + h) * bs_.key_chunks + chunk) * q_blocks + i0 / bq_];
+        for (std::uint32_t seen = turn.load(std::memory_order_acquire); seen != mine;
+             seen = turn.load(std::memory_order_acquire))
+          turn.wait(seen, std::memory_order_acquire);
         const std::size_t rows = std::min(bq_, pr_.q_len - i0);
         const block_verdict vd = classify_block(masks_, b, h, i0, i0 + rows, j0, j0 + cols);
-        if (vd.skip) continue;
-        query_block(b, h, chunk, i0, rows, j0, cols, vd.all_visible);
+        if (!vd.skip) query_block(b, h, chunk, i0, rows, j0, cols, vd.all_visible);
+        turn.store(mine + 1, std::memory_order_release);
+        turn.notify_all();
       }
     for (std::size_t c = 0; c < cols; ++c) {
       kernel::scaled_copy(dv_.data() + c * dvp_, 1, pr_.v_dim, Acc(1), io_.dv.row(b, hk, j0 + c),

@@ -116,11 +116,19 @@ struct gradient_types {
 };
 
 /// A zeroed gradient tensor for an operand of form `how` and kernel shape `shape`, and its layout.
+/// Zeroed on the backward's threads: the first touch of a fresh allocation (8 MiB per gradient at
+/// (1, 8, 2048, 128)) took 4 % of a two-thread backward on one thread.
 template <class R>
-layout<4> zero_gradient(R& r, form how, const std::array<std::size_t, 4>& shape) {
+layout<4> zero_gradient(R& r, form how, const std::array<std::size_t, 4>& shape, int threads = 1) {
   layout<4> at;
   std::tie(r, at) = allocate_in<R>(how, shape);
-  std::fill(r.begin(), r.end(), typename R::value_type(0));  // blocks masks hide are never visited
+  using T = typename R::value_type;
+  constexpr std::size_t piece = std::size_t(1) << 16;
+  T* const data = r.data();
+  const std::size_t size = r.size(), pieces = (size + piece - 1) / piece;
+#pragma omp parallel for num_threads(threads) if (threads > 1 && pieces > 1) schedule(static)
+  for (std::size_t k = 0; k < pieces; ++k)  // blocks masks hide are never visited
+    std::fill(data + k * piece, data + std::min(size, k * piece + piece), T(0));
   return at;
 }
 
@@ -165,14 +173,17 @@ auto run_grad(const Plan& p, const F& f, const DOut& d_out, const schedule& sch)
   check_gradient_input(f.lse, lse_shape, "f.lse (f must be eval_with_lse(e))");
 
   typename gradient_types<Plan, Acc>::type g;
+  const double flop =
+      2.0 * double(pr.batch * pr.q_heads * pr.q_len) * double(pr.kv_len) * double(3 * pr.q_dim + 2 * pr.v_dim);
+  const int threads = resolve_threads(sch, flop, machine::here()).first;
   layout<4> dq_at, dk_at, dx_at;
   if constexpr (base_t::tensor_scores) {
-    dx_at = zero_gradient(g.dx, lt.how, {pr.batch, pr.q_heads, pr.q_len, pr.kv_len});
+    dx_at = zero_gradient(g.dx, lt.how, {pr.batch, pr.q_heads, pr.q_len, pr.kv_len}, threads);
   } else {
-    dq_at = zero_gradient(g.dq, lt.how, {pr.batch, pr.q_heads, pr.q_len, pr.q_dim});
-    dk_at = zero_gradient(g.dk, p.base.k.how, {pr.batch, pr.kv_heads, pr.kv_len, pr.k_dim});
+    dq_at = zero_gradient(g.dq, lt.how, {pr.batch, pr.q_heads, pr.q_len, pr.q_dim}, threads);
+    dk_at = zero_gradient(g.dk, p.base.k.how, {pr.batch, pr.kv_heads, pr.kv_len, pr.k_dim}, threads);
   }
-  const layout<4> dv_at = zero_gradient(g.dv, p.v.how, {pr.batch, pr.kv_heads, pr.kv_len, pr.v_dim});
+  const layout<4> dv_at = zero_gradient(g.dv, p.v.how, {pr.batch, pr.kv_heads, pr.kv_len, pr.v_dim}, threads);
 
   const strided_view<const DO> dov{d_out.data(), of.at};
   const strided_view<const O> ov{f.output.data(), of.at};

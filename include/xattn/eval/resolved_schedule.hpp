@@ -160,7 +160,7 @@ inline resolved_schedule resolve_schedule(const schedule& requested, const probl
   return r;
 }
 
-/// The backward pass's schedule: key-block-outer tasks (batch, key head, key chunk), each keeping
+/// The backward pass's schedule: key-block-outer tasks (batch, key head, key block), each keeping
 /// dK and dV of its key block while it walks every query block of the heads that read it.
 ///  - block_k (or as requested): the least multiple of 6 and of the score microkernel's strip width
 ///    (16 floats with AVX2, 64 with AVX-512) that is at least 144: whole 6-row register blocks and
@@ -173,18 +173,41 @@ inline resolved_schedule resolve_schedule(const schedule& requested, const probl
 ///    1 x 8 x 2048², 1 thread: 70 % of the FMA peak against 68 % at 192). block_q divides block_k,
 ///    so a causal diagonal cuts the same area of partial tiles as square blocks (120 x 128 did not:
 ///    causal backward 6 % slower).
-///  - key_chunks: enough chunks for 8 tasks when batch x key heads is smaller, up to 8 and at least
-///    block_k keys each. dQ gathers one partial per chunk, summed in chunk order: like the forward's
+///  - key_chunks: enough chunks for 8 when batch x key heads is smaller, up to 8 and at least block_k
+///    keys each. dQ gathers one partial per chunk, summed in chunk order: like the forward's
 ///    decoding split this depends on the shape only, so the gradients are bitwise identical for
 ///    every thread count.
+///  - tasks: one per key block. A chunk's key blocks add into its dQ partial in key order (each
+///    query block waits for its turn), so they may run on any threads and the sums are those of one
+///    thread. The streams (chunk, batch x key head) are handed out in groups of as many as there
+///    are threads, a key block of each in turn: two threads then mostly work on two streams, whose
+///    operands fit in L3 (one stream's blocks after another's: 30 % slower at (1, 8, 2048², 128)),
+///    and the last tasks are single key blocks. With tasks of whole chunks (8 at (1, 8, 2048², D))
+///    one of two threads slowed by its host left the other idle for up to 10 % of the run.
 ///  - threads as in resolve_schedule, by the backward's flop.
 struct backward_schedule {
   std::size_t block_q = 0, block_k = 0;
   int threads = 1;
   std::size_t key_chunks = 1, chunk_keys = 0;
-  std::size_t tasks = 0;  // B · Hkv · key_chunks
+  std::size_t tasks = 0;  // B · Hkv · key_chunks · blocks per chunk (slots past a short last chunk idle)
+  std::size_t heads = 0;  // B · Hkv
+  std::size_t group = 1;  // streams handed out together: the thread count
   double flop = 0;        // 2 · B · Hq · Sq · Skv · (3n + 2Dv): S, dQ, dK and dP, dV
   std::string threads_reason;
+
+  /// Task t: key block `block` of chunk `chunk` of head `head` (b · Hkv + hk), which has keys when
+  /// chunk · chunk_keys + block · block_k < min(Skv, (chunk + 1) · chunk_keys). `id` numbers the
+  /// tasks in an order that does not depend on the thread count (sums over tasks go in it).
+  struct key_task {
+    std::size_t head, chunk, block, id;
+  };
+  key_task task_at(std::size_t t) const noexcept {
+    const std::size_t per_chunk = std::max<std::size_t>(chunk_keys / std::max<std::size_t>(block_k, 1), 1),
+                      streams = heads * key_chunks, first = t / (group * per_chunk) * group,
+                      width = std::min(group, streams - first), within = t - first * per_chunk,
+                      s = first + within % width;  // streams chunk-major: every head's first chunk first
+    return {s % heads, s / heads, within / width, s * per_chunk + within / width};
+  }
 };
 
 inline backward_schedule resolve_backward(const schedule& requested, const problem& pr, std::size_t width,
@@ -205,7 +228,9 @@ inline backward_schedule resolve_backward(const schedule& requested, const probl
                                          std::min(max_key_chunks, std::max<std::size_t>(blocks, 1)));
   r.chunk_keys = (blocks + r.key_chunks - 1) / r.key_chunks * r.block_k;
   r.key_chunks = std::max<std::size_t>(1, (pr.kv_len + r.chunk_keys - 1) / std::max<std::size_t>(r.chunk_keys, 1));
-  r.tasks = heads * r.key_chunks;
+  r.tasks = heads * r.key_chunks * (r.chunk_keys / std::max<std::size_t>(r.block_k, 1));
+  r.heads = heads;
+  r.group = std::size_t(std::max(r.threads, 1));
   return r;
 }
 
