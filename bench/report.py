@@ -148,14 +148,17 @@ def backward_table(results, peaks, benchmarks=()):
     """The backward rows: GFLOP/s by FlashAttention-2's count (2.5 x 4·B·H·Sq·Skv·D per backward,
     3.5 x for forward + backward; causal half), % of peak_fma, the ratios the targets name, and
     xattn_bwd's busy counter (CPU time over threads x wall time: what the code kept busy, whatever
-    the host did to the threads' speed)."""
+    the host did to the threads' speed) and xattn_fwd_bwd's bwd_per_fwd (the backward's time over
+    the forward's, measured in the same iterations)."""
     rows = shape_rows(results, BACKWARD)
     if not rows:
         return ""
     busy = {parts[1:]: v for parts, v in counter_medians(benchmarks, "busy").items() if parts[0] == "xattn_bwd"}
+    per_fwd = {parts[1:]: v for parts, v in counter_medians(benchmarks, "bwd_per_fwd").items()
+               if parts[0] == "xattn_fwd_bwd"}
     header = SHAPE_FIELDS + [f"{v} GFLOP/s" for v in BACKWARD] + [
         "xattn_bwd % of peak_fma", "xattn_bwd / blas_unfused_bwd", "xattn_fwd_bwd / blas_unfused_fwd_bwd",
-        "xattn_fwd_bwd / torch_d2l_fwd_bwd", "xattn_bwd busy"]
+        "xattn_fwd_bwd / torch_d2l_fwd_bwd", "xattn_bwd busy", "xattn bwd / fwd time"]
     lines = ["", "## Backward (FlashAttention-2 flop count: 2.5 x forward per backward, 3.5 x both)", "",
              "| " + " | ".join(header) + " |", "|" + "|".join(["---:"] * len(header)) + "|"]
     for shape, row in rows.items():
@@ -165,7 +168,8 @@ def backward_table(results, peaks, benchmarks=()):
             cell(ratio(row.get("xattn_bwd"), row.get("blas_unfused_bwd")), "{:.2f}×"),
             cell(ratio(row.get("xattn_fwd_bwd"), row.get("blas_unfused_fwd_bwd")), "{:.2f}×"),
             cell(ratio(row.get("xattn_fwd_bwd"), row.get("torch_d2l_fwd_bwd")), "{:.2f}×"),
-            cell(busy.get(tuple(str(x) for x in shape)), "{:.2f}")]) + " |")
+            cell(busy.get(tuple(str(x) for x in shape)), "{:.2f}"),
+            cell(per_fwd.get(tuple(str(x) for x in shape)), "{:.2f}×")]) + " |")
     return "\n".join(lines) + "\n"
 
 
