@@ -5,6 +5,9 @@
 // forward, P = softmax(c·Q·Kᵀ) kept and O = P·V, then that backward), over the shapes of issue 17.
 // gflops counts FlashAttention-2's 2.5 x 4·B·H·Sq·Skv·D for a backward (causal: half), 3.5 x for
 // forward + backward -- the same count for every row, so ratios of gflops are ratios of time.
+// blas_products_bwd is that backward's matrix products alone, with S = c·Q·Kᵀ recomputed first as
+// a FlashAttention backward does: the five products of exactly that count by the machine's tuned
+// BLAS, no elementwise work -- what the fused backward's products could reach done as large GEMMs.
 // Counters: busy (xattn rows) and bwd_per_fwd (xattn_fwd_bwd: the backward's time over the
 // forward's within the same iterations).
 #include "common.hpp"
@@ -80,14 +83,17 @@ void run_backward(benchmark::State& state, const attention_shape& s, int threads
 }
 
 /// One head of the unfused backward; p (Sq x Skv, rows score_stride(Skv) apart) holds the weights,
-/// dp is scratch of that size.
+/// dp is scratch of that size. ProductsOnly: S recomputed into dp first, and no softmax gradient.
+template <bool ProductsOnly>
 void unfused_head_backward(const attention_shape& s, const float* q, const float* k, const float* v, const float* d_out,
                            const float* p, float* dp, float* dq, float* dk, float* dv) {
   const int sq = s.seq_q, skv = s.seq_kv, d = s.head_dim, ld = int(score_stride(skv));
   const float c = 1.0f / std::sqrt(float(d));
+  if constexpr (ProductsOnly)
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, sq, skv, d, c, q, d, k, d, 0.0f, dp, ld);
   cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, skv, d, sq, 1.0f, p, ld, d_out, d, 0.0f, dv, d);
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, sq, skv, d, 1.0f, d_out, d, v, d, 0.0f, dp, ld);
-  for (int i = 0; i < sq; ++i) {
+  for (int i = 0; i < sq && !ProductsOnly; ++i) {
     const float* pr = p + std::size_t(i) * ld;
     float* g = dp + std::size_t(i) * ld;
     float delta = 0;
@@ -114,8 +120,8 @@ void unfused_head_forward(const attention_shape& s, const float* q, const float*
 }
 
 /// The unfused backward (Forward: the unfused forward too, timed with it; else P is computed once
-/// before timing).
-template <bool Forward>
+/// before timing; ProductsOnly: blas_products_bwd).
+template <bool Forward, bool ProductsOnly = false>
 void blas_unfused_bwd(benchmark::State& state, const attention_shape& s, int threads) {
   set_threads(threads);
   openblas_set_num_threads(1);  // heads in parallel by OpenMP, as blas_unfused does
@@ -139,10 +145,10 @@ void blas_unfused_bwd(benchmark::State& state, const attention_shape& s, int thr
       if constexpr (Forward) forward(bh);
       const int b = bh / s.heads, h = bh % s.heads;
       const std::size_t oq = data.head_offset(b, h, s.seq_q), okv = data.head_offset(b, h, s.seq_kv);
-      unfused_head_backward(s, data.q.data() + oq, data.k.data() + okv, data.v.data() + okv, d_out.data() + oq,
-                            p.data() + plane * std::size_t(bh),
-                            scratch.data() + plane * std::size_t(omp_get_thread_num()), dq.data() + oq, dk.data() + okv,
-                            dv.data() + okv);
+      unfused_head_backward<ProductsOnly>(s, data.q.data() + oq, data.k.data() + okv, data.v.data() + okv,
+                                          d_out.data() + oq, p.data() + plane * std::size_t(bh),
+                                          scratch.data() + plane * std::size_t(omp_get_thread_num()), dq.data() + oq,
+                                          dk.data() + okv, dv.data() + okv);
     }
   });
   if constexpr (Forward) check_against_reference(state, data, data.o.data());
@@ -169,6 +175,12 @@ void register_backward() {
                                    [s, threads](benchmark::State& st) { blas_unfused_bwd<true>(st, s, threads); })
           ->UseRealTime()
           ->Unit(benchmark::kMillisecond);
+      if (!s.causal)  // the products are full either way; the count would halve
+        benchmark::RegisterBenchmark(
+            bench_name("blas_products_bwd", s, threads).c_str(),
+            [s, threads](benchmark::State& st) { blas_unfused_bwd<false, true>(st, s, threads); })
+            ->UseRealTime()
+            ->Unit(benchmark::kMillisecond);
     }
 }
 

@@ -25,7 +25,9 @@ PEAK_BF16 = "peak_bf16"
 SIXTEEN = ["xattn_bf16", "xattn_f16"]
 GQA = ["xattn_gqa", "xattn_bf16_gqa", "xattn_f16_gqa"]
 # The backward pass (issue 17): its own table, same shape fields, FlashAttention-2's flop count.
-BACKWARD = ["xattn_bwd", "blas_unfused_bwd", "xattn_fwd_bwd", "blas_unfused_fwd_bwd", "torch_d2l_fwd_bwd"]
+# blas_products_bwd: the backward's five matrix products alone, by OpenBLAS (no softmax gradient).
+BACKWARD = ["xattn_bwd", "blas_products_bwd", "blas_unfused_bwd", "xattn_fwd_bwd", "blas_unfused_fwd_bwd",
+            "torch_d2l_fwd_bwd"]
 SHAPE_FIELDS = ["B", "H", "Sq", "Skv", "D", "causal", "threads"]
 # Google Benchmark appends these to the registered name.
 NAME_SUFFIXES = {"real_time", "manual_time", "process_time"}
@@ -157,14 +159,17 @@ def backward_table(results, peaks, benchmarks=()):
     per_fwd = {parts[1:]: v for parts, v in counter_medians(benchmarks, "bwd_per_fwd").items()
                if parts[0] == "xattn_fwd_bwd"}
     header = SHAPE_FIELDS + [f"{v} GFLOP/s" for v in BACKWARD] + [
-        "xattn_bwd % of peak_fma", "xattn_bwd / blas_unfused_bwd", "xattn_fwd_bwd / blas_unfused_fwd_bwd",
+        "xattn_bwd % of peak_fma", "blas_products_bwd % of peak_fma", "xattn_bwd / blas_unfused_bwd",
+        "xattn_fwd_bwd / blas_unfused_fwd_bwd",
         "xattn_fwd_bwd / torch_d2l_fwd_bwd", "xattn_bwd busy", "xattn bwd / fwd time"]
     lines = ["", "## Backward (FlashAttention-2 flop count: 2.5 x forward per backward, 3.5 x both)", "",
              "| " + " | ".join(header) + " |", "|" + "|".join(["---:"] * len(header)) + "|"]
     for shape, row in rows.items():
         pct = ratio(row.get("xattn_bwd"), peaks.get(shape[-1]))
+        pct_products = ratio(row.get("blas_products_bwd"), peaks.get(shape[-1]))
         lines.append("| " + " | ".join([str(x) for x in shape] + [cell(row.get(v)) for v in BACKWARD] + [
             cell(None if pct is None else 100 * pct, "{:.0f} %"),
+            cell(None if pct_products is None else 100 * pct_products, "{:.0f} %"),
             cell(ratio(row.get("xattn_bwd"), row.get("blas_unfused_bwd")), "{:.2f}×"),
             cell(ratio(row.get("xattn_fwd_bwd"), row.get("blas_unfused_fwd_bwd")), "{:.2f}×"),
             cell(ratio(row.get("xattn_fwd_bwd"), row.get("torch_d2l_fwd_bwd")), "{:.2f}×"),
