@@ -93,13 +93,14 @@ void unfused_head_backward(const attention_shape& s, const float* q, const float
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, sq, skv, d, c, q, d, k, d, 0.0f, dp, ld);
   cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, skv, d, sq, 1.0f, p, ld, d_out, d, 0.0f, dv, d);
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, sq, skv, d, 1.0f, d_out, d, v, d, 0.0f, dp, ld);
-  for (int i = 0; i < sq && !ProductsOnly; ++i) {
-    const float* pr = p + std::size_t(i) * ld;
-    float* g = dp + std::size_t(i) * ld;
-    float delta = 0;
-    for (int j = 0; j < skv; ++j) delta += pr[j] * g[j];
-    for (int j = 0; j < skv; ++j) g[j] = pr[j] * (g[j] - delta);
-  }
+  if constexpr (!ProductsOnly)
+    for (int i = 0; i < sq; ++i) {
+      const float* pr = p + std::size_t(i) * ld;
+      float* g = dp + std::size_t(i) * ld;
+      float delta = 0;
+      for (int j = 0; j < skv; ++j) delta += pr[j] * g[j];
+      for (int j = 0; j < skv; ++j) g[j] = pr[j] * (g[j] - delta);
+    }
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, sq, d, skv, c, dp, ld, k, d, 0.0f, dq, d);
   cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, skv, d, sq, c, dp, ld, q, d, 0.0f, dk, d);
 }
