@@ -4,7 +4,7 @@
 #include "common.hpp"
 #include "variants.hpp"
 
-#include <xattn/eval/key_panels.hpp>
+#include <xattn/eval/operands/key_panels.hpp>
 #include <xattn/kernel/tile_ops.hpp>
 
 #include <vector>

@@ -124,7 +124,8 @@ auto sixteen_bit(const QT& q, const KV& k_cache, const KV& v_cache) {
   using namespace xattn;
   // [snippet sixteen_bit]
   // k_cache, v_cache: xt::xtensor<xattn::bfloat16, 4>, e.g. xt::cast<xattn::bfloat16>(k) (one rounding)
-  auto Q = ref(q), K = ref(k_cache), V = ref(v_cache);  // read in place, 2 bytes per element
+  auto Q = ref(q);                          // float queries
+  auto K = ref(k_cache), V = ref(v_cache);  // read in place, 2 bytes per element
   auto e = softmax(Q * trans(K) / 8.0f) * V;
   xt::xtensor<float, 4> out = eval(e);     // accumulated in float, returned in float
   auto out16 = eval<xattn::bfloat16>(e);   // the same, rounded once to bfloat16
@@ -151,7 +152,7 @@ std::string explained(const Tensor& q, const Tensor& k, const Tensor& v) {
   auto Q = ref(q), K = ref(k), V = ref(v);
   // [snippet explain]
   const explanation x = explain(softmax(mask(Q * trans(K) / 8.0f, causal())) * V, {.threads = 2});
-  std::cout << x;  // the plan and the loop nest; x.path, x.schedule.threads, ... for programs
+  std::cout << x;  // the plan and the loop nest; x.path, x.schedule.forward.threads, ... for programs
   // [end explain]
   return x.text;
 }

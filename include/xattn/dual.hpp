@@ -59,10 +59,4 @@ struct dual {
 template <class T>
 using widened_t = std::conditional_t<std::is_floating_point_v<T>, double, T>;
 
-/// The value and derivative of f at x: f(dual{x, 1}).
-template <class T, class F>
-dual<T> derive(F&& f, T x) {
-  return f(dual<T>{x, T(1)});
-}
-
 }  // namespace xattn

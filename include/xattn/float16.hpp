@@ -16,9 +16,8 @@
 #endif
 
 namespace xattn {
-namespace detail {
 
-// Every half is exactly representable as a float, so this never rounds.
+/// The float whose value the binary16 bit pattern h encodes (exact: every half is a float).
 constexpr float half_to_float(std::uint16_t h) noexcept {
   const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
   const std::uint32_t exp = (h >> 10) & 0x1fu;
@@ -39,7 +38,7 @@ constexpr float half_to_float(std::uint16_t h) noexcept {
   return std::bit_cast<float>(sign | ((exp - 15 + 127) << 23) | (mant << 13));
 }
 
-// Round-to-nearest-even, with overflow to infinity and gradual underflow.
+/// The binary16 bit pattern of f, rounded to nearest even (overflow to infinity, gradual underflow).
 constexpr std::uint16_t float_to_half(float f) noexcept {
   const std::uint32_t u = std::bit_cast<std::uint32_t>(f);
   const auto sign = static_cast<std::uint16_t>((u >> 16) & 0x8000u);
@@ -78,11 +77,11 @@ constexpr std::uint16_t float_to_half(float f) noexcept {
   return static_cast<std::uint16_t>(sign | h);
 }
 
-// double -> half in one correct rounding. Going through float with plain RNE could
-// round twice (e.g. 1 + 2^-11 + 2^-40 would land on the tie and then go to 1.0), so
-// the double is first narrowed with round-to-odd, which is safe because float keeps
-// more than two extra bits over half.
+/// The binary16 bit pattern of d, in one rounding to nearest even (as float_to_half).
 inline std::uint16_t double_to_half(double d) noexcept {
+  // Going through float with plain RNE could round twice (e.g. 1 + 2^-11 + 2^-40 would land on the
+  // tie and then go to 1.0), so the double is first narrowed with round-to-odd, which is safe
+  // because float keeps more than two extra bits over half.
   if (std::isnan(d)) return float_to_half(static_cast<float>(d));
   float f = static_cast<float>(d);
   if (static_cast<double>(f) == d) return float_to_half(f);
@@ -92,11 +91,9 @@ inline std::uint16_t double_to_half(double d) noexcept {
   return float_to_half(std::bit_cast<float>(std::bit_cast<std::uint32_t>(f) | 1u));
 }
 
-// The value a float16 tensor would hold after storing x.
+/// The value a float16 tensor would hold after storing x.
 constexpr float round_to_half(float x) noexcept { return half_to_float(float_to_half(x)); }
 inline double round_to_half(double x) noexcept { return half_to_float(double_to_half(x)); }
-
-}  // namespace detail
 
 /// IEEE binary16: 2 bytes, layout-compatible with std::uint16_t, trivially copyable. Built from
 /// float or double with one round-to-nearest-even (overflow to infinity, gradual underflow, NaN
@@ -105,7 +102,7 @@ class float16 {
  public:
   float16() = default;
   explicit float16(float x) noexcept : bits_(from_float(x)) {}
-  explicit float16(double x) noexcept : bits_(detail::double_to_half(x)) {}
+  explicit float16(double x) noexcept : bits_(double_to_half(x)) {}
   template <std::integral I>
   explicit float16(I x) noexcept : float16(static_cast<double>(x)) {}
   explicit operator float() const noexcept { return to_float(bits_); }
@@ -123,13 +120,13 @@ class float16 {
     if (!std::isnan(x))  // F16C quiets NaN payloads differently; every other value rounds the same
       return static_cast<std::uint16_t>(_cvtss_sh(x, _MM_FROUND_TO_NEAREST_INT));
 #endif
-    return detail::float_to_half(x);
+    return float_to_half(x);
   }
   static float to_float(std::uint16_t b) noexcept {
 #if defined(__F16C__)
     return _cvtsh_ss(b);
 #else
-    return detail::half_to_float(b);
+    return half_to_float(b);
 #endif
   }
 

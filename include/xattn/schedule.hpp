@@ -3,7 +3,7 @@
 // the same for every thread count, every block_q and either way of packing keys: each (batch,
 // head, query block) task runs alone over the keys in a fixed order. Another block_k regroups the
 // online-softmax sums, so it may change the last bits. Zero means "choose":
-// eval/resolved_schedule.hpp makes every decision of a run in one function, and
+// eval/plan/schedule.hpp makes every decision of a run in one function, and
 // xattn::explain(e, schedule) prints them.
 #include <cstddef>
 

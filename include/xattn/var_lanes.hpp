@@ -32,8 +32,8 @@ class lane_tape;
 
 template <class T>
 struct var_lanes {
-  // 16 floats or 8 doubles: the cosine and Laplace backward (D = 64) took 0.7x the time they took
-  // with 8 or with 32 floats per node (AVX2, measured)
+  // 64 bytes of lanes (16 floats or 8 doubles) whatever the ISA: fewer spread each node's
+  // bookkeeping over fewer pairs, more make every node larger and lanes diverge more often
   using batch_type = simd::wide64<T>;
   batch_type v{};        // one value per lane
   std::uint32_t id = 0;  // the node that computed it; 0: a constant

@@ -2,9 +2,10 @@
 // xattn: attention as a lazy expression, evaluated in one fused, tiled, SIMD, multithreaded pass.
 //   auto e = softmax(mask(Q * trans(K) / std::sqrt(float(d)), lengths(lens))) * V;
 //   auto out = eval(e);
-#include "eval/eval.hpp"
-#include "eval/explain.hpp"
-#include "eval/grad.hpp"
+#include "eval/entry/eval.hpp"
+#include "eval/entry/explain.hpp"
+#include "eval/entry/grad.hpp"
+#include "eval/oracle/reference.hpp"  // xattn::reference(e): the one header outside the oracle that includes it
 #include "expr/operators.hpp"
 #include "expr/tensor_ref.hpp"
 #include "policy/additive.hpp"

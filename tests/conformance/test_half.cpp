@@ -1,5 +1,3 @@
-// attention.hpp first: it declares a namespace xattn::onnx::detail, where half.hpp's
-// using-declarations must not look (they name xattn::detail's conversions)
 #include <xattn/onnx/attention.hpp>
 #include <xattn/onnx/half.hpp>
 

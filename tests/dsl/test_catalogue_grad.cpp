@@ -8,6 +8,7 @@
 #include "catalogue/weighted_dot.hpp"
 #include "support/random.hpp"
 
+#include <xattn/eval/oracle/reference_grad.hpp>
 #include <xattn/learnable.hpp>
 #include <xattn/xattn.hpp>
 

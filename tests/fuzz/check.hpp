@@ -1,13 +1,13 @@
 #pragma once
 // Fused output against the double reference, row by row.
 //
-// Tolerance: the bound of tests/eval/differential.hpp (see the derivation there), applied per
+// Tolerance: the bound of tests/eval/oracle/differential.hpp (see the derivation there), applied per
 // query row rather than per case, with max|s| over that row's finite, computed scores. Scores a
 // filling mask wrote (d2l's -1e6) are exact, not rounded, so they do not widen the bound.
 // n = max(Dq, Dk, 40): 40 is the largest hidden width the additive scorer draws.
 #include "fuzz_case.hpp"
 
-#include <xattn/eval/reference.hpp>
+#include <xattn/eval/oracle/reference.hpp>
 
 #include <cmath>
 #include <sstream>

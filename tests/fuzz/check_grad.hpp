@@ -9,7 +9,7 @@
 // tol = 8·n·eps·(1 + max|s|)·(1 + max|reference gradient|)·Dv, per tensor.
 #include "check.hpp"
 
-#include <xattn/eval/reference_grad.hpp>
+#include <xattn/eval/oracle/reference_grad.hpp>
 #include <xattn/xattn.hpp>
 
 #include <xtensor/xarray.hpp>

@@ -1,8 +1,8 @@
 #pragma once
-// Pipelines the shared differential families (tests/eval/differential_cases.hpp) do not reach:
+// Pipelines the shared differential families (tests/eval/oracle/differential_cases.hpp) do not reach:
 // scores given as a tensor, rows that no key survives in, and excluding masks mixed with filling
 // ones. Same calling convention as those families.
-#include "eval/differential_cases.hpp"
+#include "eval/oracle/differential_cases.hpp"
 
 #include <limits>
 

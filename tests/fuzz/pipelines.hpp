@@ -1,5 +1,5 @@
 #pragma once
-// The pipeline tables: every scorer and mask family of tests/eval/differential_cases.hpp plus the
+// The pipeline tables: every scorer and mask family of tests/eval/oracle/differential_cases.hpp plus the
 // fuzzer's own, and which (element type, storage, scorer, masks) combinations are instantiated.
 // The full cross product for float on rank-0 terminals (XATTN_FUZZ_CROSS; without it, each scorer
 // with the branch_masks and dot with every family); the other terminal types and double get the

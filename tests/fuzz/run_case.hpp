@@ -27,7 +27,7 @@ verdict run_on(const fuzz_case& c, testing::rng& r) {
                                                       : out_layout::bhsd;
         constexpr double p_rounding = takes_value_pairs_v<T, typename element_types<E>::v> ? 0x1p-9 : 0;
         v = compare<T>(got, l, want, c.sizes, 1.0, p_rounding);  // |V| <= 1 by construction
-        if constexpr (grad_checked(E, Kind, s, m) && xattn::detail::has_fused_backward_v<decltype(make_plan(e))>)
+        if constexpr (grad_checked(E, Kind, s, m) && xattn::has_fused_backward_v<decltype(make_plan(e))>)
           if (v.ok && grad_affordable(s, c.sizes)) v = check_grad<T>(e, l, want, c.sizes, c.sch, r);
       }
     });

@@ -1,5 +1,5 @@
 // Catalogue E19-E28: invalid policy, modifier and schedule arguments. Extends
-// tests/eval/test_errors.cpp ("bad policy and schedule arguments": softcap 0, alibi slope count,
+// tests/eval/entry/test_errors.cpp ("bad policy and schedule arguments": softcap 0, alibi slope count,
 // negative window, block_q 0, causal_offsets length).
 #include "hardening/isolated.hpp"
 #include "hardening/message.hpp"

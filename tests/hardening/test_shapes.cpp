@@ -1,4 +1,4 @@
-// Catalogue E01-E13: operands whose shapes do not fit together. Extends tests/eval/test_errors.cpp
+// Catalogue E01-E13: operands whose shapes do not fit together. Extends tests/eval/entry/test_errors.cpp
 // (which has the dot-product head size, lens length/rank/range, 2-D mask and bias broadcast,
 // V key count, batch and GQA ratio cases); every message must name the argument and the shapes.
 #include "hardening/isolated.hpp"

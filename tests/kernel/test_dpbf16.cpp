@@ -17,11 +17,6 @@ using kernel::pair_strip;
 
 namespace {
 
-// key c's features (2p, 2p + 1) in a pair panel, as documented at pack_kt_pairs
-std::size_t pair_at(std::size_t c, std::size_t d, std::size_t n) {
-  return c / pair_strip * pair_strip * (n + n % 2) + d / 2 * 2 * pair_strip + c % pair_strip * 2 + d % 2;
-}
-
 template <class S>
 std::vector<S> random_rows(testing::rng& r, std::size_t count) {
   std::vector<S> x(count);
@@ -44,7 +39,7 @@ TEMPLATE_TEST_CASE("pack_kt_pairs interleaves feature pairs of 64-key strips", "
       for (std::size_t c = 0; c < (cols + pair_strip - 1) / pair_strip * pair_strip; ++c)
         for (std::size_t d = 0; d < n + n % 2; ++d) {
           const float want = c < cols && d < n ? float(bfloat16(float(k[(c * n + d) * std::size_t(dstride)]))) : 0.0f;
-          REQUIRE(float(kt[pair_at(c, d, n)]) == want);
+          REQUIRE(float(kt[kernel::pair_panel_offset(c, d, n)]) == want);
         }
     }
 }

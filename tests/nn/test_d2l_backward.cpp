@@ -3,7 +3,7 @@
 // forward's decisions, and misuse.
 #include "support/goldens.hpp"
 
-#include <xattn/eval/reference_grad.hpp>
+#include <xattn/eval/oracle/reference_grad.hpp>
 #include <xattn/nn/nn.hpp>
 
 #include <catch2/catch.hpp>
@@ -28,7 +28,7 @@ TEST_CASE("nn::dot_product_attention::backward matches PyTorch autograd on d2l's
     const auto y = attention.forward(q, k, v, lens);
     CHECK(worst_flat(y, golden_tensor<double>(c["output"])) < 1e-12);
     const auto g = attention.backward(d_out);
-    // same bound as tests/eval/test_goldens.cpp: a few ulp of the case's largest gradient
+    // same bound as tests/eval/backward/test_goldens.cpp: a few ulp of the case's largest gradient
     CHECK(worst_flat(g.d_queries, golden_tensor<double>(c["d_queries"])) < 1e-11);
     CHECK(worst_flat(g.d_keys, golden_tensor<double>(c["d_keys"])) < 1e-11);
     CHECK(worst_flat(g.d_values, golden_tensor<double>(c["d_values"])) < 1e-11);

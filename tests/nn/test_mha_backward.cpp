@@ -4,7 +4,7 @@
 // reference backward of the same expression); gradients accumulate until zero_grad; misuse.
 #include "support/goldens.hpp"
 
-#include <xattn/eval/reference_grad.hpp>
+#include <xattn/eval/oracle/reference_grad.hpp>
 #include <xattn/nn/nn.hpp>
 
 #include <catch2/catch.hpp>

@@ -1,7 +1,7 @@
 #pragma once
 // Tiles and panels start on a cache line: on CPUs where a 64-byte load that straddles two lines
-// costs two (Intel), P·V over misaligned rows ran at 100 GFLOP/s against 120-155 aligned (Ice Lake,
-// 60 x 256 x 64 tile). Rows inside a tile stay aligned because their strides are whole batches.
+// costs two (Intel), misaligned rows would split most of the microkernels' loads. Rows inside a
+// tile stay aligned because their strides are whole batches.
 #include <cstddef>
 #include <memory>
 #include <new>

@@ -7,6 +7,7 @@
 #include "blocking.hpp"
 #include "exp.hpp"
 #include "rows.hpp"
+#include "trace.hpp"
 
 #include <cstddef>
 #include <type_traits>
@@ -25,6 +26,7 @@ namespace xattn::kernel {
 /// the row's own statistics).
 template <class T>
 T probs_row(T* s, std::size_t n, T shift, T rel) {
+  trace::note(tile_op::probs_row);
   constexpr std::size_t w = simd::width<T>;
   const batch<T> sh(shift);
   for (std::size_t j = 0; j < n; j += w) simd::store(s + j, simd::load(s + j) - sh);
@@ -40,6 +42,7 @@ T probs_row(T* s, std::size_t n, T shift, T rel) {
 /// exponential): the same probabilities to a few roundings (c and t_r are rounded once each).
 template <class Acc>
 struct probs_epilogue {
+  static constexpr tile_op op = tile_op::probs_epilogue;
   const Acc* t;      // per tile row: its log-sum-exp times log2 e
   Acc c;             // the score scale times log2 e
   batch<Acc>* sums;  // per tile row: partial sums of its probabilities
@@ -66,6 +69,7 @@ struct probs_epilogue {
 /// elements from dP's.
 template <class Acc>
 struct softmax_grad_epilogue {
+  static constexpr tile_op op = tile_op::softmax_grad_epilogue;
   const Acc* delta;  // per tile row: rowsum(dO ∘ O)
   Acc c;             // the score scale
   std::ptrdiff_t p_offset;
@@ -89,6 +93,7 @@ struct softmax_grad_epilogue {
 /// the score scale c (the chain rule through S = c·Q·Kᵀ, folded in here).
 template <class T>
 void softmax_grad_row(const T* p, T* dp, std::size_t n, T delta, T c) {
+  trace::note(tile_op::softmax_grad_row);
   constexpr std::size_t w = simd::width<T>;
   const batch<T> dv(delta), cv(c);
   for (std::size_t j = 0; j < n; j += w) simd::store(dp + j, cv * simd::load(p + j) * (simd::load(dp + j) - dv));
@@ -118,7 +123,7 @@ T accumulate_row(const T* g, std::size_t n, T* col) {
 }
 
 /// Σ_d a[d]·b[d] over [0, n) for rows of any element types, in T; contiguous rows of T a batch at a
-/// time (Δ = rowsum(dO ∘ O) for every row: as a scalar loop, 1 % of the D = 128 backward).
+/// time, since the backward takes one per query row (Δ = rowsum(dO ∘ O)).
 template <class T, class A, class B>
 T dot_row(const A* a, std::ptrdiff_t sa, const B* b, std::ptrdiff_t sb, std::size_t n) {
   T s = 0;

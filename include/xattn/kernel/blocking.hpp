@@ -1,6 +1,7 @@
 #pragma once
 // Register blocking of the two microkernels, the strip layout of packed keys, and the compile-time
 // loops that unroll them.
+#include "../round_up.hpp"
 #include "../simd/compat.hpp"
 
 #include <cstddef>
@@ -29,7 +30,7 @@ inline constexpr std::size_t strip_width = blocking<Acc>::vecs* simd::width<Acc>
 /// Elements of a packed key panel of `cols` columns (whole strips).
 template <class Acc>
 constexpr std::size_t packed_kt_size(std::size_t cols, std::size_t n) noexcept {
-  return (cols + strip_width<Acc> - 1) / strip_width<Acc> * strip_width<Acc> * n;
+  return round_up(cols, strip_width<Acc>) * n;
 }
 
 /// Which columns (or reduction indices) rows [r, r + R) of a tile operation need: all of them.
@@ -51,7 +52,7 @@ template <class F, std::size_t... I>
 /// f(0), ..., f(N - 1) with compile-time indices: the register blocks are unrolled by the language,
 /// not left to the optimiser (at -O2 GCC keeps loop-indexed accumulator arrays in memory). Always
 /// inlined: GCC otherwise may call a microkernel's epilogue out of line, the accumulators passed
-/// through the stack (seen once pv_micro had callers in two tile operations).
+/// through the stack, as it does when the microkernel has callers in several tile operations.
 template <std::size_t N, class F>
 [[gnu::always_inline]] inline void each(F&& f) {
   each_of(f, std::make_index_sequence<N>{});

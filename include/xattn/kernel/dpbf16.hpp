@@ -10,8 +10,10 @@
 // (as in PyTorch's and oneDNN's bf16 attention). vdpbf16ps treats subnormal inputs and results as
 // zero. Everything here is a template, instantiated only when has_dpbf16 holds.
 #include "../bfloat16.hpp"
+#include "../round_up.hpp"
 #include "pv.hpp"
 #include "qk.hpp"
+#include "trace.hpp"
 #include "transpose.hpp"
 
 #include <immintrin.h>
@@ -40,7 +42,14 @@ inline constexpr std::size_t pair_strip = 64;
 
 /// bf16 elements of a pair panel of cols keys with n features (whole strips, n rounded up to even).
 constexpr std::size_t packed_pairs_size(std::size_t cols, std::size_t n) noexcept {
-  return (cols + pair_strip - 1) / pair_strip * pair_strip * (n + n % 2);
+  return round_up(cols, pair_strip) * round_up(n, 2);
+}
+
+/// Where key c's feature d lies in a pair panel of keys with n features, in elements from its
+/// start: strip c / pair_strip (pair_strip · (n + n%2) elements), row d / 2 of the strip (the
+/// feature pair, 2 · pair_strip elements), key c % pair_strip of the row (2 elements), d % 2.
+constexpr std::size_t pair_panel_offset(std::size_t c, std::size_t d, std::size_t n) noexcept {
+  return c / pair_strip * pair_strip * round_up(n, 2) + d / 2 * 2 * pair_strip + c % pair_strip * 2 + d % 2;
 }
 
 /// x in bf16: unchanged if it is one, else rounded to nearest even.
@@ -76,16 +85,15 @@ struct lanes16 {
 }  // namespace detail
 
 /// Packs keys 0..cols-1 (key c's features at row(c)[d * dstride], of any element type, rounded to
-/// bf16) into a pair panel of packed_pairs_size(cols, n) elements at kt: strip s, row p, key i at
-/// kt + s·64·(n + n%2) + p·128 + 2i holds features 2p and 2p + 1. Keys past cols and the odd
-/// feature's partner are zero.
+/// bf16) into a pair panel of packed_pairs_size(cols, n) elements at kt: key c's feature d at
+/// kt + pair_panel_offset(c, d, n), so a strip row holds one feature pair of 64 keys side by side.
+/// Keys past cols and the odd feature's partner are zero.
 template <class RowFn>
 void pack_kt_pairs(RowFn row, std::size_t cols, std::size_t n, std::ptrdiff_t dstride, bfloat16* kt) {
+  trace::note(tile_op::pack_kt_pairs);
   using S = std::remove_cv_t<std::remove_pointer_t<decltype(row(0))>>;
-  const std::size_t n2 = (n + 1) / 2, strip = pair_strip * 2 * n2;
-  const auto at = [&](std::size_t c, std::size_t d) {
-    return kt + c / pair_strip * strip + d / 2 * 2 * pair_strip + c % pair_strip * 2 + d % 2;
-  };
+  const std::size_t n2 = (n + 1) / 2;
+  const auto at = [&](std::size_t c, std::size_t d) { return kt + pair_panel_offset(c, d, n); };
   for (std::size_t c = cols; c % pair_strip != 0; ++c)
     for (std::size_t d = 0; d < 2 * n2; ++d) *at(c, d) = bfloat16::from_bits(0);
   std::size_t c = 0;
@@ -118,6 +126,7 @@ void pack_kt_pairs(RowFn row, std::size_t cols, std::size_t n, std::ptrdiff_t ds
 /// (keys + keys%2)·dvp elements.
 template <class RowFn>
 void pack_v_pairs(RowFn row, std::size_t keys, std::size_t dv, std::ptrdiff_t stride, std::size_t dvp, bfloat16* vp) {
+  trace::note(tile_op::pack_v_pairs);
   using S = std::remove_cv_t<std::remove_pointer_t<decltype(row(0))>>;
   for (std::size_t t = 0; 2 * t < keys; ++t) {
     bfloat16* dst = vp + t * 2 * dvp;
@@ -183,17 +192,18 @@ inline void qk_pairs_micro(const bfloat16* q, std::size_t ldq, const bfloat16* k
 template <class Q = bfloat16>
 void qk_tile_pairs(const Q* q, std::size_t ldq, std::size_t rows, const bfloat16* kt, std::size_t n,
                    std::size_t cols_padded, float scale, float* s, std::size_t lds) {
-  const std::size_t n2 = (n + 1) / 2, strip = pair_strip * 2 * n2;
+  trace::note(tile_op::qk_tile_pairs);
+  const std::size_t n2 = (n + 1) / 2;
   std::size_t c = 0;
   for (; c + pair_strip <= cols_padded; c += pair_strip)
     detail::by_row_blocks<float>(rows, [&](auto R, std::size_t r) {
-      detail::qk_pairs_micro<decltype(R)::value, 4>(q + r * ldq, ldq, kt + c / pair_strip * strip, n2, scale,
+      detail::qk_pairs_micro<decltype(R)::value, 4>(q + r * ldq, ldq, kt + pair_panel_offset(c, 0, n), n2, scale,
                                                     s + r * lds + c, lds);
     });
   for (; c < cols_padded; c += 16)  // the last, partial strip: one register at a time
     detail::by_row_blocks<float>(rows, [&](auto R, std::size_t r) {
-      detail::qk_pairs_micro<decltype(R)::value, 1>(q + r * ldq, ldq, kt + c / pair_strip * strip + c % pair_strip * 2,
-                                                    n2, scale, s + r * lds + c, lds);
+      detail::qk_pairs_micro<decltype(R)::value, 1>(q + r * ldq, ldq, kt + pair_panel_offset(c, 0, n), n2, scale,
+                                                    s + r * lds + c, lds);
     });
 }
 
@@ -224,12 +234,13 @@ inline void qk_direct_pairs_micro(const bfloat16* q, std::size_t ldq, const bflo
 
 /// s[r, c] = scale · q[r, :n] · row(c)[:n] for r < rows, c < cols: qk_direct for bf16 queries and
 /// bf16 key rows in place, multiplied by vdpbf16ps on the rows as they lie (a key row's 32
-/// features are 16 pairs of the summed axis) instead of widened to float: grouped-query
-/// decoding's score product took 0.38 ms where widening took 0.82 (8 heads x 8192 keys, D = 128,
-/// 4 rows; Zen 4). Exact products, fp32 sums, the scale on the sums, as qk_tile_pairs.
+/// features are 16 pairs of the summed axis) instead of widened to float: twice the products per
+/// instruction, and no conversion. Exact products, fp32 sums, the scale on the sums, as
+/// qk_tile_pairs.
 template <class RowFn>
 void qk_direct_pairs(const bfloat16* q, std::size_t ldq, std::size_t rows, RowFn row, std::size_t cols, std::size_t n,
                      float scale, float* s, std::size_t lds) {
+  trace::note(tile_op::qk_direct_pairs);
   detail::direct_blocks<4>(rows, row, cols, n * sizeof(bfloat16), s, lds,
                            [&](auto R, std::size_t r, const bfloat16* const* k, float* sb, std::size_t kept) {
                              detail::qk_direct_pairs_micro<decltype(R)::value>(q + r * ldq, ldq, k, n, scale, sb, lds,
@@ -292,6 +303,7 @@ inline void pv_exact_pairs_row(const bfloat16* p, const float* p32, const bfloat
 template <class Acc = float>
 void pv_tile_pairs(const bfloat16* p, std::size_t ldp, const Acc* p32, std::size_t ldp32, std::size_t rows,
                    const bfloat16* vp, std::size_t keys, float* o, std::size_t ldo, std::size_t dvp) {
+  trace::note(tile_op::pv_tile_pairs);
   const std::size_t pairs = (keys + 1) / 2, ldv = 2 * dvp;
   detail::by_row_blocks<float>(rows, [&](auto R, std::size_t r) {
     constexpr std::size_t RR = decltype(R)::value;

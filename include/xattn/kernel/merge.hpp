@@ -2,6 +2,8 @@
 // Attention over disjoint key sets combined exactly: softmax over a union is the lse-weighted mix
 // of the parts' results (FlashAttention's split-KV, ring attention). Used for the decoding split
 // and by xattn::merge.
+#include "trace.hpp"
+
 #include <algorithm>
 #include <array>
 #include <cassert>
@@ -19,6 +21,7 @@ inline constexpr std::size_t max_merged_parts = 16;
 /// lse = −inf) becomes 0 with lse −inf.
 template <class T, class LseFn, class PartFn, class Out>
 T merge_row(std::size_t parts, LseFn lse, PartFn part, std::size_t dv, Out* out, std::ptrdiff_t stride) {
+  trace::note(tile_op::merge_row);
   assert(parts <= max_merged_parts);
   constexpr T ninf = -std::numeric_limits<T>::infinity();
   T m = ninf;

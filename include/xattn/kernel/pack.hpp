@@ -2,6 +2,7 @@
 // Keys transposed into the strips the score microkernel reads (see blocking.hpp), converted from
 // their storage type to the panel's element type on the way.
 #include "blocking.hpp"
+#include "trace.hpp"
 #include "transpose.hpp"
 
 #include <algorithm>
@@ -13,6 +14,7 @@ namespace xattn::kernel {
 /// at kt, which holds packed_kt_size<Acc>(cols, n) elements; columns past cols are zero.
 template <class P, class Acc = P, class RowFn>
 void pack_kt(RowFn row, std::size_t cols, std::size_t n, std::ptrdiff_t dstride, P* kt) {
+  trace::note(tile_op::pack_kt);
   constexpr std::size_t sw = strip_width<Acc>;
   if (const std::size_t tail = cols % sw; tail != 0) {  // only the last strip has columns past cols
     P* last = kt + cols / sw * sw * n;
@@ -51,6 +53,7 @@ void pack_kt(RowFn row, std::size_t cols, std::size_t n, std::ptrdiff_t dstride,
 /// a row stride apart (256 or 512 bytes at D = 64 or 128: a few L1 sets, and a miss per row).
 template <class P, class Acc = P, class RowFn>
 void pack_strips(RowFn row, std::size_t rows, std::size_t n, std::ptrdiff_t dstride, P* out, std::size_t strip_stride) {
+  trace::note(tile_op::pack_strips);
   constexpr std::size_t sw = strip_width<Acc>;
   const std::size_t whole = dstride == 1 ? n / sw : 0;  // strips copied a batch at a time
   for (std::size_t i = 0; i < rows; ++i) {
@@ -62,7 +65,7 @@ void pack_strips(RowFn row, std::size_t rows, std::size_t n, std::ptrdiff_t dstr
       else
         for (std::size_t c = 0; c < sw; ++c) dst[c] = P(x[s * sw + c]);
     }
-    for (std::size_t d = whole * sw; d < (n + sw - 1) / sw * sw; ++d)
+    for (std::size_t d = whole * sw; d < round_up(n, sw); ++d)
       out[d / sw * strip_stride + i * sw + d % sw] = d < n ? P(x[std::ptrdiff_t(d) * dstride]) : P(0);
   }
 }

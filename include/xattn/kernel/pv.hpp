@@ -2,6 +2,7 @@
 // O += P · V for one tile (pv_tile, its microkernel pv_micro): probabilities in the accumulator
 // type, values in any storage type, converted as they are loaded.
 #include "blocking.hpp"
+#include "trace.hpp"
 
 #pragma GCC diagnostic push  // GCC PR 105593, see simd/compat.hpp
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -110,8 +111,8 @@ inline constexpr std::size_t stream_keys = 16, stream_cols = 256;
 /// pieces of stream_keys keys, each piece's whole value rows (up to stream_cols columns) used while
 /// they are in L1, the piece after next prefetched into L2, the sums parked in part between
 /// pieces. Used where pv_micro_rows would take several column passes over all the keys, each
-/// reading one cache line per value row at a stride: grouped-query decoding (4 rows, D = 128)
-/// on AVX2 read K and V at 29 % of the read bandwidth that way.
+/// reading one cache line per value row at a stride, which keeps decoding's streamed K and V far
+/// below the memory's read bandwidth.
 template <std::size_t R, bool PT, class Acc, class V>
 inline void pv_streaming_rows(const Acc* p, std::size_t ldp, const V* v, std::size_t ldv, std::size_t keys, Acc* o,
                               std::size_t ldo, std::size_t dv_padded) {
@@ -207,6 +208,7 @@ void pv_strips_rows(const Acc* p, std::size_t ldp, std::size_t rows, const V* v,
 template <class Acc, class V, class Range = every_column>
 void pv_tile(const Acc* p, std::size_t ldp, std::size_t rows, const V* v, std::size_t ldv, std::size_t keys, Acc* o,
              std::size_t ldo, std::size_t dv_padded, Range range = {}) {
+  trace::note(tile_op::pv_tile);
   detail::pv_tile_rows<false>(p, ldp, rows, v, ldv, keys, o, ldo, dv_padded, range);
 }
 
@@ -221,11 +223,12 @@ void pv_tile_transposed(const Acc* p, std::size_t ldp, std::size_t rows, const V
 }
 
 /// pv_tile with v packed by pack_strips (strips strip_stride apart), the same bits: the forward's
-/// P·V when many query rows read each value row. Rows read in place took 1.1-1.4x the time of the
-/// score product of the same size on Zen 3 (AVX2), each 6-row block missing L1 once per value row.
+/// P·V when many query rows read each value row. Read in place, every row block would miss L1 once
+/// per value row; packed, it reads its values in memory order.
 template <class Acc, class V, class Range = every_column>
 void pv_tile_strips(const Acc* p, std::size_t ldp, std::size_t rows, const V* v, std::size_t strip_stride,
                     std::size_t keys, Acc* o, std::size_t ldo, std::size_t dv_padded, Range range = {}) {
+  trace::note(tile_op::pv_tile_strips);
   detail::pv_strips_rows<false>(p, ldp, rows, v, strip_stride, keys, o, ldo, dv_padded, range);
 }
 
@@ -233,6 +236,7 @@ void pv_tile_strips(const Acc* p, std::size_t ldp, std::size_t rows, const V* v,
 template <class Acc, class V, class Range = every_column>
 void pv_tile_transposed_strips(const Acc* p, std::size_t ldp, std::size_t rows, const V* v, std::size_t strip_stride,
                                std::size_t keys, Acc* o, std::size_t ldo, std::size_t dv_padded, Range range = {}) {
+  trace::note(tile_op::pv_tile_transposed_strips);
   detail::pv_strips_rows<true>(p, ldp, rows, v, strip_stride, keys, o, ldo, dv_padded, range);
 }
 

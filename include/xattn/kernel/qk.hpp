@@ -3,6 +3,7 @@
 // qk_micro), or reading key rows where they lie (qk_direct, for decoding). Queries come in the
 // accumulator type Acc; keys in any storage type, converted as they are loaded.
 #include "blocking.hpp"
+#include "trace.hpp"
 
 #include <algorithm>
 
@@ -29,9 +30,9 @@ struct plain_epilogue {
 
 namespace detail {
 
-// qk_micro and pv_micro write out the same rank-1-update loop on purpose: sharing it through a
-// function taking the accumulator array by reference made GCC keep the accumulators on the stack
-// (-O2 and -O3, even when forced inline), measured in the generated code.
+// qk_micro and pv_micro write out the same rank-1-update loop on purpose: shared through a
+// function taking the accumulator array by reference, GCC keeps the accumulators on the stack
+// (-O2 and -O3, even when forced inline).
 template <std::size_t R, std::size_t C, class Acc, class P, class Epi = plain_epilogue::bound>
 inline void qk_micro(const Acc* q, std::size_t ldq, const P* kt, std::size_t ldk, std::size_t n, Acc* s,
                      std::size_t lds, const Epi& epi = {}) {
@@ -58,6 +59,8 @@ inline void qk_micro(const Acc* q, std::size_t ldq, const P* kt, std::size_t ldk
 template <class Acc, class P, class Range = every_column, class Epi = plain_epilogue>
 void qk_tile(const Acc* q, std::size_t ldq, std::size_t rows, const P* kt, std::size_t n, std::size_t cols_padded,
              Acc* s, std::size_t lds, Range range = {}, const Epi& epi = {}) {
+  trace::note(tile_op::qk_tile);
+  if constexpr (requires { Epi::op; }) trace::note(Epi::op);
   constexpr std::size_t w = simd::width<Acc>, C = blocking<Acc>::vecs, sw = strip_width<Acc>;
   const auto needed = [&](std::size_t r, std::size_t R, std::size_t c, std::size_t width) {
     const auto [lo, hi] = range(r, R);
@@ -104,8 +107,8 @@ inline B lane_sums16(const B (&a)[16]) noexcept {
 
 /// s[r * lds + t] = scale · tail(i, lane sum of acc[r][t]) for r < R, t < kept, i = 4r + t;
 /// tail adds what the lanes did not hold. A full block of AVX-512 floats is summed by one tree and
-/// stored a row at a time from the register: 16 scalar reloads of a vector store wait for store
-/// forwarding on Zen 4, which tripled the time of grouped-query decoding's score product.
+/// stored a row at a time from the register: 16 scalar reloads of a vector store would wait for
+/// store forwarding, a stall that dominates decoding's score product.
 template <std::size_t R, class Acc, class Tail>
 inline void store_sums(const batch<Acc> (&acc)[R][4], Acc scale, bool has_tail, Tail tail, Acc* s, std::size_t lds,
                        std::size_t kept) {
@@ -156,8 +159,7 @@ inline void qk_direct_micro(const Acc* q, std::size_t ldq, const K* const* k, st
 /// micro(R, r, k, s_block, kept) over the query rows in blocks of up to rmax and the keys in
 /// blocks of 4 (k: their row pointers, a short last block repeating a key; s_block: where the
 /// block's scores go, kept of its keys written). Keys stream from memory: the rows of the block 16
-/// keys ahead are prefetched into L2 (not L1: with prefetcht0 the score product of grouped-query
-/// decoding read keys at 12 GB/s on Zen 4, with prefetcht2 at 20).
+/// keys ahead are prefetched into L2 (into L1, they stream more slowly).
 template <std::size_t rmax, class Acc, class RowFn, class Micro>
 void direct_blocks(std::size_t rows, RowFn row, std::size_t cols, std::size_t row_bytes, Acc* s, std::size_t lds,
                    Micro micro) {
@@ -192,11 +194,11 @@ void direct_blocks(std::size_t rows, RowFn row, std::size_t cols, std::size_t ro
 /// place: for a few query rows (decoding) packing the keys would cost more memory traffic than the
 /// product itself. Blocks of 4 keys by up to 4 rows (2 with AVX2's 16 registers): one key's dot
 /// product alone is a chain of dependent FMAs, and a key chunk loaded once serves every row of the
-/// block (grouped-query decoding stacks a group's heads as rows). One row, one key at a time ran
-/// grouped-query decoding at 6.5 GFLOP/s, its FMA waiting 40 % of the time.
+/// block (grouped-query decoding stacks a group's heads as rows).
 template <class Acc, class RowFn>
 void qk_direct(const Acc* q, std::size_t ldq, std::size_t rows, RowFn row, std::size_t cols, std::size_t n, Acc* s,
                std::size_t lds) {
+  trace::note(tile_op::qk_direct);
   constexpr std::size_t rmax = sizeof(batch<Acc>) >= 64 ? 4 : 2;
   using K = std::remove_cv_t<std::remove_pointer_t<decltype(row(0))>>;
   detail::direct_blocks<rmax>(rows, row, cols, n * sizeof(K), s, lds,

@@ -1,7 +1,7 @@
 #pragma once
 // A square block of floats transposed in registers: w batches of w lanes (16 with AVX-512, 8 with
-// AVX2). Packing keys is a transpose; element by element it cost as much as a tenth of a short
-// sequence's attention (S = 128: 3 cycles a key feature), in registers about half a cycle.
+// AVX2). Packing keys is a transpose, which element by element would take a noticeable share of a
+// short sequence's attention; in registers a few shuffles per w x w block do it.
 #include "../simd/compat.hpp"
 
 #include <array>
@@ -16,7 +16,7 @@ namespace xattn::kernel {
 
 /// Whether transpose_square exists for batches of Acc on the architecture compiled for.
 template <class Acc>
-inline constexpr bool has_transpose_square = std::is_same_v<Acc, float>&& simd::detail::avx2_or_avx512 &&
+inline constexpr bool has_transpose_square = std::is_same_v<Acc, float>&& simd::avx2_or_avx512 &&
                                              (simd::width<Acc> == 8 || simd::width<Acc> == 16);
 
 namespace detail {

@@ -5,7 +5,7 @@
 // home from the last rank that needs the block. dQ sums the blocks in ring order: deterministic.
 // A scoring policy's blocks run its whole backward (projections included: they are linear in the
 // gradients at the features, so the blocks' dQ, dK and parameter shares add up).
-#include "../eval/grad.hpp"
+#include "../eval/backward/backward.hpp"
 #include "forward.hpp"
 
 #include <cmath>
@@ -18,7 +18,7 @@ namespace xattn::mpi::detail {
 /// (rows of d2l's -1e6 fills): one more pass over the key blocks, only when some rank has such a row.
 template <class Acc, class Plan>
 std::vector<std::pair<Acc, Acc>> exact_stats(const setup& su, const Plan& p, const ring_problem<Plan>& rp,
-                                             const strided_view<const Acc, 3>& lse) {
+                                             const schedule& sch, const strided_view<const Acc, 3>& lse) {
   const problem& l = rp.local;
   const std::size_t rows = su.rows(su.rank);
   auto large = [&](std::size_t b, std::size_t h, std::size_t i) {
@@ -32,21 +32,27 @@ std::vector<std::pair<Acc, Acc>> exact_stats(const setup& su, const Plan& p, con
   MPI_Allreduce(MPI_IN_PLACE, &any, 1, MPI_INT, MPI_LOR, su.comm);
   if (!any) return {};
   std::vector<double> m(l.batch * l.q_heads * rows, -std::numeric_limits<double>::infinity()), z(m.size(), 0.0);
+  std::vector<std::pair<Acc, Acc>> block;
   for_each_key_block(su, p, rp, [&](std::size_t o, const std::byte* msg, std::size_t n) {
     for_each_block(su, rp, o, [&](const segment& qs, const segment& ks) {
       const auto bp = block_plan(p, rp.whole, rp.ml, msg, n, qs, ks);
       const problem pr = resolve(bp);
-      const auto ops = bind_all(bp.ops, pr);
-      const auto masks = bind_all(bp.masks, pr);
+      block.assign(l.batch * l.q_heads * qs.size, {});
+      run_row_stats<Acc>(bp, pr, schedule_for(bp, pr, sch, pass_kind::scores).forward, block.data(),
+                         [&](std::size_t b, std::size_t h, std::size_t i0, std::size_t r) {
+                           for (std::size_t i = i0; i < i0 + r; ++i)
+                             if (large(b, h, qs.local + i)) return true;
+                           return false;
+                         });
       for (std::size_t b = 0; b < l.batch; ++b)
         for (std::size_t h = 0; h < l.q_heads; ++h)
           for (std::size_t i = 0; i < qs.size; ++i) {
             if (!large(b, h, qs.local + i)) continue;
-            const auto [mb, lb] = exact_row_stats<double>(bp, pr, ops, masks, b, h, i);
-            if (std::isinf(mb)) continue;  // nothing visible in this block
+            const auto [mb, lb] = block[(b * l.q_heads + h) * qs.size + i];
+            if (std::isinf(mb) && mb < 0) continue;  // nothing visible in this block
             const std::size_t r = (b * l.q_heads + h) * rows + qs.local + i;
-            const double mm = std::max(m[r], mb);
-            z[r] = z[r] * std::exp(m[r] - mm) + std::exp(mb + lb - mm);
+            const double mm = std::max(m[r], double(mb));
+            z[r] = z[r] * std::exp(m[r] - mm) + std::exp(double(mb) + double(lb) - mm);
             m[r] = mm;
           }
     });
@@ -56,18 +62,26 @@ std::vector<std::pair<Acc, Acc>> exact_stats(const setup& su, const Plan& p, con
   return r;
 }
 
-/// The rank's dQ (B, Hq, rows, Dq) and its own keys' dK (B, Hkv, rows, Dk), dV (B, Hkv, rows, Dv),
-/// in Acc; bias(t), the modifiers' learnables and the scoring policy's parameter gradients of this
-/// rank's queries added into dbias, dmodify and dscore (the caller sums them over the ranks).
+/// Copies (B, H, n, D) contiguous Acc into a view of the same shape.
+template <class Acc>
+void unpack(const std::vector<Acc>& src, const strided_view<Acc>& dst) {
+  const auto& sh = dst.at.shape;
+  for (std::size_t b = 0, r = 0; b < sh[0]; ++b)
+    for (std::size_t h = 0; h < sh[1]; ++h)
+      for (std::size_t i = 0; i < sh[2]; ++i, ++r)
+        kernel::scaled_copy(src.data() + r * sh[3], 1, sh[3], Acc(1), dst.row(b, h, i), dst.inner_stride());
+}
+
+/// The rank's dQ and its own keys' dK and dV into out's views (the rank's rows); bias(t), the
+/// modifiers' learnables and the scoring policy's parameter gradients of this rank's queries added
+/// into out's (the caller sums them over the ranks).
 template <class Acc, class Plan, class DO, class O, class DScore>
 void ring_gradients(const setup& su, const Plan& p, ring_problem<Plan> rp, const schedule& sch,
-                    const strided_view<const DO>& d_out, const strided_view<const O>& out,
-                    const strided_view<const Acc, 3>& lse, std::vector<Acc>& dq, std::vector<Acc>& dk_own,
-                    std::vector<Acc>& dv_own, std::vector<xt::xarray<Acc>>& dbias,
-                    std::vector<learned_gradients>& dmodify, DScore& dscore) {
+                    const backward_inputs<Acc, DO, O>& in, const backward_outputs<Acc, DScore>& out) {
   const problem& l = rp.local;
   const std::size_t rows = su.rows(su.rank), bq = l.batch * l.q_heads, bk = l.batch * l.kv_heads;
-  const std::vector<std::pair<Acc, Acc>> exact = exact_stats<Acc>(su, p, rp, lse);
+  const std::vector<std::pair<Acc, Acc>> exact = exact_stats<Acc>(su, p, rp, sch, in.lse);
+  std::vector<Acc> dq, dk_own, dv_own;
   su.stats = {};
   rp.ml.with_gradients = true;
   const message_layout& ml = rp.ml;
@@ -125,12 +139,17 @@ void ring_gradients(const setup& su, const Plan& p, ring_problem<Plan> rp, const
         }
         ++su.stats.blocks;
         timed(su.stats, [&] {
-          xattn::detail::run_qk_backward<Acc>(
-              bp, pr, sch, segment_view(d_out, qs), segment_view(out, qs), segment_view(lse, qs),
-              strided_view<Acc>{dq_blk.data(), packed_layout(l.batch, l.q_heads, qs.size, l.q_dim)},
-              strided_view<Acc>{dk_blk.data(), packed_layout(l.batch, l.kv_heads, ks.size, l.k_dim)},
-              strided_view<Acc>{dv_blk.data(), packed_layout(l.batch, l.kv_heads, ks.size, l.v_dim)}, dbias, dmodify,
-              dscore, ex.empty() ? nullptr : ex.data());
+          const backward_inputs<Acc, DO, O> block_in{segment_view(in.d_out, qs), segment_view(in.out, qs),
+                                                     segment_view(in.lse, qs), ex.empty() ? nullptr : ex.data()};
+          const backward_outputs<Acc, DScore> block_out{
+              {strided_view<Acc>{dq_blk.data(), packed_layout(l.batch, l.q_heads, qs.size, l.q_dim)},
+               strided_view<Acc>{dk_blk.data(), packed_layout(l.batch, l.kv_heads, ks.size, l.k_dim)},
+               {}},
+              strided_view<Acc>{dv_blk.data(), packed_layout(l.batch, l.kv_heads, ks.size, l.v_dim)},
+              out.dbias,
+              out.dmodify,
+              out.dscore};
+          run_backward<Acc>(bp, pr, schedule_for(bp, pr, sch, pass_kind::attention).backward, block_in, block_out);
         });
         for (std::size_t r = 0; r < bq; ++r)
           for (std::size_t x = 0; x < qs.size * l.q_dim; ++x)
@@ -167,6 +186,9 @@ void ring_gradients(const setup& su, const Plan& p, ring_problem<Plan> rp, const
     std::copy(gk, gk + dk_own.size(), dk_own.begin());
     std::copy(gv, gv + dv_own.size(), dv_own.begin());
   }
+  unpack(dq, out.to.dq);
+  unpack(dk_own, out.to.dk);
+  unpack(dv_own, out.dv);
 }
 
 }  // namespace xattn::mpi::detail

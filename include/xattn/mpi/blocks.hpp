@@ -2,8 +2,8 @@
 // What travels and what is computed: a rank's K and V packed into one message in (B, Hkv, rows, D)
 // order (its segments one after another), views of a segment inside such a message, the plan of
 // one (query segment, key segment) block at its global positions, and the route masks allow.
-#include "../eval/mask_eval.hpp"
-#include "../eval/positions.hpp"
+#include "../eval/plan/positions.hpp"
+#include "../eval/tiling/mask_eval.hpp"
 #include "balance.hpp"
 #include "ring.hpp"
 

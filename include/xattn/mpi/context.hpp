@@ -3,7 +3,10 @@
 // which rows, FFTW-MPI / heFFTe style), then eval_with_lse and grad any number of times. Every
 // rank passes its own rows of Q, K and V (in the order local_rows() gives) in the same expression;
 // masks and modifiers see global positions; results come back in each rank's rows.
-#include "../eval/grad.hpp"
+#include "../eval/entry/plumbing.hpp"
+#include "../eval/paths/select.hpp"
+#include "../eval/plan/plan.hpp"
+#include "../eval/plan/resolve.hpp"
 #include "backward.hpp"
 #include "forward.hpp"
 #include "reduce.hpp"
@@ -38,19 +41,6 @@ agreement facts_of(const Plan& p) {
   a.add("the dropout probability", std::int64_t(double(p.drop.p) * 1e9));
   a.add("the dropout seed", std::int64_t(p.drop.seed >> 1));
   return a;  // the sequence length and balance were agreed when the context was made
-}
-
-/// Copies (B, H, n, D) contiguous Acc into a view of another element type.
-template <class Acc, class T>
-void unpack(const std::vector<Acc>& src, const strided_view<T>& dst) {
-  const auto& sh = dst.at.shape;
-  std::size_t k = 0;
-  for (std::size_t b = 0; b < sh[0]; ++b)
-    for (std::size_t h = 0; h < sh[1]; ++h)
-      for (std::size_t i = 0; i < sh[2]; ++i) {
-        T* row = dst.row(b, h, i);
-        for (std::size_t d = 0; d < sh[3]; ++d) row[std::ptrdiff_t(d) * dst.inner_stride()] = T(src[k++]);
-      }
 }
 
 template <class Plan>
@@ -124,30 +114,15 @@ class context {
   /// same types eval_with_lse(e) returns. Collective.
   template <class Out = void, expression E>
   auto eval_with_lse(const E& e, const schedule& sch = {}) const {
-    if constexpr (check_grammar<E>() && xattn::detail::check_output_type<Out>()) {
+    if constexpr (check_grammar<E>() && check_output_type<Out>()) {
       const auto p = make_plan(e);
       using P = std::decay_t<decltype(p)>;
       if constexpr (detail::check_ring_expression<P>()) {
-        using Acc = xattn::detail::acc_t<P>;
-        using O = xattn::detail::out_t<Out, P>;
-        using lead = xattn::detail::lead_t<P>;
+        using Acc = accumulator_of_t<P>;
         const auto rp = detail::prepare<Acc>(su_, p, "mpi::context::eval_with_lse(e)", detail::facts_of(p));
-        std::vector<Acc> out, lse;
-        detail::ring_attention<Acc>(su_, p, rp, sch, out, lse);
-        const problem& l = rp.local;
-        constexpr std::size_t lse_rank = lead::rank == 0 ? 0 : lead::packed ? 3 : lead::rank - 1;
-        partial_attention<result_t<O, lead::rank>, result_t<Acc, lse_rank>> r;
-        layout<4> at;
-        const form how = lead_terminal(p.base).how;
-        std::tie(r.output, at) = allocate_in<decltype(r.output)>(how, {l.batch, l.q_heads, l.q_len, l.v_dim});
-        detail::unpack(out, strided_view<O>{r.output.data(), at});
-        const auto [lse_shape, lse_at] = xattn::detail::lse_form(how, l);
-        r.lse = allocate<decltype(r.lse)>(lse_shape);
-        const strided_view<Acc, 3> lv{r.lse.data(), lse_at};
-        for (std::size_t b = 0, k = 0; b < l.batch; ++b)
-          for (std::size_t h = 0; h < l.q_heads; ++h)
-            for (std::size_t i = 0; i < l.q_len; ++i) lv(b, h, i) = lse[k++];
-        return r;
+        return attention_with_lse<Out>(p, rp.local, [&](const auto& out, const auto& lse) {
+          detail::ring_attention<Acc>(su_, p, rp, sch, out, lse);
+        });
       }
     }
   }
@@ -161,10 +136,8 @@ class context {
     if constexpr (check_grammar<E>()) {
       const auto p = make_plan(e);
       using P = std::decay_t<decltype(p)>;
-      using Acc = xattn::detail::acc_t<P>;
-      if constexpr (detail::check_ring_expression<P>() && xattn::detail::check_backward<P, Acc>() &&
-                    check_ring_backward<P>())
-        return run_grad<Acc>(p, f, d_out, sch);
+      if constexpr (detail::check_ring_expression<P>() && check_backward<P>() && check_ring_backward<P>())
+        return run_grad(p, f, d_out, sch);
     }
   }
 
@@ -181,52 +154,19 @@ class context {
     return summable_by_parts<G>;
   }
 
-  template <class Acc, class Plan, class F, class DOut>
+  template <class Plan, class F, class DOut>
   auto run_grad(const Plan& p, const F& f, const DOut& d_out, const schedule& sch) const {
-    using DO = std::remove_cv_t<typename DOut::value_type>;
-    using O = std::remove_cv_t<typename decltype(f.output)::value_type>;
-    using L = std::remove_cv_t<typename decltype(f.lse)::value_type>;
-    static_assert(is_element_v<DO> && is_element_v<O>,
-                  "xattn: mpi::context::grad: d_out and f.output hold float, "
-                  "double, xattn::bfloat16 or xattn::float16");
-    static_assert(std::is_same_v<L, Acc>,
-                  "xattn: mpi::context::grad(e, f, d_out): f must be eval_with_lse(e) of a "
-                  "context: its lse holds e's accumulator type");
-    const auto& lt = lead_terminal(p.base);
+    using Acc = accumulator_of_t<Plan>;
     detail::agreement a = detail::facts_of(p);
-    a.local_error = detail::local_error_of([&] {
-      const problem pr = resolve(p);
-      const formed of = in_form(lt.how, {pr.batch, pr.q_heads, pr.q_len, pr.v_dim});
-      xattn::detail::check_gradient_input(d_out, of.user_shape, "d_out");
-      xattn::detail::check_gradient_input(f.output, of.user_shape, "f.output (f must be cp.eval_with_lse(e))");
-      xattn::detail::check_gradient_input(f.lse, xattn::detail::lse_form(lt.how, pr).first,
-                                          "f.lse (f must be cp.eval_with_lse(e))");
-    });
+    a.local_error =
+        detail::local_error_of([&] { check_gradient_inputs(p, resolve(p), f, d_out, "grad(e, f, d_out)"); });
     const auto rp = detail::prepare<Acc>(su_, p, "mpi::context::grad(e, f, d_out)", a);
-    const problem& l = rp.local;
-    const formed of = in_form(lt.how, {l.batch, l.q_heads, l.q_len, l.v_dim});
-    const auto [lse_shape, lse_at] = xattn::detail::lse_form(lt.how, l);
-    std::vector<Acc> dq, dk, dv;
-    typename xattn::detail::gradient_types<Plan, Acc>::type g;
-    g.dscore = zero_parameter_gradients(p.base.policy);
-    hana::for_each(p.ops, [&](const auto& op) {  // every rank sums each bias and learnable, even where masks hide all
-      using Op = std::decay_t<decltype(op)>;
-      if constexpr (is_tensor_bias_v<Op>) g.dbias.push_back(xt::zeros<Acc>(op.tensor.shape));
-      if constexpr (declares_learnables<Op>) g.dmodify.push_back(parameter_slots(op).zeros());
+    auto g = gradients_of(p, rp.local, f, d_out, 1, [&](const auto& in, const auto& out) {
+      detail::ring_gradients<Acc>(su_, p, rp, sch, in, out);
     });
-    detail::ring_gradients<Acc>(
-        su_, p, rp, sch, strided_view<const DO>{d_out.data(), of.at}, strided_view<const O>{f.output.data(), of.at},
-        strided_view<const Acc, 3>{f.lse.data(), lse_at}, dq, dk, dv, g.dbias, g.dmodify, g.dscore);
     for (auto& t : g.dbias) detail::sum_in_rank_order(su_.comm, t.data(), t.size());
     for (auto& t : g.dmodify) detail::sum_in_rank_order(su_.comm, t.d.data(), t.d.size());
     detail::sum_parameters_in_rank_order(su_.comm, g.dscore);
-    using xattn::detail::zero_gradient;
-    const layout<4> dq_at = zero_gradient(g.dq, lt.how, {l.batch, l.q_heads, l.q_len, l.q_dim});
-    const layout<4> dk_at = zero_gradient(g.dk, p.base.k.how, {l.batch, l.kv_heads, l.kv_len, l.k_dim});
-    const layout<4> dv_at = zero_gradient(g.dv, p.v.how, {l.batch, l.kv_heads, l.kv_len, l.v_dim});
-    detail::unpack(dq, strided_view<Acc>{g.dq.data(), dq_at});
-    detail::unpack(dk, strided_view<Acc>{g.dk.data(), dk_at});
-    detail::unpack(dv, strided_view<Acc>{g.dv.data(), dv_at});
     return g;
   }
 };

@@ -2,8 +2,9 @@
 // The ring forward: each rank's queries meet every key block on its way around the ring; each
 // block's attention comes with its log-sum-exp and is merged into the running result exactly
 // (kernel::merge_row), in ring order, so the result does not depend on timing.
-#include "../eval/backward.hpp"
-#include "../eval/eval.hpp"
+#include "../eval/forward/fused.hpp"
+#include "../eval/paths/select.hpp"
+#include "../eval/plan/resolve.hpp"
 #include "agree.hpp"
 #include "blocks.hpp"
 #include "setup.hpp"
@@ -108,19 +109,20 @@ void for_each_key_block(const setup& su, const Plan& p, const ring_problem<Plan>
   buf[0].wait(), buf[1].wait();
 }
 
-/// The rank's attention over the whole sequence: (B, Hq, rows, Dv) and (B, Hq, rows) in Acc. The
-/// running log-sum-exp is kept in double, and a block's is recomputed exactly where it is beyond
-/// large_lse (rows of d2l's -1e6 fills, whose float lse is off by up to 0.06: merged with it, a
-/// uniform row would weigh its blocks wrongly).
-template <class Acc, class Plan>
+/// The rank's attention over the whole sequence into out (B, Hq, rows, Dv) and lse (B, Hq, rows).
+/// The running log-sum-exp is kept in double, and a block's is recomputed exactly where it is
+/// beyond large_lse (rows of d2l's -1e6 fills, whose float lse is off by up to 0.06: merged with
+/// it, a uniform row would weigh its blocks wrongly).
+template <class Acc, class Plan, class O>
 void ring_attention(const setup& su, const Plan& p, const ring_problem<Plan>& rp, const schedule& sch,
-                    std::vector<Acc>& out, std::vector<Acc>& lse) {
+                    const strided_view<O>& out, const strided_view<Acc, 3>& lse) {
   const problem& l = rp.local;
   const std::size_t rows = su.rows(su.rank), dv = l.v_dim;
   su.stats = {};
-  out.assign(l.batch * l.q_heads * rows * dv, Acc(0));
+  std::vector<Acc> acc(l.batch * l.q_heads * rows * dv, Acc(0));
   std::vector<double> run_lse(l.batch * l.q_heads * rows, -std::numeric_limits<double>::infinity());
   std::vector<Acc> part_out, part_lse;
+  std::vector<std::pair<Acc, Acc>> exact;
   for_each_key_block(su, p, rp, [&](std::size_t o, const std::byte* msg, std::size_t n) {
     for_each_block(su, rp, o, [&](const segment& qs, const segment& ks) {
       ++su.stats.blocks;
@@ -130,27 +132,39 @@ void ring_attention(const setup& su, const Plan& p, const ring_problem<Plan>& rp
       part_lse.resize(l.batch * l.q_heads * qs.size);
       const layout<4> at = packed_layout(l.batch, l.q_heads, qs.size, dv);
       const strided_view<Acc, 3> lv = rows3(part_lse.data(), l.batch, l.q_heads, qs.size);
-      run_fused<Acc>(bp, pr, xattn::detail::schedule_for(bp, pr, sch, pass_kind::attention),
+      run_fused<Acc>(bp, pr, schedule_for(bp, pr, sch, pass_kind::attention).forward,
                      strided_view<Acc>{part_out.data(), at}, lv);
-      const auto ops = bind_all(bp.ops, pr);
-      const auto masks = bind_all(bp.masks, pr);
+      const auto large = [&](std::size_t part) {
+        return std::abs(double(part_lse[part])) > large_lse && !std::isinf(part_lse[part]);
+      };
+      exact.clear();
+      for (std::size_t part = 0; part < part_lse.size() && exact.empty(); ++part)
+        if (large(part)) exact.resize(part_lse.size());
+      if (!exact.empty())
+        run_row_stats<Acc>(bp, pr, schedule_for(bp, pr, sch, pass_kind::scores).forward, exact.data(),
+                           [&](std::size_t b, std::size_t h, std::size_t i0, std::size_t r) {
+                             for (std::size_t i = i0; i < i0 + r; ++i)
+                               if (large((b * l.q_heads + h) * qs.size + i)) return true;
+                             return false;
+                           });
       for (std::size_t bh = 0; bh < l.batch * l.q_heads; ++bh)
         for (std::size_t i = 0; i < qs.size; ++i) {
           const std::size_t row = bh * rows + qs.local + i, part = bh * qs.size + i;
-          double part_ls = part_lse[part];
-          if (std::abs(part_ls) > large_lse && !std::isinf(part_ls)) {
-            const auto [m, ln_l] = exact_row_stats<double>(bp, pr, ops, masks, bh / l.q_heads, bh % l.q_heads, i);
-            part_ls = m + ln_l;
-          }
+          const double part_ls = large(part) ? double(exact[part].first) + double(exact[part].second) : part_lse[part];
           const double ls[2] = {run_lse[row], part_ls};
-          const Acc* parts[2] = {out.data() + row * dv, part_out.data() + part * dv};
+          const Acc* parts[2] = {acc.data() + row * dv, part_out.data() + part * dv};
           run_lse[row] = kernel::merge_row<double>(
               2, [&](std::size_t c) { return ls[c]; }, [&](std::size_t c) { return parts[c]; }, dv,
-              out.data() + row * dv, 1);
+              acc.data() + row * dv, 1);
         }
     });
   });
-  lse.assign(run_lse.begin(), run_lse.end());
+  for (std::size_t b = 0, r = 0; b < l.batch; ++b)
+    for (std::size_t h = 0; h < l.q_heads; ++h)
+      for (std::size_t i = 0; i < rows; ++i, ++r) {
+        kernel::scaled_copy(acc.data() + r * dv, 1, dv, Acc(1), out.row(b, h, i), out.inner_stride());
+        lse(b, h, i) = Acc(run_lse[r]);
+      }
 }
 
 }  // namespace xattn::mpi::detail

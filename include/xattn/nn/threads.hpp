@@ -3,11 +3,10 @@
 //
 // A module runs OpenBLAS (projections) and OpenMP (fused pass) back to back. With libgomp's
 // default wait policy the OpenMP team spins for milliseconds after each parallel region, on the
-// cores OpenBLAS then needs. For a small attention that costs far more than the second thread
-// saves: an 8-head MHA forward (d = 512, S = 128) took 12-24 ms with a 2-thread fused pass and
-// 3.3 ms with 1 on the 2-core dev machine (2.6 ms with OMP_WAIT_POLICY=passive). So a module's
-// default schedule runs the pass serially below ~2^28 flop (about 2.5 ms on one core), above on
-// every thread: the library's own rule (resolve_schedule) with a higher cut-off.
+// cores OpenBLAS then needs, so for a small attention a second thread costs more than it saves.
+// A module's default schedule therefore runs the pass serially below 2^28 flop (a few
+// milliseconds on one core, comparable to that spinning), above on every thread: the library's
+// own rule (resolve_schedule) with a higher cut-off.
 // set_schedule() on a module overrides this; OMP_WAIT_POLICY=passive is still the best setting.
 #include "../schedule.hpp"
 

@@ -5,9 +5,9 @@
 
 namespace xattn::onnx {
 
-using xattn::detail::double_to_half;
-using xattn::detail::float_to_half;
-using xattn::detail::half_to_float;
-using xattn::detail::round_to_half;
+using xattn::double_to_half;
+using xattn::float_to_half;
+using xattn::half_to_float;
+using xattn::round_to_half;
 
 }  // namespace xattn::onnx

@@ -8,6 +8,7 @@
 // code brackets it with the pragmas below, so that users' -Wall -Wextra builds stay quiet.
 #include "../bfloat16.hpp"
 #include "../float16.hpp"
+#include "../round_up.hpp"
 
 #include <algorithm>
 #include <array>
@@ -31,6 +32,11 @@ using batch = xsimd::batch<T>;  // default architecture: follows -march
 template <class T>
 inline constexpr std::size_t width = batch<T>::size;
 
+/// Whether batch<float> is an AVX2 or AVX-512 batch: the ISAs the in-register code (16-bit
+/// widening, kernel::transpose_square) is written for.
+inline constexpr bool avx2_or_avx512 = std::is_base_of_v<xsimd::avx512f, batch<float>::arch_type> ||
+                                       std::is_base_of_v<xsimd::avx2, batch<float>::arch_type>;
+
 namespace detail {
 
 /// The sum (Max false) or the maximum of an AVX-512 batch's lanes, by GCC's halving trees. A
@@ -53,8 +59,8 @@ inline auto reduce512(const B& x) noexcept {
 }  // namespace detail
 
 /// The sum of x's lanes. On AVX-512 a halving tree (GCC's _mm512_reduce_add_ps): xsimd 8.1's
-/// hadd goes through 256-bit hadds and took 1.6x the time of grouped-query decoding's score
-/// product on Zen 4, where it sums every (row, key) pair.
+/// hadd goes through 256-bit hadds, too slow for decoding's score product, which sums every
+/// (row, key) pair.
 template <class T>
 inline T hsum(const batch<T>& x) noexcept {
   if constexpr (std::is_base_of_v<xsimd::avx512f, typename batch<T>::arch_type>)
@@ -75,7 +81,7 @@ inline T hmax(const batch<T>& x) noexcept {
 }
 
 /// x, kept in a register: GCC otherwise folds a loaded operand used by several FMAs into each of
-/// them as a memory operand, reloading it R times (decoding's score product: 2 loads per FMA).
+/// them as a memory operand, reloading it once per FMA.
 template <class B>
 inline B in_register(B x) noexcept {
   typename B::register_type r = x;
@@ -113,9 +119,6 @@ inline constexpr bool f16c = true;
 inline constexpr bool f16c = false;
 #endif
 
-inline constexpr bool avx2_or_avx512 = std::is_base_of_v<xsimd::avx512f, batch<float>::arch_type> ||
-                                       std::is_base_of_v<xsimd::avx2, batch<float>::arch_type>;
-
 template <class E>
 inline constexpr bool is_widenable16 = std::is_same_v<E, bfloat16> || (std::is_same_v<E, float16> && f16c);
 
@@ -125,13 +128,17 @@ inline constexpr bool widens16_v = std::is_same_v<T, float>&& avx2_or_avx512&& i
 
 }  // namespace detail
 
+/// Whether load_as<T>(const E*) widens in registers (T float, E a 16-bit float the ISA widens).
+template <class T, class E>
+inline constexpr bool widens16_v = detail::widens16_v<T, E>;
+
 /// One batch of T from storage of another element type E, converted lane by lane: 16-bit floats
 /// in registers; anything else through memory.
 template <class T, class E>
 inline batch<T> load_as(const E* p) noexcept {
   if constexpr (std::is_same_v<T, E>) {
     return load(p);
-  } else if constexpr (detail::widens16_v<T, E>) {
+  } else if constexpr (widens16_v<T, E>) {
     return detail::widen16<E, batch<T>>(p);
   } else {
     alignas(64) std::array<T, width<T>> lanes;
@@ -148,7 +155,7 @@ inline void store(T* p, const batch<T>& x) noexcept {
 /// Number of elements rounded up to whole batches.
 template <class T>
 constexpr std::size_t padded(std::size_t n) noexcept {
-  return (n + width<T> - 1) / width<T> * width<T>;
+  return round_up(n, width<T>);
 }
 
 }  // namespace xattn::simd

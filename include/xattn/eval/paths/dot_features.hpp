@@ -1,15 +1,23 @@
 #pragma once
-// Score path dot_features: a separable policy, score = fq · fk + α(q) + β(k). Every key is
-// projected once per evaluation, the features then take the dot_identity route (panels, or read
-// in place when decoding); queries are projected per task. Projections run in the policy's scalar
-// type and are converted to the accumulator type; the scale multiplies features, α and β.
+// Score path dot_features: a separable policy, score = fq · fk + α(q) + β(k).
+// Forward: every key projected once per evaluation; the features then take the dot_identity route
+// (panels, or read in place when decoding); queries are projected per task. Projections run in
+// the policy's scalar type and are converted to the accumulator type; the scale multiplies
+// features, α and β.
+// Backward: every query and key projected once (the same parallel projection), the products of
+// rows (parts/dot_grads.hpp) and the terms (parts/term_grads.hpp) on the features, then the
+// gradients at the features taken back through the projections (policy/gradient.hpp).
 #include "../../kernel/aligned.hpp"
 #include "../../kernel/qk.hpp"
 #include "../../kernel/rows.hpp"
 #include "../../policy/concepts.hpp"
-#include "../key_features.hpp"
-#include "../key_panels.hpp"
-#include "../resolved_schedule.hpp"
+#include "../operands/features.hpp"
+#include "../operands/key_panels.hpp"
+#include "../plan/schedule.hpp"
+#include "parts/common.hpp"
+#include "parts/dot_grads.hpp"
+#include "parts/feature_grads.hpp"
+#include "parts/term_grads.hpp"
 
 #include <string_view>
 #include <vector>
@@ -22,22 +30,39 @@ struct dot_features_path {
   using S = projection_scalar_t<policy_t, Acc>;
   static constexpr std::string_view name = "dot_features";
   static constexpr std::string_view what = "projected once per row, then fq·fk by the score microkernel, plus α + β";
-  static constexpr std::string_view key_work = "project keys to their features";
-  static constexpr std::string_view query_work = "gather and project";
 
-  static std::size_t width(const Base& b, const problem& pr) { return b.policy.feature_size(pr.q_dim, pr.k_dim); }
-  static path_facts facts(const Base& b, const problem& pr) {
-    return {true, true, width(b, pr), sizeof(Acc), simd::width<Acc>};
+  static std::size_t width(const Base& base, const problem& pr) { return base.policy.feature_size(pr.q_dim, pr.k_dim); }
+  static constexpr bool plain_products = false;
+  static path_facts facts(const Base& base, const problem& pr) {
+    path_facts f = dot_facts<Acc>(width(base, pr));
+    f.keys_in_place_ok = true;
+    f.query_grads_dense = true;  // the features' own gradient rows
+    return f;
   }
+  static constexpr kernel::tile_op score_op(key_reads k) {
+    return k == key_reads::in_place ? kernel::tile_op::qk_direct : kernel::tile_op::qk_tile;
+  }
+  static constexpr kernel::tile_op key_pack_op = kernel::tile_op::pack_kt;
+  static constexpr std::string_view key_work = "project keys to their features";
+  static constexpr op_list key_ops{kernel::tile_op::project_rows}, query_ops{kernel::tile_op::project_rows};
+  static constexpr backward_steps backward_ops{
+      {kernel::tile_op::project_rows},
+      {kernel::tile_op::pack_kt, kernel::tile_op::pack_strips},
+      {kernel::tile_op::qk_tile},
+      {kernel::tile_op::pack_strips, kernel::tile_op::pv_tile_transposed_strips, kernel::tile_op::pv_tile_strips},
+      {kernel::tile_op::project_back}};
+
+  // ---- forward ----
 
   struct keys {
-    key_features<S> f;  // in the policy's type; converted when packed, or in registers when decoding
+    row_features<S> f;  // in the policy's type; converted when packed, or in registers when decoding
     key_panels<strips<Acc>> panels;
-    keys(const Base& b, const problem& pr, const resolved_schedule& rs) : f(pr, width(b, pr)) {
-      if (rs.pack_panels) panels = make_key_panels<strips<Acc>>(pr, f.width(), rs.block_k);
+    keys(const Base& base, const problem& pr, const forward_schedule& fs)
+        : f(pr.batch, pr.kv_heads, pr.kv_len, width(base, pr)) {
+      if (fs.keys == key_reads::panels) panels = make_key_panels<strips<Acc>>(pr, f.width(), fs.block_k);
     }
-    void build(const Base& b, const problem& pr) {
-      project_keys(f, b.k.view, pr.k_dim, b.policy);
+    void build(const Base& base, const problem& pr) {
+      project_keys(f, base.k.view, pr.k_dim, base.policy);
       if (!panels.empty())
         pack_key_panels(panels, pr, 1, [&](std::size_t bb, std::size_t h, std::size_t j) { return f.row(bb, h, j); });
     }
@@ -45,25 +70,24 @@ struct dot_features_path {
 
   class tiles {
    public:
-    tiles(const Base& b, const problem& pr, const keys& k, const resolved_schedule& rs)
-        : b_(b),
+    tiles(const Base& base, const problem& pr, const keys& k, const forward_schedule& fs)
+        : base_(base),
           k_(k),
           pr_(pr),
           n_(k.f.width()),
-          bk_(rs.block_k),
           scale_(1),
-          q_(rs.block_q * std::max<std::size_t>(n_, 1)),
-          alpha_(rs.block_q),
-          proj_(n_) {
-      if (rs.pack_per_head) own_ = head_panels<strips<Acc>>(pr, n_, bk_);
-    }
+          q_(fs.block_q * std::max<std::size_t>(n_, 1)),
+          alpha_(fs.block_q),
+          proj_(n_),
+          reader_(k.panels, pr, n_, fs) {}
 
     /// As dot_identity's: tile rows [at, at + rows).
     void load_queries(std::size_t b, std::size_t h, std::size_t i0, std::size_t rows, Acc scale, std::size_t at = 0) {
-      const auto& qv = b_.q.view;
+      const auto& qv = base_.q.view;
       scale_ = scale;
       if (at == 0) i0_ = i0;
-      auto project = [&](std::span<const S> x, std::span<S> out) { return b_.policy.project_query(x, out); };
+      kernel::trace::note(kernel::tile_op::project_rows);
+      auto project = [&](std::span<const S> x, std::span<S> out) { return base_.policy.project_query(x, out); };
       for (std::size_t r = 0; r < rows; ++r) {
         Acc* dst = q_.data() + (at + r) * n_;
         S* f = [&] {  // projected in place when the policy computes in Acc
@@ -82,29 +106,75 @@ struct dot_features_path {
                 std::size_t cols, std::size_t colsp, Acc* s, std::size_t lds) {
       const std::size_t r0 = i0 - i0_;  // rows [i0, i0 + rows) of the loaded block
       const Acc* q = q_.data() + r0 * n_;
-      if (!k_.panels.empty())
-        kernel::qk_tile(q, n_, rows, k_.panels.panel(b, hk, j0 / bk_), n_, colsp, s, lds);
-      else if (!own_.empty())
-        kernel::qk_tile(q, n_, rows, own_.panel(b, hk, j0 / bk_, 1, [&](std::size_t j) { return k_.f.row(b, hk, j); }),
-                        n_, colsp, s, lds);
+      const auto key = [&](std::size_t j) { return k_.f.row(b, hk, j); };
+      if (const Acc* kt = reader_.panel(b, hk, j0, 1, key))
+        kernel::qk_tile(q, n_, rows, kt, n_, colsp, s, lds);
       else
         kernel::qk_direct(
-            q, n_, rows, [&](std::size_t c) { return k_.f.row(b, hk, j0 + c); }, cols, n_, s, lds);
+            q, n_, rows, [&](std::size_t c) { return key(j0 + c); }, cols, n_, s, lds);
       for (std::size_t r = 0; r < rows; ++r)
         for (std::size_t c = 0; c < cols; ++c)
-          s[r * lds + c] += alpha_[r0 + r] + scale_ * Acc(k_.f.term(b, hk, j0 + c));
+          s[r * lds + c] += alpha_[r0 + r] + scale_ * Acc(k_.f.term_of(b, hk, j0 + c));
     }
 
    private:
-    const Base& b_;
+    const Base& base_;
     const keys& k_;
     const problem& pr_;
-    std::size_t n_, bk_, i0_ = 0;
+    std::size_t n_, i0_ = 0;
     Acc scale_;
     kernel::aligned_vector<Acc> q_;
     std::vector<Acc> alpha_;
     std::vector<S> proj_, raw_;
-    head_panels<strips<Acc>> own_;  // pack_per_head
+    key_reader<strips<Acc>> reader_;
+  };
+
+  // ---- backward ----
+
+  using grads = feature_grads<Acc, Base>;
+
+  class grad_tiles {
+   public:
+    grad_tiles(const Base&, const problem&, grads& g, const backward_schedule& bs, Acc scale)
+        : g_(g), dot_(g.fq.width(), bs), terms_(bs), scale_(scale) {}
+
+    void begin_task() {}
+    void load_keys(std::size_t b, std::size_t hk, std::size_t j0, std::size_t cols) {
+      dot_.load_keys(g_.fk.view(), b, hk, j0, cols);
+      terms_.load_keys(g_.fk, b, hk, j0, cols);
+    }
+    void load_queries(std::size_t b, std::size_t h, std::size_t i0, std::size_t rows, std::size_t chunk) {
+      dot_.load_queries(g_.fq.view(), b, h, i0, rows);
+      terms_.load_queries(g_.fq, b, h, i0);
+      dalpha_ = g_.dalpha_part(chunk, b, h, i0);
+      rows_ = rows;
+    }
+    /// scale · (fq·fk + α + β), rows of the tile.
+    template <class Range>
+    void scores(std::size_t, std::size_t colsp, Acc* s, std::size_t lds, Range range) {
+      dot_.product(colsp, s, lds, range);
+      terms_.add(s, lds, rows_, colsp);
+      for (std::size_t r = 0; r < rows_; ++r) kernel::scale_row(s + r * lds, colsp, scale_);
+    }
+    template <class RowRange, class KeyRange>
+    void gradients(const Acc* ds, std::size_t lds, std::size_t cols, std::size_t colsp, Acc* dq, RowRange rows,
+                   KeyRange keys) {
+      terms_.gradients(ds, lds, rows_, colsp, dalpha_);
+      dot_.gradients(ds, lds, cols, dq, rows, keys);
+    }
+    void store_keys(std::size_t b, std::size_t hk, std::size_t j0, std::size_t cols) {
+      dot_.store_keys(g_.dfk.view(), b, hk, j0, cols);
+      terms_.store_keys(g_.dfk, b, hk, j0, cols);
+    }
+    void end_task(std::size_t) {}
+
+   private:
+    grads& g_;
+    dot_grads<Acc> dot_;
+    term_grads<Acc> terms_;
+    Acc scale_;
+    Acc* dalpha_ = nullptr;
+    std::size_t rows_ = 0;
   };
 };
 

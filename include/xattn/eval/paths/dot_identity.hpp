@@ -1,31 +1,33 @@
 #pragma once
-// Score path dot_identity: S = Q · Kᵀ on the operands themselves (`dot`, `Q * trans(K)`). Keys are
-// packed into panels (once per evaluation, or per head by the thread using it) and multiplied by
-// the score microkernel; when decoding, they are read where they lie. The expression's scale is
-// folded into the queries.
+// Score path dot_identity: S = Q · Kᵀ on the operands themselves (`dot`, `Q * trans(K)`).
+// Forward: keys packed into panels (once per evaluation, or per head by the thread using it) and
+// multiplied by the score microkernel, or read where they lie when decoding; the expression's
+// scale is folded into the queries. Backward: the products of rows (parts/dot_grads.hpp) on Q and
+// K, their gradients written straight into dQ and dK.
+#include "../../form.hpp"
 #include "../../kernel/aligned.hpp"
 #include "../../kernel/qk.hpp"
 #include "../../kernel/rows.hpp"
-#include "../key_panels.hpp"
-#include "../resolved_schedule.hpp"
+#include "../operands/key_panels.hpp"
+#include "../plan/schedule.hpp"
+#include "parts/common.hpp"
+#include "parts/dot_grads.hpp"
 
 #include <string_view>
-#include <vector>
 
 namespace xattn {
 
 /// The keys of a product on the operands themselves, packed into panels of Format once per
-/// evaluation when the schedule says so (else per head, or read in place, by the tiles). Built
-/// once, read by every task.
+/// evaluation when the schedule says so (else per head, or read in place, by the tiles).
 template <class Format, class Base>
 struct operand_panels {
   key_panels<Format> panels;
-  operand_panels(const Base&, const problem& pr, const resolved_schedule& rs) {
-    if (rs.pack_panels) panels = make_key_panels<Format>(pr, pr.q_dim, rs.block_k);
+  operand_panels(const Base&, const problem& pr, const forward_schedule& fs) {
+    if (fs.keys == key_reads::panels) panels = make_key_panels<Format>(pr, pr.q_dim, fs.block_k);
   }
   /// Called by every thread of the pass's parallel region.
-  void build(const Base& b, const problem& pr) {
-    const auto& kv = b.k.view;
+  void build(const Base& base, const problem& pr) {
+    const auto& kv = base.k.view;
     if (!panels.empty())
       pack_key_panels(panels, pr, kv.inner_stride(),
                       [&](std::size_t bb, std::size_t h, std::size_t j) { return kv.row(bb, h, j); });
@@ -36,27 +38,45 @@ template <class Acc, class Base>
 struct dot_identity_path {
   static constexpr std::string_view name = "dot_identity";
   static constexpr std::string_view what = "Q·Kᵀ of the operands by the score microkernel";
-  static constexpr std::string_view key_work = "";  // the keys are packed as they are
-  static constexpr std::string_view query_work = "gather";
 
-  static path_facts facts(const Base& b, const problem& pr) {
-    return {true, b.k.view.rows_contiguous(), pr.q_dim, sizeof(Acc), simd::width<Acc>};
+  /// Whether a score is scale · (Q·Kᵀ) and nothing else: the backward may take P and dS from the
+  /// products' epilogues (grad_tiles::product).
+  static constexpr bool plain_products = true;
+  static path_facts facts(const Base& base, const problem& pr) {
+    path_facts f = dot_facts<Acc>(pr.q_dim);
+    f.keys_in_place_ok = base.k.view.rows_contiguous();
+    f.plain_products = plain_products;
+    f.query_grads_dense = base.q.how != form::packed;  // dQ is allocated in Q's form
+    return f;
   }
+  /// The operation that fills a forward score tile, keys read as the schedule says.
+  static constexpr kernel::tile_op score_op(key_reads k) {
+    return k == key_reads::in_place ? kernel::tile_op::qk_direct : kernel::tile_op::qk_tile;
+  }
+  static constexpr kernel::tile_op key_pack_op = kernel::tile_op::pack_kt;
+  static constexpr std::string_view key_work = "";  // the keys are packed as they are
+  static constexpr op_list key_ops{}, query_ops{};
+  static constexpr backward_steps backward_ops{
+      {},
+      {kernel::tile_op::pack_kt, kernel::tile_op::pack_strips},
+      {kernel::tile_op::qk_tile},
+      {kernel::tile_op::pack_strips, kernel::tile_op::pv_tile_transposed_strips, kernel::tile_op::pv_tile_strips},
+      {}};
+
+  // ---- forward ----
 
   using keys = operand_panels<strips<Acc>, Base>;
 
   /// One per thread: the task's queries, scaled.
   class tiles {
    public:
-    tiles(const Base& b, const problem& pr, const keys& k, const resolved_schedule& rs)
-        : b_(b), k_(k), n_(pr.q_dim), bk_(rs.block_k), q_(rs.block_q * std::max<std::size_t>(n_, 1)) {
-      if (rs.pack_per_head) own_ = head_panels<strips<Acc>>(pr, n_, bk_);
-    }
+    tiles(const Base& base, const problem& pr, const keys& k, const forward_schedule& fs)
+        : base_(base), n_(pr.q_dim), q_(fs.block_q * std::max<std::size_t>(n_, 1)), reader_(k.panels, pr, n_, fs) {}
 
     /// Queries [i0, i0 + rows) of head h into tile rows [at, at + rows); at > 0 appends another
     /// head's rows to the block loaded at 0 (grouped-query decoding).
     void load_queries(std::size_t b, std::size_t h, std::size_t i0, std::size_t rows, Acc scale, std::size_t at = 0) {
-      const auto& qv = b_.q.view;
+      const auto& qv = base_.q.view;
       if (at == 0) i0_ = i0;
       for (std::size_t r = 0; r < rows; ++r)
         kernel::scaled_copy(qv.row(b, h, i0 + r), qv.inner_stride(), n_, scale, q_.data() + (at + r) * n_, 1);
@@ -65,24 +85,76 @@ struct dot_identity_path {
     void scores(std::size_t b, std::size_t, std::size_t hk, std::size_t i0, std::size_t rows, std::size_t j0,
                 std::size_t cols, std::size_t colsp, Acc* s, std::size_t lds) {
       const Acc* q = q_.data() + (i0 - i0_) * n_;  // rows [i0, i0 + rows) of the loaded block
-      const auto& kv = b_.k.view;
-      if (!k_.panels.empty()) {
-        kernel::qk_tile(q, n_, rows, k_.panels.panel(b, hk, j0 / bk_), n_, colsp, s, lds);
-      } else if (!own_.empty()) {
-        const Acc* kt = own_.panel(b, hk, j0 / bk_, kv.inner_stride(), [&](std::size_t j) { return kv.row(b, hk, j); });
+      const auto& kv = base_.k.view;
+      const auto key = [&](std::size_t j) { return kv.row(b, hk, j); };
+      if (const Acc* kt = reader_.panel(b, hk, j0, kv.inner_stride(), key))
         kernel::qk_tile(q, n_, rows, kt, n_, colsp, s, lds);
-      } else {
+      else
         kernel::qk_direct(
-            q, n_, rows, [&](std::size_t c) { return kv.row(b, hk, j0 + c); }, cols, n_, s, lds);
-      }
+            q, n_, rows, [&](std::size_t c) { return key(j0 + c); }, cols, n_, s, lds);
     }
 
    private:
-    const Base& b_;
-    const keys& k_;
-    std::size_t n_, bk_, i0_ = 0;
+    const Base& base_;
+    std::size_t n_, i0_ = 0;
     kernel::aligned_vector<Acc> q_;
-    head_panels<strips<Acc>> own_;  // pack_per_head
+    key_reader<strips<Acc>> reader_;
+  };
+
+  // ---- backward ----
+
+  /// dQ and dK are the results themselves.
+  struct grads {
+    gradient_targets<Acc> to;
+    grads(const Base&, const problem&, const backward_schedule&, const gradient_targets<Acc>& t) : to(t) {}
+    void build(const Base&, const problem&) {}
+    strided_view<Acc> query_grads() const { return to.dq; }
+    void reduce_row(std::size_t, std::size_t, std::size_t, std::size_t) {}
+    template <class G>
+    void finish(const Base&, const problem&, const backward_schedule&, G&) {}
+  };
+
+  /// One per thread.
+  class grad_tiles {
+   public:
+    grad_tiles(const Base& base, const problem& pr, grads& g, const backward_schedule& bs, Acc scale)
+        : base_(base), g_(g), dot_(pr.q_dim, bs), scale_(scale) {}
+
+    void begin_task() {}
+    void load_keys(std::size_t b, std::size_t hk, std::size_t j0, std::size_t cols) {
+      dot_.load_keys(base_.k.view, b, hk, j0, cols);
+    }
+    void load_queries(std::size_t b, std::size_t h, std::size_t i0, std::size_t rows, std::size_t) {
+      dot_.load_queries(base_.q.view, b, h, i0, rows);
+      rows_ = rows;
+    }
+    /// scale · Q·Kᵀ, rows of the tile (register blocks outside range are 0).
+    template <class Range>
+    void scores(std::size_t, std::size_t colsp, Acc* s, std::size_t lds, Range range) {
+      dot_.product(colsp, s, lds, range);
+      for (std::size_t r = 0; r < rows_; ++r) kernel::scale_row(s + r * lds, colsp, scale_);
+    }
+    /// Q·Kᵀ through an epilogue (whole tiles of plain products).
+    template <class Epi>
+    void product(std::size_t colsp, Acc* s, std::size_t lds, const Epi& epi) {
+      dot_.product(colsp, s, lds, kernel::every_column{}, epi);
+    }
+    template <class RowRange, class KeyRange>
+    void gradients(const Acc* ds, std::size_t lds, std::size_t cols, std::size_t, Acc* dq, RowRange rows,
+                   KeyRange keys) {
+      dot_.gradients(ds, lds, cols, dq, rows, keys);
+    }
+    void store_keys(std::size_t b, std::size_t hk, std::size_t j0, std::size_t cols) {
+      dot_.store_keys(g_.to.dk, b, hk, j0, cols);
+    }
+    void end_task(std::size_t) {}
+
+   private:
+    const Base& base_;
+    grads& g_;
+    dot_grads<Acc> dot_;
+    Acc scale_;
+    std::size_t rows_ = 0;
   };
 };
 

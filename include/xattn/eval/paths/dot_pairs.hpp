@@ -1,16 +1,16 @@
 #pragma once
 // Score path dot_bf16: S = Q · Kᵀ of bfloat16 queries and keys by vdpbf16ps (kernel/dpbf16.hpp),
-// where the build has AVX512-BF16. Keys are packed into panels of feature pairs (once per
+// where the build has AVX512-BF16. Forward: keys packed into panels of feature pairs (once per
 // evaluation, or per head by the thread using it); the task's queries are copied as they are, and
 // the scale multiplies the fp32 sums, so no operand is rounded. When decoding, keys are read in
-// place, their rows already pairs of the summed axis (kernel::qk_direct_pairs).
-#include "../../expr/tensor_ref.hpp"
+// place, their rows already pairs of the summed axis (kernel::qk_direct_pairs). Backward: the
+// operands widened to float, as dot_identity's.
 #include "../../kernel/aligned.hpp"
 #include "../../kernel/dpbf16.hpp"
 #include "../../kernel/qk.hpp"
 #include "../../kernel/rows.hpp"
-#include "../key_panels.hpp"
-#include "../resolved_schedule.hpp"
+#include "../operands/key_panels.hpp"
+#include "../plan/schedule.hpp"
 #include "dot_identity.hpp"
 
 #include <string_view>
@@ -26,12 +26,21 @@ inline constexpr bool takes_bf16_pairs_v = kernel::has_dpbf16&& std::is_same_v<A
 
 template <class Acc, class Base>
 struct dot_pairs_path {
+  using widened = dot_identity_path<Acc, Base>;
   static constexpr std::string_view name = "dot_bf16";
   static constexpr std::string_view what = "Q·Kᵀ of bfloat16 operands by vdpbf16ps (fp32 sums)";
-  static constexpr std::string_view key_work = "";  // the keys are packed as they are
-  static constexpr std::string_view query_work = "gather";
 
-  static path_facts facts(const Base& b, const problem& pr) { return dot_identity_path<Acc, Base>::facts(b, pr); }
+  static path_facts facts(const Base& base, const problem& pr) { return widened::facts(base, pr); }
+  static constexpr bool plain_products = widened::plain_products;
+  static constexpr kernel::tile_op score_op(key_reads k) {
+    return k == key_reads::in_place ? kernel::tile_op::qk_direct_pairs : kernel::tile_op::qk_tile_pairs;
+  }
+  static constexpr kernel::tile_op key_pack_op = kernel::tile_op::pack_kt_pairs;
+  static constexpr std::string_view key_work = widened::key_work;
+  static constexpr op_list key_ops = widened::key_ops, query_ops = widened::query_ops;
+  static constexpr backward_steps backward_ops = widened::backward_ops;
+
+  // ---- forward ----
 
   using keys = operand_panels<bf16_pairs, Base>;
 
@@ -39,21 +48,17 @@ struct dot_pairs_path {
   /// partner zero).
   class tiles {
    public:
-    tiles(const Base& b, const problem& pr, const keys& k, const resolved_schedule& rs)
-        : b_(b),
-          k_(k),
+    tiles(const Base& base, const problem& pr, const keys& k, const forward_schedule& fs)
+        : base_(base),
           n_(pr.q_dim),
           ldq_(n_ + n_ % 2),
-          bk_(rs.block_k),
-          pairs_(rs.pack_panels || rs.pack_per_head),
-          q16_(rs.block_q * std::max<std::size_t>(ldq_, 1), bfloat16::from_bits(0)) {
-      if (rs.pack_per_head) own_ = head_panels<bf16_pairs>(pr, n_, bk_);
-    }
+          q16_(fs.block_q * std::max<std::size_t>(ldq_, 1), bfloat16::from_bits(0)),
+          reader_(k.panels, pr, n_, fs) {}
 
     /// Queries [i0, i0 + rows) of head h into tile rows [at, at + rows); at > 0 appends another
     /// head's rows to the block loaded at 0 (grouped-query decoding).
     void load_queries(std::size_t b, std::size_t h, std::size_t i0, std::size_t rows, Acc scale, std::size_t at = 0) {
-      const auto& qv = b_.q.view;
+      const auto& qv = base_.q.view;
       if (at == 0) i0_ = i0;
       scale_ = scale;
       for (std::size_t r = 0; r < rows; ++r) {
@@ -64,28 +69,28 @@ struct dot_pairs_path {
 
     void scores(std::size_t b, std::size_t, std::size_t hk, std::size_t i0, std::size_t rows, std::size_t j0,
                 std::size_t cols, std::size_t colsp, Acc* s, std::size_t lds) {
-      const auto& kv = b_.k.view;
+      const auto& kv = base_.k.view;
       const bfloat16* q = q16_.data() + (i0 - i0_) * ldq_;
-      if (!pairs_) {
+      const auto key = [&](std::size_t j) { return kv.row(b, hk, j); };
+      if (const bfloat16* kt = reader_.panel(b, hk, j0, kv.inner_stride(), key))
+        kernel::qk_tile_pairs(q, ldq_, rows, kt, n_, colsp, scale_, s, lds);
+      else
         kernel::qk_direct_pairs(
-            q, ldq_, rows, [&](std::size_t c) { return kv.row(b, hk, j0 + c); }, cols, n_, scale_, s, lds);
-        return;
-      }
-      const bfloat16* kt = !k_.panels.empty() ? k_.panels.panel(b, hk, j0 / bk_)
-                                              : own_.panel(b, hk, j0 / bk_, kv.inner_stride(),
-                                                           [&](std::size_t j) { return kv.row(b, hk, j); });
-      kernel::qk_tile_pairs(q, ldq_, rows, kt, n_, colsp, scale_, s, lds);
+            q, ldq_, rows, [&](std::size_t c) { return key(j0 + c); }, cols, n_, scale_, s, lds);
     }
 
    private:
-    const Base& b_;
-    const keys& k_;
-    std::size_t n_, ldq_, bk_, i0_ = 0;
-    bool pairs_;
+    const Base& base_;
+    std::size_t n_, ldq_, i0_ = 0;
     Acc scale_ = 1;
     kernel::aligned_vector<bfloat16> q16_;
-    head_panels<bf16_pairs> own_;  // pack_per_head
+    key_reader<bf16_pairs> reader_;
   };
+
+  // ---- backward ----
+
+  using grads = typename widened::grads;
+  using grad_tiles = typename widened::grad_tiles;
 };
 
 }  // namespace xattn

@@ -2,10 +2,16 @@
 // Score path pair_raw: a policy with nothing but operator()(q, k), called per pair on contiguous
 // copies of the rows (converted once to the policy's scalar type). The slowest path: explain()
 // names it so that a user can see when projections would help.
+// Backward: the raw rows copied once, each tile's scores recomputed pair by pair and dS taken back
+// pair by pair through operator() on the tape (parts/pair_grads.hpp), the gradients at the rows
+// being dQ and dK (parts/feature_grads.hpp).
 #include "../../kernel/rows.hpp"
 #include "../../policy/concepts.hpp"
-#include "../key_features.hpp"
-#include "../resolved_schedule.hpp"
+#include "../operands/features.hpp"
+#include "../plan/schedule.hpp"
+#include "parts/common.hpp"
+#include "parts/feature_grads.hpp"
+#include "parts/pair_grads.hpp"
 
 #include <span>
 #include <string_view>
@@ -19,31 +25,36 @@ struct pair_raw_path {
   using S = score_scalar_t<policy_t, Acc>;
   static constexpr std::string_view name = "pair_raw";
   static constexpr std::string_view what = "operator()(q, k) per pair on copies of the rows";
-  static constexpr std::string_view key_work = "copy keys contiguous";
-  static constexpr std::string_view query_work = "gather";
 
+  static constexpr bool plain_products = false;
   static path_facts facts(const Base&, const problem& pr) {
-    return {false, false, pr.k_dim, sizeof(Acc), simd::width<Acc>};
+    path_facts f = pair_facts<Acc>(pr.k_dim);
+    f.query_width = pr.q_dim;
+    f.query_grads_dense = true;  // the rows' own gradient copies
+    return f;
   }
+  static constexpr kernel::tile_op score_op(key_reads) { return kernel::tile_op::pair_scores; }
+  static constexpr kernel::tile_op key_pack_op = kernel::tile_op::count;  // no panels
+  static constexpr std::string_view key_work = "copy keys contiguous";
+  static constexpr op_list key_ops{}, query_ops{};
+  static constexpr backward_steps backward_ops{
+      {}, {}, {kernel::tile_op::pair_scores}, {kernel::tile_op::pair_gradients}, {}};
+
+  // ---- forward ----
 
   struct keys {
-    key_features<S> f;  // the raw keys, converted
-    keys(const Base&, const problem& pr, const resolved_schedule&) : f(pr, pr.k_dim) {}
-    void build(const Base& b, const problem& pr) {
-      const auto& kv = b.k.view;
-      f.for_each_key([&](std::size_t bb, std::size_t h, std::size_t j, S* row, S&) {
-        kernel::scaled_copy(kv.row(bb, h, j), kv.inner_stride(), pr.k_dim, S(1), row, 1);
-      });
-    }
+    row_features<S> f;  // the raw keys, converted
+    keys(const Base&, const problem& pr, const forward_schedule&) : f(pr.batch, pr.kv_heads, pr.kv_len, pr.k_dim) {}
+    void build(const Base& base, const problem&) { copy_rows(f, base.k.view); }
   };
 
   class tiles {
    public:
-    tiles(const Base& b, const problem& pr, const keys& k, const resolved_schedule& rs)
-        : b_(b), k_(k), dq_(pr.q_dim), dk_(pr.k_dim), scale_(1), q_(rs.block_q * std::max<std::size_t>(dq_, 1)) {}
+    tiles(const Base& base, const problem& pr, const keys& k, const forward_schedule& fs)
+        : base_(base), k_(k), dq_(pr.q_dim), dk_(pr.k_dim), scale_(1), q_(fs.block_q * std::max<std::size_t>(dq_, 1)) {}
 
     void load_queries(std::size_t b, std::size_t h, std::size_t i0, std::size_t rows, Acc scale, std::size_t at = 0) {
-      const auto& qv = b_.q.view;
+      const auto& qv = base_.q.view;
       scale_ = scale;
       if (at == 0) i0_ = i0;
       for (std::size_t r = 0; r < rows; ++r)
@@ -52,19 +63,61 @@ struct pair_raw_path {
 
     void scores(std::size_t b, std::size_t, std::size_t hk, std::size_t i0, std::size_t rows, std::size_t j0,
                 std::size_t cols, std::size_t, Acc* s, std::size_t lds) const {
+      kernel::trace::note(kernel::tile_op::pair_scores);
       for (std::size_t r = 0; r < rows; ++r) {
         const std::span<const S> q(q_.data() + (i0 - i0_ + r) * dq_, dq_);  // rows [i0, i0 + rows) of the block
         for (std::size_t c = 0; c < cols; ++c)
-          s[r * lds + c] = scale_ * Acc(S(b_.policy(q, std::span<const S>(k_.f.row(b, hk, j0 + c), dk_))));
+          s[r * lds + c] = scale_ * Acc(S(base_.policy(q, std::span<const S>(k_.f.row(b, hk, j0 + c), dk_))));
       }
     }
 
    private:
-    const Base& b_;
+    const Base& base_;
     const keys& k_;
     std::size_t dq_, dk_, i0_ = 0;
     Acc scale_;
     std::vector<S> q_;
+  };
+
+  // ---- backward ----
+
+  using grads = feature_grads<Acc, Base>;
+
+  class grad_tiles {
+   public:
+    grad_tiles(const Base& base, const problem&, grads& g, const backward_schedule& bs, Acc scale)
+        : g_(g), pairs_(base.policy, g.fq.width(), g.fk.width(), bs), scale_(scale) {}
+
+    void begin_task() { pairs_.begin_task(); }
+    void load_keys(std::size_t b, std::size_t hk, std::size_t j0, std::size_t cols) {
+      pairs_.load_keys(g_.fk.view(), b, hk, j0, cols);
+    }
+    void load_queries(std::size_t b, std::size_t h, std::size_t i0, std::size_t rows, std::size_t) {
+      pairs_.load_queries(g_.fq.view(), b, h, i0, rows);
+      rows_ = rows;
+    }
+    /// scale · q(q, k), rows of the tile.
+    template <class Range>
+    void scores(std::size_t cols, std::size_t colsp, Acc* s, std::size_t lds, Range) {
+      kernel::trace::note(kernel::tile_op::pair_scores);
+      pairs_.scores(cols, s, lds);
+      for (std::size_t r = 0; r < rows_; ++r) kernel::scale_row(s + r * lds, colsp, scale_);
+    }
+    template <class RowRange, class KeyRange>
+    void gradients(const Acc* ds, std::size_t lds, std::size_t cols, std::size_t, Acc* dq, RowRange, KeyRange) {
+      kernel::trace::note(kernel::tile_op::pair_gradients);
+      pairs_.gradients(ds, lds, cols, dq);
+    }
+    void store_keys(std::size_t b, std::size_t hk, std::size_t j0, std::size_t cols) {
+      pairs_.store_keys(g_.dfk.view(), b, hk, j0, cols);
+    }
+    void end_task(std::size_t id) { pairs_.store_parameters(g_.task_parameters(id)); }
+
+   private:
+    grads& g_;
+    pair_grads<Acc, policy_t> pairs_;
+    Acc scale_;
+    std::size_t rows_ = 0;
   };
 };
 

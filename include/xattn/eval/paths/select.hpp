@@ -1,16 +1,36 @@
 #pragma once
 // Which score path a plan's base takes, decided at compile time from the policy's capabilities
-// (as Eigen picks an evaluator per expression type). Each path is one type in one file with the
-// same members -- facts, keys (built once per evaluation), tiles (one per thread: load_queries,
-// scores) -- so the worker never knows which one it runs, and a new path is one new file.
+// (as Eigen picks an evaluator per expression type). Each path is one type in one file that owns
+// how a score is computed in both directions, with the same members:
+//
+//   name, what                             what explain prints about the path
+//   facts(base, problem) -> path_facts      what the schedule needs to know
+//   score_op(key_reads), key_pack_op, key_work, key_ops, query_ops, backward_ops
+//                                           the named steps it runs (explain; the tracing tests)
+//   forward:  keys                          built once per evaluation (projected, packed)
+//             tiles                         one per thread: load_queries, scores
+//   backward: grads                         per evaluation: features and gradient buffers;
+//                                           build (parallel), query_grads, reduce_row, finish
+//             grad_tiles                    one per thread: begin_task, load_keys, load_queries,
+//                                           scores, [product through an epilogue: plain products],
+//                                           gradients, store_keys, end_task
+//
+// The workers never know which path they run, and a new path is one new file plus its line here.
 #include "../../policy/concepts.hpp"
 #include "../../policy/dot.hpp"
+#include "../../types.hpp"
+#include "../operands/value_pairs.hpp"
+#include "../plan/plan.hpp"
+#include "../plan/schedule.hpp"
+#include "../plan/types.hpp"
 #include "dot_features.hpp"
 #include "dot_identity.hpp"
 #include "dot_pairs.hpp"
 #include "pair_features.hpp"
 #include "pair_raw.hpp"
 #include "tensor_scores.hpp"
+
+#include <boost/hana.hpp>
 
 #include <type_traits>
 
@@ -46,5 +66,39 @@ using path_t = typename decltype(detail::select_path<Acc, Base>())::type;
 /// Its name: "dot_identity", "dot_bf16", "dot_features", "pair_features", "pair_raw" or "tensor".
 template <class Base, class Acc = float>
 inline constexpr std::string_view path_name_v = path_t<Acc, Base>::name;
+
+/// The path of plan type Plan.
+template <class Plan>
+using plan_path_t = path_t<accumulator_of_t<Plan>, std::decay_t<decltype(std::declval<Plan>().base)>>;
+
+/// What the values V of an attention plan tell the schedule.
+template <class Acc, class Plan>
+value_facts values_facts(const Plan& p, const problem& pr) {
+  value_facts f;
+  if constexpr (Plan::has_values) {
+    using V = typename decltype(p.v)::value_type;
+    const auto& vv = p.v.view;
+    f.same_type = std::is_same_v<V, Acc>;
+    f.bf16_pairs = takes_value_pairs_v<Acc, V>;
+    f.in_place_ok = (std::is_same_v<V, Acc> || simd::widens16_v<Acc, V>)&&vv.inner_stride() == 1 &&
+                    pr.v_dim % simd::width<Acc> == 0 && vv.at.stride[2] >= std::ptrdiff_t(pr.v_dim);
+  }
+  return f;
+}
+
+/// Everything about plan p the schedule depends on besides its sizes.
+template <class Plan>
+plan_facts plan_facts_of(const Plan& p, const problem& pr) {
+  using Acc = accumulator_of_t<Plan>;
+  return {plan_path_t<Plan>::facts(p.base, pr), values_facts<Acc>(p, pr), !decltype(hana::is_empty(p.ops))::value,
+          p.drop.p > 0};
+}
+
+/// The resolved schedule of plan p over problem pr for a pass of kind `kind`.
+template <class Plan>
+resolved_schedule schedule_for(const Plan& p, const problem& pr, const schedule& sch, pass_kind kind,
+                               const machine& m = machine::here()) {
+  return resolve_schedule(sch, pr, plan_facts_of(p, pr), kind, m);
+}
 
 }  // namespace xattn

@@ -1,0 +1,237 @@
+#pragma once
+// One thread's backward work: a task is one key block of a key head. The score path loads the
+// keys (Path::grad_tiles), the worker packs V; then it walks every query block of every query head
+// that reads this key head, recomputing P from the saved log-sum-exp (FlashAttention-2):
+//   S = scale·score (the path; then modifiers, masks)   P = e^(S − lse)    dV += Zᵀ·dO (Z: P after dropout)
+//   dP = dO·Vᵀ (dropout: × keep/(1−p))                  dS = P ∘ (dP − Δ), back through the modifiers
+//   the path takes dS into dQ (its chunk's partial), dK and whatever else it has (terms, parameters).
+// dK and dV of the key block stay in this worker until every query has been seen (no races); dQ
+// goes to its key chunk's partial, summed in chunk order afterwards, each query block's rows taking
+// the chunk's key blocks in key order. Filled and excluded scores are constants (dS = 0 there).
+// The worker does not know which score path it runs.
+#include "../../kernel/aligned.hpp"
+#include "../../kernel/backward.hpp"
+#include "../../kernel/pack.hpp"
+#include "../../kernel/qk.hpp"
+#include "../../kernel/trace.hpp"
+#include "../../random/philox_dropout.hpp"
+#include "../operands/tile_rows.hpp"
+#include "../paths/parts/dot_grads.hpp"
+#include "../plan/schedule.hpp"
+#include "../tiling/mask_eval.hpp"
+#include "../tiling/tasks.hpp"
+#include "../tiling/tile_extent.hpp"
+#include "modifier_chain.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+namespace xattn {
+
+/// What every backward worker reads and writes besides the path's own, in kernel coordinates.
+template <class Acc, class DO, class Ops>
+struct backward_io {
+  strided_view<const DO> d_out{};                       // (B, Hq, Sq, Dv)
+  strided_view<const Acc, 3> shift{}, rel{}, delta{};   // (B, Hq, Sq): P = e^(S - shift - rel); rowsum(dO ∘ O)
+  strided_view<Acc, 5> dq_part{};                       // (chunks, B, Hq, Sq, n padded): dQ rows (empty: none)
+  strided_view<Acc, 4> row_sums{};                      // (chunks, B, Hq, Sq): Σ P, 1 per row when lse is e's
+  strided_view<std::atomic<std::uint32_t>, 4> turns{};  // (B, Hq, chunks, query blocks): key blocks done there
+  strided_view<Acc> dv{};                               // (B, Hkv, Skv, Dv)
+  modifier_gradients<Acc, Ops> modifiers{};
+};
+
+template <class Acc, class Path, class Plan, class Ops, class Masks, class IO>
+class backward_worker {
+  static constexpr Acc ninf = -std::numeric_limits<Acc>::infinity();
+  static constexpr std::size_t sw = kernel::strip_width<Acc>;
+
+ public:
+  backward_worker(const Plan& p, const problem& pr, const Ops& ops, const Masks& masks, const backward_schedule& bs,
+                  const IO& io, typename Path::grads& grads)
+      : p_(p),
+        pr_(pr),
+        masks_(masks),
+        bs_(bs),
+        io_(io),
+        tiles_(p.base, pr, grads, bs, Acc(p.scale)),
+        bq_(bs.block_q),
+        lds_(simd::padded<Acc>(bs.block_k)),
+        dvp_(simd::padded<Acc>(pr.v_dim)),
+        mods_(ops, io.modifiers, bq_, lds_),
+        ranges_(bq_, lds_),
+        do_(bq_ * dvp_),
+        s_(bq_ * lds_),
+        dp_(bq_ * lds_),
+        z_(bq_ * lds_),
+        vp_(kernel::packed_kt_size<Acc>(bs.block_k, std::max<std::size_t>(pr.v_dim, 1))),
+        dos_(bq_ * round_up(dvp_, sw)),
+        dv_(bs.block_k * dvp_),
+        dead_(bq_, 0),
+        lse2_(bq_),
+        sums_(bq_, simd::batch<Acc>(Acc(0))) {}
+
+  /// Task t (backward_task_at): one key block of a key head, every query head of its group. A
+  /// slot past a short last chunk has nothing to do.
+  void run(std::size_t t) {
+    const backward_task task = backward_task_at(t, bs_);
+    const std::size_t j0 = task.chunk * bs_.chunk_keys + task.block * bs_.block_k;
+    if (j0 >= std::min(pr_.kv_len, (task.chunk + 1) * bs_.chunk_keys)) return;
+    tiles_.begin_task();
+    mods_.begin_task();
+    key_block(task.head / pr_.kv_heads, task.head % pr_.kv_heads, task.chunk, j0,
+              std::min(bs_.block_k, pr_.kv_len - j0));
+    tiles_.end_task(task.id);
+    mods_.end_task(task.id);
+  }
+
+ private:
+  void key_block(std::size_t b, std::size_t hk, std::size_t chunk, std::size_t j0, std::size_t cols) {
+    const std::size_t group = pr_.q_heads / pr_.kv_heads;
+    const auto& v = p_.v.view;
+    kernel::pack_kt<Acc>([&](std::size_t c) { return v.row(b, hk, j0 + c); }, cols, pr_.v_dim, v.inner_stride(),
+                         vp_.data());
+    tiles_.load_keys(b, hk, j0, cols);
+    std::fill(dv_.begin(), dv_.end(), Acc(0));
+    // The chunk's key blocks add into its dQ partial rows (and row sums, the terms' partials) in
+    // key order, whichever threads run them: each query block waits for its turn.
+    const auto mine = std::uint32_t(j0 % bs_.chunk_keys / bs_.block_k);
+    for (std::size_t h = hk * group; h < (hk + 1) * group; ++h)
+      for (std::size_t i0 = 0; i0 < pr_.q_len; i0 += bq_) {
+        std::atomic<std::uint32_t>& turn = io_.turns(b, h, chunk, i0 / bq_);
+        for (std::uint32_t seen = turn.load(std::memory_order_acquire); seen != mine;
+             seen = turn.load(std::memory_order_acquire))
+          turn.wait(seen, std::memory_order_acquire);
+        const std::size_t rows = std::min(bq_, pr_.q_len - i0);
+        const tile_extent x =
+            extent_of(masks_, b, h, i0, rows, j0, cols, kernel::blocking<Acc>::rows, [](double) { return false; });
+        if (x.cols > 0) query_block(b, h, chunk, i0 + x.r0, x.r1 - x.r0, j0, x.cols, x.all_visible);
+        turn.store(mine + 1, std::memory_order_release);
+        turn.notify_all();
+      }
+    for (std::size_t c = 0; c < cols; ++c)
+      kernel::scaled_copy(dv_.data() + c * dvp_, 1, pr_.v_dim, Acc(1), io_.dv.row(b, hk, j0 + c),
+                          io_.dv.inner_stride());
+    tiles_.store_keys(b, hk, j0, cols);
+  }
+
+  /// Where this query block's dQ rows add up (null for a path without query gradients).
+  Acc* dq_rows(std::size_t chunk, std::size_t b, std::size_t h, std::size_t i0) const {
+    return io_.dq_part.data ? io_.dq_part.row(chunk, b, h, i0) : nullptr;
+  }
+
+  /// dV += Zᵀ·dO for this tile (Z: the weights after dropout, lds_ apart); returns the tile's dO
+  /// rows as tile_rows gives them, for dP.
+  std::pair<const Acc*, std::size_t> value_gradient(std::size_t b, std::size_t h, std::size_t i0, std::size_t rows,
+                                                    std::size_t cols, const Acc* z) {
+    const auto [d_out, ldd] = tile_rows(io_.d_out, b, h, i0, rows, pr_.v_dim, dvp_, do_.data());
+    kernel::pack_strips<Acc>([&](std::size_t r) { return d_out + r * ldd; }, rows, pr_.v_dim, 1, dos_.data(), bq_ * sw);
+    transposed_by_strips(z, lds_, cols, dos_.data(), bq_ * sw, rows, dv_.data(), dvp_, dvp_, ranges_.keys());
+    return {d_out, ldd};
+  }
+
+  /// Whether a tile takes the epilogues (the schedule allows them: plain products, no modifier or
+  /// dropout): nothing hidden, whole batches of keys, and every row with its own finite
+  /// log-sum-exp (rel 0).
+  bool plain_tile(std::size_t b, std::size_t h, std::size_t i0, std::size_t rows, std::size_t cols,
+                  bool all_visible) const {
+    if (!bs_.fused_epilogues || !all_visible || cols % simd::width<Acc> != 0) return false;
+    for (std::size_t r = 0; r < rows; ++r)
+      if (!std::isfinite(io_.shift(b, h, i0 + r)) || io_.rel(b, h, i0 + r) != 0) return false;
+    return true;
+  }
+
+  /// A plain tile: P and dS come out of the score products' epilogues.
+  void query_block_plain(std::size_t b, std::size_t h, std::size_t chunk, std::size_t i0, std::size_t rows,
+                         std::size_t cols) {
+    ranges_.whole(rows);
+    for (std::size_t r = 0; r < rows; ++r) {
+      lse2_[r] = io_.shift(b, h, i0 + r) * Acc(kernel::log2e);
+      sums_[r] = simd::batch<Acc>(Acc(0));
+    }
+    const Acc scale = Acc(p_.scale);
+    tiles_.product(cols, s_.data(), lds_,
+                   kernel::probs_epilogue<Acc>{lse2_.data(), Acc(p_.scale * kernel::log2e), sums_.data()});
+    for (std::size_t r = 0; r < rows; ++r) io_.row_sums(chunk, b, h, i0 + r) += simd::hsum(sums_[r]);
+    const auto [d_out, ldd] = value_gradient(b, h, i0, rows, cols, s_.data());
+    kernel::qk_tile(d_out, ldd, rows, vp_.data(), pr_.v_dim, cols, dp_.data(), lds_, kernel::every_column{},
+                    kernel::softmax_grad_epilogue<Acc>{&io_.delta(b, h, i0), scale, s_.data() - dp_.data()});
+    tiles_.gradients(dp_.data(), lds_, cols, cols, dq_rows(chunk, b, h, i0), ranges_.rows(), ranges_.keys());
+  }
+
+  void query_block(std::size_t b, std::size_t h, std::size_t chunk, std::size_t i0, std::size_t rows, std::size_t j0,
+                   std::size_t cols, bool all_visible) {
+    tiles_.load_queries(b, h, i0, rows, chunk);
+    if constexpr (Path::plain_products)
+      if (plain_tile(b, h, i0, rows, cols, all_visible)) return query_block_plain(b, h, chunk, i0, rows, cols);
+    const std::size_t colsp = simd::padded<Acc>(cols);
+    if (all_visible)
+      ranges_.whole(rows);
+    else
+      ranges_.find(masks_, b, h, i0, rows, j0, cols);
+    tiles_.scores(cols, colsp, s_.data(), lds_, ranges_.rows());
+    for (std::size_t r = 0; r < rows; ++r) {
+      Acc* s = s_.data() + r * lds_;
+      const std::size_t i = i0 + r;
+      mods_.forward_row(s, r, cols, b, h, i, j0);
+      if (!all_visible) apply_masks(masks_, s, cols, b, h, i, j0);
+      std::fill(s + cols, s + colsp, ninf);
+      const Acc shift = io_.shift(b, h, i);
+      dead_[r] = std::isinf(shift) && shift < 0;
+      if (dead_[r])
+        std::fill(s, s + colsp, Acc(0));
+      else
+        io_.row_sums(chunk, b, h, i) += kernel::probs_row(s, colsp, shift, io_.rel(b, h, i));
+      if (p_.drop.p > 0) {  // Z: the weights after dropout
+        Acc* z = z_.data() + r * lds_;
+        std::copy(s, s + colsp, z);
+        random::scale_row(p_.drop, std::uint32_t(b), std::uint32_t(h), std::uint32_t(i), std::uint32_t(j0), cols, z);
+      }
+    }
+    const auto [d_out, ldd] = value_gradient(b, h, i0, rows, cols, p_.drop.p > 0 ? z_.data() : s_.data());
+    // dP = dO · Vᵀ, then dS
+    kernel::qk_tile(d_out, ldd, rows, vp_.data(), pr_.v_dim, colsp, dp_.data(), lds_, ranges_.rows());
+    const Acc scale = Acc(p_.scale);
+    for (std::size_t r = 0; r < rows; ++r) {
+      Acc* dp = dp_.data() + r * lds_;
+      const std::size_t i = i0 + r;
+      if (dead_[r]) {
+        std::fill(dp, dp + colsp, Acc(0));
+        continue;
+      }
+      if (p_.drop.p > 0)
+        random::scale_row(p_.drop, std::uint32_t(b), std::uint32_t(h), std::uint32_t(i), std::uint32_t(j0), cols, dp);
+      kernel::softmax_grad_row(s_.data() + r * lds_, dp, colsp, io_.delta(b, h, i), mods_.empty ? scale : Acc(1));
+      if (ranges_.ranged())
+        for (std::size_t c = 0; c < cols; ++c)
+          if (ranges_.hidden(r, c)) dp[c] = 0;  // filled or excluded: a constant
+      if (!mods_.empty) {                       // the chain through the modifiers, then the scale
+        mods_.backward_row(dp, r, cols, b, h, i, j0);
+        kernel::scale_row(dp, colsp, scale);
+      }
+    }
+    tiles_.gradients(dp_.data(), lds_, cols, colsp, dq_rows(chunk, b, h, i0), ranges_.rows(), ranges_.keys());
+  }
+
+  const Plan& p_;
+  const problem& pr_;
+  const Masks& masks_;
+  const backward_schedule& bs_;
+  const IO& io_;
+  typename Path::grad_tiles tiles_;
+  std::size_t bq_, lds_, dvp_;
+  modifier_chain<Acc, Ops> mods_;
+  key_ranges<Acc> ranges_;
+  kernel::aligned_vector<Acc> do_, s_, dp_, z_;
+  kernel::aligned_vector<Acc> vp_;                 // this key block's values as a panel, for dP = dO·Vᵀ
+  kernel::aligned_vector<Acc> dos_;                // this query block's dO rows in strips, for dV
+  kernel::aligned_vector<Acc> dv_;                 // this key block's dV
+  std::vector<char> dead_;                         // rows that see no key
+  std::vector<Acc> lse2_;                          // a plain tile's rows: log-sum-exp times log2 e
+  kernel::aligned_vector<simd::batch<Acc>> sums_;  // a plain tile's rows: partial sums of P
+};
+
+}  // namespace xattn

@@ -1,0 +1,355 @@
+#pragma once
+// xattn::explain(e [, schedule [, xattn::with_backward]]): what eval(e, schedule) -- and, with
+// xattn::with_backward, grad(e, f, d_out, schedule) -- will do, as text: the plan (kind, types, score
+// path, scale and log2 e, modifiers, masks, dropout) and the resolved schedule as loop nests with
+// their sizes, threads and chunks, in the spirit of Halide's print_loop_nest. Nothing is computed:
+// the sizes are read off the terminals and checked as eval would, the schedule is the value the
+// run uses, and every tile operation named comes from the score path's type and that value
+// (explanation::forward_ops and backward_ops list them; a run records a subset of them).
+#include "../../kernel/trace.hpp"
+#include "../forward/fused_worker.hpp"
+#include "../paths/select.hpp"
+#include "../plan/resolve.hpp"
+#include "plumbing.hpp"
+
+#include <algorithm>
+#include <ostream>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace xattn {
+
+/// explain(e, schedule, xattn::with_backward): explain the backward too.
+struct backward_pass {};
+inline constexpr backward_pass with_backward{};
+
+struct explanation {
+  std::string path;  // the score path's name
+  bool folds_log2e = false;
+  problem sizes;
+  resolved_schedule schedule;
+  std::vector<kernel::tile_op> forward_ops;   // every tile operation the forward may run
+  std::vector<kernel::tile_op> backward_ops;  // and the backward's (explained with xattn::with_backward)
+  std::string text;                           // everything, printable
+
+  friend std::ostream& operator<<(std::ostream& os, const explanation& x) { return os << x.text; }
+};
+
+namespace detail {
+
+/// A type's name as the compiler spells it, without the xattn:: prefix.
+template <class T>
+std::string type_name() {
+  std::string_view f = __PRETTY_FUNCTION__;  // "... type_name() [with T = NAME; ...]"
+  const auto at = f.find("T = ") + 4;
+  std::string n(f.substr(at, f.find_first_of(";]", at) - at));
+  for (std::size_t p; (p = n.find("xattn::")) != std::string::npos;) n.erase(p, 7);
+  return n;
+}
+
+template <class T>
+std::string element_name() {
+  if constexpr (std::is_same_v<T, float>)
+    return "float";
+  else if constexpr (std::is_same_v<T, double>)
+    return "double";
+  else if constexpr (std::is_same_v<T, bfloat16>)
+    return "bfloat16";
+  else
+    return "float16";
+}
+
+template <class Tm>
+std::string operand(const char* name, const Tm& t) {
+  return std::string(name) + " " + element_name<typename Tm::value_type>() + " " + shape_str(t.user_shape());
+}
+
+inline std::string number(double x) {
+  std::ostringstream os;
+  os << x;
+  return os.str();
+}
+
+template <class M>
+std::string mask_caps(const M& m) {
+  std::string s = type_name<M>() + " (";
+  const double f = fill_of(m);
+  s += std::isinf(f) ? "excludes" : "fills " + number(f);
+  if constexpr (has_classify<M>) s += "; classify skips blocks";
+  if constexpr (has_hide_row<M, float>)
+    s += "; hide_row";
+  else if constexpr (has_row_span<M>)
+    s += "; row_span fills ranges";
+  else
+    s += "; visible() per element on partial blocks";
+  return s + ")";
+}
+
+/// A loop nest being written: lines at a depth, and the tile operations they name.
+class nest {
+ public:
+  explicit nest(std::vector<kernel::tile_op>& ops) : ops_(ops) {}
+  nest& line(int depth, const std::string& text) {
+    os_ << std::string(std::size_t(2 * depth), ' ') << text << '\n';
+    return *this;
+  }
+  /// The name of op, recorded as one the run may execute.
+  std::string op(kernel::tile_op o) {
+    if (std::find(ops_.begin(), ops_.end(), o) == ops_.end()) ops_.push_back(o);
+    return std::string(kernel::name_of(o));
+  }
+  /// The names of a list of ops, joined.
+  template <class List>
+  std::string ops(const List& list, const char* sep = ", ") {
+    std::string s;
+    for (kernel::tile_op o : list) s += (s.empty() ? "" : sep) + op(o);
+    return s;
+  }
+  std::string str() const { return os_.str(); }
+
+ private:
+  std::ostringstream os_;
+  std::vector<kernel::tile_op>& ops_;
+};
+
+inline std::string threads_text(int threads, const std::string& reason, double flop) {
+  return "threads " + std::to_string(threads) + " (" + reason + "; " + number(flop) + " flop)";
+}
+
+/// The plan half: kind, operands, score path, scale, modifiers, masks, dropout, schedule.
+template <class Path, class Acc, class Plan, class Ops, class Masks>
+void describe_plan(std::ostream& os, const Plan& p, const Ops& ops, const Masks& masks, const explanation& x) {
+  using Base = std::decay_t<decltype(p.base)>;
+  const forward_schedule& fs = x.schedule.forward;
+  os << (fs.kind == pass_kind::attention ? "attention: softmax(masked scores) * V"
+         : fs.kind == pass_kind::weights ? "weights: softmax(masked scores), materialised (B, Hq, Sq, Skv)"
+                                         : "scores: masked scores, materialised (B, Hq, Sq, Skv)")
+     << "\n  operands    ";
+  if constexpr (Base::tensor_scores)
+    os << operand("X", p.base.x);
+  else
+    os << operand("Q", p.base.q) << ", " << operand("K", p.base.k);
+  if constexpr (Plan::has_values) os << ", " << operand("V", p.v);
+  os << "; accumulate in " << element_name<Acc>() << "\n  score path  " << Path::name << ": " << Path::what;
+  if constexpr (!Base::tensor_scores) os << " [policy " << type_name<typename Base::policy_type>() << "]";
+  os << "\n  scale       " << p.scale;
+  if (fs.kind == pass_kind::scores)
+    os << " (natural units)";
+  else if (x.folds_log2e)
+    os << " x log2 e, folded into " << (fs.keys != key_reads::none ? "the queries" : "the scale");
+  else
+    os << "; scores times log2 e per row, after modifiers and masks (a modifier or a filling mask needs natural "
+          "units)";
+  os << "\n  modifiers   " << (hana::length(ops) == hana::size_c<0> ? "none" : "");
+  const char* sep = "";
+  hana::for_each(ops, [&](const auto& op) {
+    using Op = std::decay_t<decltype(op)>;
+    os << sep << type_name<Op>() << (has_apply_row<Op, Acc> ? " (apply_row)" : " (operator() per element)");
+    sep = ", ";
+  });
+  os << "\n  masks       " << (hana::length(masks) == hana::size_c<0> ? "none" : "");
+  sep = "";
+  hana::for_each(masks, [&](const auto& m) {
+    os << sep << mask_caps(m);
+    sep = ", ";
+  });
+  os << "\n  dropout     ";
+  if (p.drop.p > 0)
+    os << "p = " << p.drop.p << ", seed " << p.drop.seed << " (Philox on (seed, b, h, i, j))";
+  else
+    os << "none";
+  os << "\n  schedule    block_q " << fs.block_q << ", block_k " << fs.block_k << ", "
+     << threads_text(fs.threads, fs.threads_reason, fs.flop);
+  if (fs.key_chunks > 1) os << ", keys split into " << fs.key_chunks << " chunks of " << fs.chunk_keys;
+  os << "\n";
+}
+
+/// The forward loop nest: the key preparation, the tasks, one task's loop.
+template <class Path>
+std::string forward_nest(const explanation& x, bool dropout, std::vector<kernel::tile_op>& ops) {
+  const problem& pr = x.sizes;
+  const forward_schedule& fs = x.schedule.forward;
+  const std::size_t blocks = (pr.kv_len + fs.block_k - 1) / fs.block_k;
+  nest n(ops);
+  n.line(0, "loop nest");
+  if (!Path::key_work.empty())
+    n.line(1, "parallel for (b, kv head, key) in " + std::to_string(pr.batch) + " x " + std::to_string(pr.kv_heads) +
+                  " x " + std::to_string(pr.kv_len) + ": " + std::string(Path::key_work) +
+                  (Path::key_ops.empty() ? "" : " (" + n.ops(Path::key_ops) + ")"));
+  if (fs.keys == key_reads::panels)
+    n.line(1, "parallel for (b, kv head, key block) in " + std::to_string(pr.batch) + " x " +
+                  std::to_string(pr.kv_heads) + " x " + std::to_string(blocks) + ": pack into panels of " +
+                  std::to_string(fs.block_k) + " keys (" + n.op(Path::key_pack_op) + ")");
+  const std::string chunks = fs.key_chunks > 1 ? " x " + std::to_string(fs.key_chunks) : "";
+  const std::string on = " on " + std::to_string(fs.threads) + " thread" + (fs.threads == 1 ? "" : "s") +
+                         " (contiguous ranges, then stealing)";
+  if (fs.group_rows > 0)
+    n.line(1, "parallel for (b, kv head" + std::string(fs.key_chunks > 1 ? ", key chunk" : "") + ") in " +
+                  std::to_string(pr.batch) + " x " + std::to_string(pr.kv_heads) + chunks + " = " +
+                  std::to_string(fs.tasks) + " tasks, each the " + std::to_string(fs.group_rows) +
+                  " query heads of the group as rows," + on);
+  else
+    n.line(1, "parallel for (b, h, query block" + std::string(fs.key_chunks > 1 ? ", key chunk" : "") + ") in " +
+                  std::to_string(pr.batch) + " x " + std::to_string(pr.q_heads) + " x " + std::to_string(fs.q_blocks) +
+                  chunks + " = " + std::to_string(fs.tasks) + " tasks" + on);
+  if (fs.keys == key_reads::per_head)
+    n.line(2, "on a new (b, kv head): pack its key blocks into panels of " + std::to_string(fs.block_k) +
+                  " keys as they are first needed, in this thread (" + n.op(Path::key_pack_op) + ")");
+  const bool attention = fs.kind == pass_kind::attention;
+  if (attention && fs.values == value_reads::strips)
+    n.line(2, "on a new (b, kv head): pack its value blocks into strips as they are first needed (" +
+                  n.op(kernel::tile_op::pack_strips) + ")");
+  if (attention && fs.values == value_reads::bf16_pairs)
+    n.line(2, "on a new (b, kv head): pack its bfloat16 value blocks in key pairs as they are first needed (" +
+                  n.op(kernel::tile_op::pack_v_pairs) + ")");
+  if (attention && fs.values == value_reads::widened_per_head)
+    n.line(2, "on a new (b, kv head): widen its value blocks as they are first needed");
+  if (Path::score_op(fs.keys) != kernel::tile_op::tensor_scores)
+    n.line(2,
+           std::string(Path::query_ops.empty() ? "gather " : "gather and project (" + n.ops(Path::query_ops) + ") ") +
+               std::to_string(fs.block_q) + " query rows" + (fs.keys != key_reads::none ? ", scale folded in" : ""));
+  const std::size_t span = fs.key_chunks > 1 ? fs.chunk_keys : pr.kv_len;
+  const std::string where = fs.keys == key_reads::in_place ? " on keys in place"
+                            : fs.keys == key_reads::none   ? ""
+                                                           : " on the panel";
+  const auto block_loop = [&](const char* pass) {
+    n.line(2, "for key block in [0, " + std::to_string(span) + ") step " + std::to_string(fs.block_k) +
+                  ": classify, skip hidden blocks" + pass);
+    n.line(3, "scores " + std::to_string(fs.block_q) + " x " + std::to_string(fs.block_k) + ": " +
+                  n.op(Path::score_op(fs.keys)) + where);
+    n.line(3, std::string("modifiers; masks on partial blocks") + (x.folds_log2e ? "" : "; x log2 e"));
+  };
+  if (attention) {
+    block_loop("");
+    n.line(3, std::string("online softmax (base 2)") + (dropout ? "; dropout" : ""));
+    const std::string values = fs.values == value_reads::strips       ? n.op(kernel::tile_op::pv_tile_strips)
+                               : fs.values == value_reads::bf16_pairs ? n.op(kernel::tile_op::pv_tile_pairs)
+                               : fs.values == value_reads::in_place
+                                   ? n.op(kernel::tile_op::pv_tile) + " on values in place"
+                                   : n.op(kernel::tile_op::pv_tile) + " on converted values";
+    n.line(3, "P·V " + std::to_string(fs.block_q) + " x " + std::to_string(fs.block_k) + " x " +
+                  std::to_string(pr.v_dim) + ": " + values);
+    n.line(2, std::string("finalize rows: O / l") + (fs.key_chunks > 1 ? " into chunk scratch" : ""));
+    if (fs.key_chunks > 1)
+      n.line(1, "for each row: merge " + std::to_string(fs.key_chunks) + " chunks by log-sum-exp (" +
+                    n.op(kernel::tile_op::merge_row) + ")");
+  } else if (fs.kind == pass_kind::weights) {
+    block_loop(" (pass 1: max and sum)");
+    n.line(3, "online softmax state only");
+    block_loop(" (pass 2: weights)");
+    n.line(3, "2^(s - m) / l" + std::string(dropout ? "; dropout" : "") + "; write " + std::to_string(fs.block_q) +
+                  " x " + std::to_string(fs.block_k));
+  } else {
+    n.line(2, "for key block in [0, " + std::to_string(pr.kv_len) + ") step " + std::to_string(fs.block_k) +
+                  ": scores (" + n.op(Path::score_op(fs.keys)) + "), modifiers, masks; write " +
+                  std::to_string(fs.block_q) + " x " + std::to_string(fs.block_k));
+  }
+  return n.str();
+}
+
+/// The backward loop nest: the path's preparation, the key-block tasks, one tile's steps.
+template <class Path>
+std::string backward_nest(const explanation& x, std::size_t lanes, bool masked, bool modified, bool dropout,
+                          std::vector<kernel::tile_op>& ops) {
+  using kernel::tile_op;
+  const problem& pr = x.sizes;
+  const backward_schedule& bs = x.schedule.backward;
+  const std::size_t per_chunk = bs.chunk_keys / std::max<std::size_t>(bs.block_k, 1);
+  nest n(ops);
+  n.line(0, "backward");
+  n.line(1, "schedule    block_q " + std::to_string(bs.block_q) + ", block_k " + std::to_string(bs.block_k) + ", " +
+                threads_text(bs.threads, bs.threads_reason, bs.flop) +
+                (bs.key_chunks > 1 ? ", keys split into " + std::to_string(bs.key_chunks) + " chunks of " +
+                                         std::to_string(bs.chunk_keys)
+                                   : "") +
+                (bs.dq_in_place ? "; dQ accumulated in place" : "; dQ partials per chunk"));
+  n.line(0, "loop nest");
+  n.line(1, "parallel for (b, h, query): delta = rowsum(dO ∘ O); rows beyond |lse| " + number(large_lse) +
+                " take exact statistics from a scores pass");
+  if (!Path::backward_ops.prepare.empty())
+    n.line(1, "parallel for (b, head, row): queries and keys to their features (" + n.ops(Path::backward_ops.prepare) +
+                  ")");
+  n.line(1, "parallel for (b, kv head, key chunk, key block) in " + std::to_string(pr.batch) + " x " +
+                std::to_string(pr.kv_heads) + " x " + std::to_string(bs.key_chunks) + " x " +
+                std::to_string(per_chunk) + " = " + std::to_string(bs.tasks) + " tasks on " +
+                std::to_string(bs.threads) + " thread" + (bs.threads == 1 ? "" : "s") + " (streams in groups of " +
+                std::to_string(bs.group) + ")");
+  n.line(2, "values into a panel (" + n.op(tile_op::pack_kt) + ")" +
+                (Path::backward_ops.keys.empty() ? "" : "; keys (" + n.ops(Path::backward_ops.keys) + ")") +
+                "; zero dK, dV");
+  n.line(2, "for query head of the group, query block in [0, " + std::to_string(pr.q_len) + ") step " +
+                std::to_string(bs.block_q) + ", after the chunk's earlier key blocks:");
+  n.line(3, "classify, trim to the visible part, skip hidden tiles");
+  const bool plain = bs.fused_epilogues;
+  // tiles that are not plain: with a mask hiding part of them, a last block of part of a batch,
+  // or without the epilogues at all (rows of an exact rescan are not plain either)
+  const bool general = !plain || masked || pr.kv_len % lanes != 0;
+  const std::string dv =
+      "dV += Pᵀ·dO (" + n.op(tile_op::pack_strips) + ", " + n.op(tile_op::pv_tile_transposed_strips) + ")";
+  if (plain) {
+    n.line(3, std::string(general ? "a tile nothing hides, of whole batches: " : "") +
+                  "S and P: " + n.op(tile_op::qk_tile) + " with " + n.op(tile_op::probs_epilogue) + "; " + dv +
+                  "; dP and dS: " + n.op(tile_op::qk_tile) + " with " + n.op(tile_op::softmax_grad_epilogue));
+  }
+  if (general) {
+    n.line(3, std::string(plain ? "any other tile: " : "") + "S: " + n.ops(Path::backward_ops.scores) +
+                  (modified ? "; modifiers" : "") + "; masks; P: " + n.op(tile_op::probs_row) +
+                  (dropout ? "; dropout" : "") + "; " + dv + "; dP: " + n.op(tile_op::qk_tile) +
+                  "; dS: " + n.op(tile_op::softmax_grad_row) + (modified ? ", back through the modifiers" : ""));
+  }
+  n.line(3, "from dS: " + n.ops(Path::backward_ops.gradients));
+  n.line(2, "write dK, dV rows");
+  if (!bs.dq_in_place && bs.tasks > 0) n.line(1, "parallel for (b, h, query): dQ partials summed in chunk order");
+  if (!Path::backward_ops.finish.empty())
+    n.line(1, "for (b, head, row): the gradients at the features back to the rows (" +
+                  n.ops(Path::backward_ops.finish) + ")");
+  return n.str();
+}
+
+template <class E, bool Backward>
+explanation explain_impl(const E& e, const schedule& sch) {
+  explanation x;
+  if constexpr (check_grammar<E>()) {
+    const auto p = make_plan(e);
+    using P = std::decay_t<decltype(p)>;
+    using Acc = accumulator_of_t<P>;
+    using Path = plan_path_t<P>;
+    constexpr pass_kind kind = P::has_values             ? pass_kind::attention
+                               : detail::is_weights_v<E> ? pass_kind::weights
+                                                         : pass_kind::scores;
+    x.sizes = resolve(p);
+    x.schedule = schedule_for(p, x.sizes, sch, kind);
+    const auto ops = bind_all(p.ops, x.sizes);
+    const auto masks = bind_all(p.masks, x.sizes);
+    x.folds_log2e = kind != pass_kind::scores && folds_log2e(ops, masks);
+    x.path = std::string(Path::name);
+    std::ostringstream os;
+    describe_plan<Path, Acc>(os, p, ops, masks, x);
+    os << forward_nest<Path>(x, p.drop.p > 0, x.forward_ops);
+    if constexpr (Backward) {
+      if constexpr (check_backward<P>())
+        os << backward_nest<Path>(x, simd::width<Acc>, !decltype(hana::is_empty(masks))::value,
+                                  !decltype(hana::is_empty(ops))::value, p.drop.p > 0, x.backward_ops);
+    }
+    x.text = os.str();
+  }
+  return x;
+}
+
+}  // namespace detail
+
+/// What eval(e, sch) will do.
+template <expression E>
+explanation explain(const E& e, const schedule& sch = {}) {
+  return detail::explain_impl<E, false>(e, sch);
+}
+
+/// What eval(e, sch) and grad(e, f, d_out, sch) will do.
+template <expression E>
+explanation explain(const E& e, const schedule& sch, backward_pass) {
+  return detail::explain_impl<E, true>(e, sch);
+}
+
+}  // namespace xattn

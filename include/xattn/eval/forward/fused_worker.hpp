@@ -1,0 +1,343 @@
+#pragma once
+// One worker of the fused pass: for a (batch, query head, query block) it streams key blocks through
+// score tile -> modifiers -> masks -> online softmax -> P·V, keeping only tiles of size
+// block_q x block_k. Nothing of size Sq x Skv is ever allocated. The score path (Path::tiles)
+// fills the score tile; the worker does not know which path it runs.
+#include "../../kernel/aligned.hpp"
+#include "../../kernel/blocking.hpp"
+#include "../../kernel/pv.hpp"
+#include "../../kernel/rows.hpp"
+#include "../../layout.hpp"
+#include "../../random/philox_dropout.hpp"
+#include "../../round_up.hpp"
+#include "../operands/head_blocks.hpp"
+#include "../operands/key_panels.hpp"
+#include "../operands/value_pairs.hpp"
+#include "../plan/schedule.hpp"
+#include "../tiling/mask_eval.hpp"
+#include "../tiling/tile_extent.hpp"
+
+#include <boost/hana.hpp>
+
+#include <cmath>
+#include <limits>
+#include <utility>
+#include <vector>
+
+namespace xattn {
+
+/// The softmax runs in base 2. Without modifiers, and with masks that only exclude (fill -inf),
+/// nothing needs natural units, so log2 e joins the scale (into the queries on the dot paths);
+/// otherwise each row is converted after its modifiers and masks (a filled -1e6 scales too).
+template <class Ops, class Masks>
+bool folds_log2e(const Ops&, const Masks& masks) {
+  bool excluding = true;
+  hana::for_each(masks, [&](const auto& m) { excluding = excluding && std::isinf(fill_of(m)); });
+  return decltype(hana::is_empty(std::declval<Ops>()))::value && excluding;
+}
+
+/// Which (head, query) each row of a task's tile is: rows of one head, queries i0 + r (per_head 0),
+/// or the query heads of a GQA group stacked, per_head rows each (head h0 + r / per_head, query
+/// r % per_head: grouped-query decoding, where each key is then loaded once for the whole group).
+struct row_map {
+  std::size_t h0 = 0, i0 = 0, per_head = 0;
+  std::size_t h(std::size_t r) const noexcept { return per_head ? h0 + r / per_head : h0; }
+  std::size_t i(std::size_t r) const noexcept { return per_head ? r % per_head : i0 + r; }
+};
+
+template <class Acc, class Path, class Plan, class Ops, class Masks>
+class fused_worker {
+ public:
+  static constexpr std::size_t w = simd::width<Acc>, sw = kernel::strip_width<Acc>;
+  using keys_t = typename Path::keys;
+  using value_type = typename decltype([] {
+    if constexpr (Plan::has_values)
+      return std::type_identity<std::remove_cv_t<std::remove_pointer_t<decltype(std::declval<Plan>().v.view.data)>>>{};
+    else
+      return std::type_identity<void>{};
+  }())::type;
+
+  fused_worker(const Plan& p, const problem& pr, const Ops& ops, const Masks& masks, const keys_t& keys,
+               const forward_schedule& fs, bool fold_log2e)
+      : p_(p),
+        pr_(pr),
+        ops_(ops),
+        masks_(masks),
+        tiles_(p.base, pr, keys, fs),
+        bq_(fs.block_q),
+        bk_(fs.block_k),
+        lds_(tile_stride<Acc>(bk_)),
+        dvp_(simd::padded<Acc>(pr.v_dim)),
+        fold_log2e_(fold_log2e),
+        sc_(Acc(p.scale * (fold_log2e ? kernel::log2e : 1.0))),
+        s_(bq_ * lds_),
+        o_(bq_ * dvp_),
+        vb_(fs.values == value_reads::copied_per_task ? bk_ * dvp_ : 0),
+        st_(bq_),
+        values_(fs.values) {
+    if constexpr (takes_value_pairs_v<Acc, value_type>)
+      if (values_ == value_reads::bf16_pairs) vpairs_ = value_pairs<Acc>(pr, bq_, bk_, dvp_);
+  }
+
+  /// Queries [i0, i0 + block_q) against keys [k0, k1) (block_k-aligned k0): the attention output
+  /// rows into out and, when lse has data, each row's log-sum-exp.
+  template <class Out>
+  void run(std::size_t b, std::size_t h, std::size_t i0, std::size_t k0, std::size_t k1, const strided_view<Out>& out,
+           const strided_view<Acc, 3>& lse) {
+    run_rows(b, row_map{h, i0, 0}, std::min(bq_, pr_.q_len - i0), k0, k1, out, lse);
+  }
+
+  /// Every query of the query heads of kv head hk (a GQA group; group x Sq <= block_q rows) against
+  /// keys [k0, k1), as one tile.
+  template <class Out>
+  void run_group(std::size_t b, std::size_t hk, std::size_t group, std::size_t k0, std::size_t k1,
+                 const strided_view<Out>& out, const strided_view<Acc, 3>& lse) {
+    run_rows(b, row_map{hk * group, 0, pr_.q_len}, group * pr_.q_len, k0, k1, out, lse);
+  }
+
+  /// The softmax weights of queries [i0, i0 + block_q) against every key, into out (B, H, Sq, Skv):
+  /// a first pass over the key blocks for each row's max and sum, a second writing normalised tiles.
+  template <class Out>
+  void run_weights(std::size_t b, std::size_t h, std::size_t i0, const strided_view<Out>& out) {
+    const std::size_t rows = std::min(bq_, pr_.q_len - i0);
+    const row_map m{h, i0, 0};
+    start(b, m, rows);
+    for (std::size_t j0 = 0; j0 < pr_.kv_len; j0 += bk_)
+      block_probabilities(b, m, rows, j0, std::min(bk_, pr_.kv_len - j0), false);
+    for (std::size_t j0 = 0; j0 < pr_.kv_len; j0 += bk_) {
+      const std::size_t all = std::min(bk_, pr_.kv_len - j0);
+      const tile_extent p = block_part(b, m, rows, j0, all);
+      if (p.cols > 0) block_scores(b, m, p, j0);
+      for (std::size_t r = 0; r < rows; ++r) {
+        Acc* s = s_.data() + r * lds_;
+        const std::size_t cols = r >= p.r0 && r < p.r1 ? p.cols : 0;
+        if (cols > 0) {
+          if (!fold_log2e_) kernel::to_base2_row(s, simd::padded<Acc>(cols));
+          kernel::weights_row(s, simd::padded<Acc>(cols), st_[r]);
+          if (p_.drop.p > 0)
+            random::scale_row(p_.drop, std::uint32_t(b), std::uint32_t(h), std::uint32_t(i0 + r), std::uint32_t(j0),
+                              cols, s);
+        }
+        std::fill(s + cols, s + all, Acc(0));  // hidden keys, and keys no row of the block can see
+        write_row(s, all, out, b, h, i0 + r, j0);
+      }
+    }
+  }
+
+  /// The scores after modifiers and masks (natural units; -inf where excluded) of queries
+  /// [i0, i0 + block_q) against every key, into out (B, H, Sq, Skv).
+  template <class Out>
+  void run_scores(std::size_t b, std::size_t h, std::size_t i0, const strided_view<Out>& out) {
+    const std::size_t rows = std::min(bq_, pr_.q_len - i0);
+    tiles_.load_queries(b, h, i0, rows, sc_);
+    for (std::size_t j0 = 0; j0 < pr_.kv_len; j0 += bk_) {
+      const std::size_t cols = std::min(bk_, pr_.kv_len - j0);
+      const block_verdict v = classify_block(masks_, b, h, i0, i0 + rows, j0, j0 + cols);
+      if (!v.skip) block_scores(b, row_map{h, i0, 0}, tile_extent{cols, 0, rows, v.all_visible}, j0);
+      for (std::size_t r = 0; r < rows; ++r) {
+        Acc* s = s_.data() + r * lds_;
+        if (v.skip) std::fill(s, s + cols, -std::numeric_limits<Acc>::infinity());  // exclusion wins
+        write_row(s, cols, out, b, h, i0 + r, j0);
+      }
+    }
+  }
+
+  /// Each row's maximum final score m and ln Σ_j e^(s_j - m) over every key, for queries
+  /// [i0, i0 + block_q), into stats[r]: the statistics of rows whose log-sum-exp is too large for
+  /// the accumulator type to resolve a probability (a row of d2l's -1e6 fills: its float
+  /// log-sum-exp is off by up to 0.06, while s - m is exact). Needs natural units (the scores
+  /// pass's worker); the sum is kept in double.
+  void run_row_stats(std::size_t b, std::size_t h, std::size_t i0, std::pair<Acc, Acc>* stats) {
+    const std::size_t rows = std::min(bq_, pr_.q_len - i0);
+    std::vector<double> m(rows, -std::numeric_limits<double>::infinity()), l(rows, 0.0);
+    tiles_.load_queries(b, h, i0, rows, sc_);
+    for (std::size_t j0 = 0; j0 < pr_.kv_len; j0 += bk_) {
+      const std::size_t cols = std::min(bk_, pr_.kv_len - j0);
+      const block_verdict v = classify_block(masks_, b, h, i0, i0 + rows, j0, j0 + cols);
+      if (v.skip) continue;  // every key excluded: nothing to add
+      block_scores(b, row_map{h, i0, 0}, tile_extent{cols, 0, rows, v.all_visible}, j0);
+      for (std::size_t r = 0; r < rows; ++r) {
+        const Acc* s = s_.data() + r * lds_;
+        double top = m[r];
+        for (std::size_t c = 0; c < cols; ++c) top = std::max(top, double(s[c]));
+        if (std::isinf(top) && top < 0) continue;
+        l[r] *= std::exp(m[r] - top);  // 0 the first time (m = -inf)
+        for (std::size_t c = 0; c < cols; ++c) l[r] += std::exp(double(s[c]) - top);
+        m[r] = top;
+      }
+    }
+    for (std::size_t r = 0; r < rows; ++r) stats[r] = {Acc(m[r]), Acc(std::log(l[r]))};
+  }
+
+ private:
+  std::size_t kv_head(std::size_t h) const { return h / (pr_.q_heads / pr_.kv_heads); }
+
+  template <class Out>
+  void run_rows(std::size_t b, const row_map& m, std::size_t rows, std::size_t k0, std::size_t k1,
+                const strided_view<Out>& out, const strided_view<Acc, 3>& lse) {
+    start(b, m, rows);
+    std::fill(o_.begin(), o_.begin() + rows * dvp_, Acc(0));
+    for (std::size_t j0 = k0; j0 < k1; j0 += bk_) {
+      const tile_extent p = block_probabilities(b, m, rows, j0, std::min(bk_, k1 - j0), true);
+      if (p.cols == 0) continue;
+      const Acc* probs = s_.data() + p.r0 * lds_;
+      Acc* o = o_.data() + p.r0 * dvp_;
+      const std::size_t hk = kv_head(m.h0);
+      switch (values_) {
+        case value_reads::bf16_pairs:
+          if constexpr (takes_value_pairs_v<Acc, value_type>)
+            vpairs_.accumulate(p_.v.view, b, hk, j0, p.cols, probs, lds_, p.r1 - p.r0, o, dvp_);
+          break;
+        case value_reads::strips:
+          kernel::pv_tile_strips(probs, lds_, p.r1 - p.r0, value_strips(b, hk, j0), bk_ * sw, p.cols, o, dvp_, dvp_);
+          break;
+        default:
+          with_values(b, hk, j0, p.cols, [&](const auto* v_ptr, std::size_t ldv) {
+            kernel::pv_tile(probs, lds_, p.r1 - p.r0, v_ptr, ldv, p.cols, o, dvp_, dvp_);
+          });
+      }
+    }
+    for (std::size_t r = 0; r < rows; ++r) {
+      kernel::finalize_row(o_.data() + r * dvp_, pr_.v_dim, st_[r].l, out.row(b, m.h(r), m.i(r)), out.inner_stride());
+      if (lse.data) lse(b, m.h(r), m.i(r)) = kernel::row_lse(st_[r]);
+    }
+  }
+
+  void start(std::size_t b, const row_map& m, std::size_t rows) {
+    if (m.per_head == 0)
+      tiles_.load_queries(b, m.h0, m.i0, rows, sc_);
+    else
+      for (std::size_t r = 0; r < rows; r += m.per_head) tiles_.load_queries(b, m.h(r), 0, m.per_head, sc_, r);
+    std::fill(st_.begin(), st_.begin() + rows, kernel::row_state<Acc>{});
+  }
+
+  /// The part of key block [j0, j0 + all) that takes part for the task's rows (cols 0: skipped: the
+  /// block adds exactly nothing). Grouped rows: skipped if every head skips it, masked unless all
+  /// see all of it.
+  tile_extent block_part(std::size_t b, const row_map& m, std::size_t rows, std::size_t j0, std::size_t all) const {
+    if (m.per_head != 0) {
+      bool skip = true, all_visible = true;
+      for (std::size_t r = 0; r < rows; r += m.per_head) {
+        const block_verdict v = classify_block(masks_, b, m.h(r), 0, m.per_head, j0, j0 + all);
+        skip = skip && v.skip;
+        all_visible = all_visible && v.all_visible;
+      }
+      return skip ? tile_extent{} : tile_extent{all, 0, rows, all_visible};
+    }
+    // A block a filling mask hides adds exactly nothing once every row's running max is so far
+    // above the fill that 2^(fill - m) underflows to 0.
+    const auto underflows = [&](double fill_max) {
+      const double margin = std::is_same_v<Acc, float> ? 130 : 1100;
+      for (std::size_t r = 0; r < rows; ++r)
+        if (!(double(st_[r].m) > fill_max * kernel::log2e + margin)) return false;
+      return true;
+    };
+    return extent_of(masks_, b, m.h0, m.i0, rows, j0, all, kernel::blocking<Acc>::rows, underflows);
+  }
+
+  /// The score tile of key block [j0, j0 + cols) for rows [p.r0, p.r1), with modifiers and masks
+  /// applied (masks only if some mask hides something in it), in natural units unless log2 e is
+  /// folded into the scale.
+  void block_scores(std::size_t b, const row_map& m, const tile_extent& p, std::size_t j0) {
+    // the tile's rows: queries i0 + r of one head, or rows of the stacked heads (loaded from row 0)
+    tiles_.scores(b, m.h(p.r0), kv_head(m.h0), m.per_head ? p.r0 : m.i0 + p.r0, p.r1 - p.r0, j0, p.cols,
+                  simd::padded<Acc>(p.cols), s_.data() + p.r0 * lds_, lds_);
+    for (std::size_t r = p.r0; r < p.r1; ++r) {
+      Acc* s = s_.data() + r * lds_;
+      apply_ops(s, p.cols, b, m.h(r), m.i(r), j0);
+      if (!p.all_visible) apply_masks(masks_, s, p.cols, b, m.h(r), m.i(r), j0);
+    }
+  }
+
+  /// Scores of one key block turned into probabilities relative to each row's running max, the
+  /// rows' states updated (and, for the attention output, the accumulators rescaled and the
+  /// probabilities dropped out). Returns the part that takes part (cols 0: skipped).
+  tile_extent block_probabilities(std::size_t b, const row_map& m, std::size_t rows, std::size_t j0, std::size_t all,
+                                  bool to_output) {
+    const tile_extent p = block_part(b, m, rows, j0, all);
+    if (p.cols == 0) return p;
+    const std::size_t colsp = simd::padded<Acc>(p.cols);
+    block_scores(b, m, p, j0);
+    for (std::size_t r = p.r0; r < p.r1; ++r) {
+      Acc* s = s_.data() + r * lds_;
+      if (!fold_log2e_) kernel::to_base2_row(s, colsp);  // padding is overwritten next
+      std::fill(s + p.cols, s + colsp, -std::numeric_limits<Acc>::infinity());
+      kernel::online_softmax_row(s, colsp, st_[r], to_output ? o_.data() + r * dvp_ : nullptr, dvp_);
+      if (to_output && p_.drop.p > 0)  // after the running sum: dropout rescales what reaches V, not the normaliser
+        random::scale_row(p_.drop, std::uint32_t(b), std::uint32_t(m.h(r)), std::uint32_t(m.i(r)), std::uint32_t(j0),
+                          p.cols, s);
+    }
+    return p;
+  }
+
+  void apply_ops(Acc* s, std::size_t cols, std::size_t b, std::size_t h, std::size_t i, std::size_t j0) const {
+    hana::for_each(ops_, [&](const auto& op) {
+      if constexpr (has_apply_row<std::decay_t<decltype(op)>, Acc>)
+        op.apply_row(s, cols, b, h, i, j0);
+      else
+        for (std::size_t c = 0; c < cols; ++c) s[c] = Acc(op(s[c], b, h, i, j0 + c));
+    });
+  }
+
+  /// The values of key block j0 of head (b, hk) in strips (pack_strips, bk_ · sw apart), converted
+  /// to Acc: once per head and thread (head_blocks), so every query block of the head reads them.
+  /// Not when decoding: there the few rows read each value once, and the copy would double the
+  /// bytes read.
+  const Acc* value_strips(std::size_t b, std::size_t hk, std::size_t j0) {
+    const auto& vv = p_.v.view;
+    if (vh_.empty()) vh_ = head_blocks<Acc>((pr_.kv_len + bk_ - 1) / bk_, bk_ * round_up(dvp_, sw));
+    return vh_.block(b, hk, j0 / bk_, [&](std::size_t kb, Acc* to) {
+      const std::size_t k0 = kb * bk_;
+      kernel::pack_strips<Acc>([&](std::size_t c) { return vv.row(b, hk, k0 + c); }, std::min(bk_, pr_.kv_len - k0),
+                               pr_.v_dim, vv.inner_stride(), to, bk_ * sw);
+    });
+  }
+
+  /// Decoding: f(V rows, row stride) over the V rows of the key block, as the schedule says: in
+  /// place (Acc, or 16-bit widened in registers, so a 16-bit KV cache is read once, at half the
+  /// bytes); converted into zero-padded rows once per head and thread (another type); or copied
+  /// into a tile per task (Acc in another layout).
+  template <class F>
+  void with_values(std::size_t b, std::size_t hk, std::size_t j0, std::size_t cols, F&& f) {
+    const auto& vv = p_.v.view;
+    if (values_ == value_reads::in_place) return f(vv.row(b, hk, j0), std::size_t(vv.at.stride[2]));
+    const auto convert = [&](std::size_t k0, std::size_t n, Acc* to) {
+      for (std::size_t c = 0; c < n; ++c) {
+        Acc* dst = to + c * dvp_;
+        kernel::scaled_copy(vv.row(b, hk, k0 + c), vv.inner_stride(), pr_.v_dim, Acc(1), dst, 1);
+        std::fill(dst + pr_.v_dim, dst + dvp_, Acc(0));
+      }
+    };
+    if (values_ == value_reads::widened_per_head) {
+      if (vh_.empty()) vh_ = head_blocks<Acc>((pr_.kv_len + bk_ - 1) / bk_, bk_ * dvp_);
+      return f(vh_.block(b, hk, j0 / bk_,
+                         [&](std::size_t kb, Acc* to) { convert(kb * bk_, std::min(bk_, pr_.kv_len - kb * bk_), to); }),
+               dvp_);
+    }
+    convert(j0, cols, vb_.data());
+    f(static_cast<const Acc*>(vb_.data()), dvp_);
+  }
+
+  template <class Out>
+  static void write_row(const Acc* s, std::size_t n, const strided_view<Out>& out, std::size_t b, std::size_t h,
+                        std::size_t i, std::size_t j0) {
+    const std::ptrdiff_t st = out.inner_stride();
+    kernel::scaled_copy(s, 1, n, Acc(1), out.row(b, h, i) + std::ptrdiff_t(j0) * st, st);
+  }
+
+  const Plan& p_;
+  const problem& pr_;
+  const Ops& ops_;
+  const Masks& masks_;
+  typename Path::tiles tiles_;
+  std::size_t bq_, bk_, lds_, dvp_;
+  bool fold_log2e_;
+  Acc sc_;  // the expression's scale, times log2 e when folded
+  kernel::aligned_vector<Acc> s_, o_, vb_;
+  head_blocks<Acc> vh_;      // values in strips, or (decoding) of another type widened: allocated when first needed
+  value_pairs<Acc> vpairs_;  // bf16 values in key pairs (vdpbf16ps), unless decoding
+  std::vector<kernel::row_state<Acc>> st_;
+  value_reads values_;  // how V is read (forward_schedule::values)
+};
+
+}  // namespace xattn

@@ -1,0 +1,112 @@
+#pragma once
+// The reference evaluator: materialises every node in double precision, straight from the same
+// plan -- scores from the policy's plain operator()(q, k) (never its projections), each modifier
+// and mask element by element, a two-pass softmax, then P·V. It is the oracle of the tests and of
+// nothing else: no evaluator includes it (eval() of weights and scores runs the fused kernel).
+#include "../plan/plan.hpp"
+#include "../plan/resolve.hpp"
+#include "../tiling/mask_eval.hpp"
+
+#include <xtensor/xtensor.hpp>
+
+#include <cmath>
+#include <limits>
+#include <span>
+#include <vector>
+
+namespace xattn {
+
+struct reference_result {
+  xt::xtensor<double, 4> scores;   // (B, Hq, Sq, Skv) after modifiers and masks (-inf: excluded)
+  xt::xtensor<double, 4> weights;  // softmax (after dropout, if any); rows with no visible key are 0
+  xt::xtensor<double, 4> output;   // weights · V, (B, Hq, Sq, Dv); empty without values
+  xt::xtensor<double, 3> lse;      // log-sum-exp per row, -inf for rows with no visible key
+};
+
+namespace detail {
+
+template <class S, class V>
+std::vector<S> row_as(const V& v, std::size_t b, std::size_t h, std::size_t s) {
+  std::vector<S> r(v.at.shape[3]);
+  for (std::size_t d = 0; d < r.size(); ++d) r[d] = S(v(b, h, s, d));
+  return r;
+}
+
+/// The score of one pair by the policy's definition, operator()(q, k), in double when it accepts
+/// double (else in the one type it does).
+template <class Plan>
+double base_score(const Plan& p, const problem& pr, std::size_t b, std::size_t h, std::size_t i, std::size_t j) {
+  if constexpr (decltype(p.base)::tensor_scores) {
+    return double(p.base.x.view(b, h, i, j));
+  } else {
+    using S = score_scalar_t<typename decltype(p.base)::policy_type, double>;
+    const std::size_t hk = h / (pr.q_heads / pr.kv_heads);
+    const auto q = row_as<S>(p.base.q.view, b, h, i);
+    const auto k = row_as<S>(p.base.k.view, b, hk, j);
+    return double(p.base.policy(std::span<const S>(q), std::span<const S>(k)));
+  }
+}
+
+}  // namespace detail
+
+template <class Plan>
+reference_result reference_eval(const Plan& p) {
+  const problem pr = resolve(p);
+  const auto ops = bind_all(p.ops, pr);
+  const auto masks = bind_all(p.masks, pr);
+  const std::size_t B = pr.batch, H = pr.q_heads, Sq = pr.q_len, Skv = pr.kv_len;
+  reference_result r;
+  r.scores = xt::xtensor<double, 4>::from_shape({B, H, Sq, Skv});
+  r.weights = xt::zeros<double>({B, H, Sq, Skv});
+  r.lse = xt::xtensor<double, 3>::from_shape({B, H, Sq});
+  constexpr double ninf = -std::numeric_limits<double>::infinity();
+  for (std::size_t b = 0; b < B; ++b)
+    for (std::size_t h = 0; h < H; ++h)
+      for (std::size_t i = 0; i < Sq; ++i) {
+        double m = ninf;
+        for (std::size_t j = 0; j < Skv; ++j) {
+          double s = p.scale * detail::base_score(p, pr, b, h, i, j);
+          hana::for_each(ops, [&](const auto& op) { s = double(op(s, b, h, i, j)); });
+          s = masked_score(masks, s, b, h, i, j);
+          r.scores(b, h, i, j) = s;
+          if (s > m || std::isnan(s)) m = s;  // a NaN score makes the whole row NaN, never "no key"
+        }
+        if (m == ninf) {  // no visible key: zero weights, zero output
+          r.lse(b, h, i) = ninf;
+          continue;
+        }
+        double l = 0;
+        for (std::size_t j = 0; j < Skv; ++j) l += std::exp(r.scores(b, h, i, j) - m);
+        for (std::size_t j = 0; j < Skv; ++j) r.weights(b, h, i, j) = std::exp(r.scores(b, h, i, j) - m) / l;
+        r.lse(b, h, i) = m + std::log(l);
+        if (p.drop.p > 0)
+          random::scale_row(p.drop, std::uint32_t(b), std::uint32_t(h), std::uint32_t(i), 0, Skv,
+                            &r.weights(b, h, i, 0));
+      }
+  if constexpr (Plan::has_values) {
+    const auto& v = p.v.view;
+    r.output = xt::zeros<double>({B, H, Sq, pr.v_dim});
+    for (std::size_t b = 0; b < B; ++b)
+      for (std::size_t h = 0; h < H; ++h) {
+        const std::size_t hv = h / (H / v.at.shape[1]);
+        for (std::size_t i = 0; i < Sq; ++i)
+          for (std::size_t j = 0; j < Skv; ++j) {
+            const double wgt = r.weights(b, h, i, j);
+            if (wgt == 0) continue;
+            for (std::size_t d = 0; d < pr.v_dim; ++d) r.output(b, h, i, d) += wgt * double(v(b, hv, j, d));
+          }
+      }
+  }
+  return r;
+}
+
+/// The double-precision reference of any expression (weights, scores, output, lse; 4-D layout).
+template <expression E>
+reference_result reference(const E& e) {
+  if constexpr (check_grammar<E>())
+    return reference_eval(make_plan(e));
+  else
+    return {};
+}
+
+}  // namespace xattn

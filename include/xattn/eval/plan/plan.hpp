@@ -1,0 +1,251 @@
+#pragma once
+// Planning: an expression tree is matched, at compile time, to the one shape the fused kernel
+// runs -- a base scorer, a fixed scale, element-wise score modifiers in order, masks in order and
+// optionally the values -- or rejected with a single static_assert that states the grammar.
+#include "../../error.hpp"
+#include "../../expr/nodes.hpp"
+#include "../../expr/tensor_ref.hpp"
+#include "../../policy/concepts.hpp"
+#include "../../policy/dot.hpp"
+
+#include <boost/hana.hpp>
+
+#include <cmath>
+
+namespace xattn {
+
+namespace hana = boost::hana;
+
+/// scores from a scoring policy over Q and K (Q * trans(K) plans as dot).
+template <class P, class Q, class K>
+struct policy_base {
+  static constexpr bool tensor_scores = false;
+  using policy_type = P;
+  P policy;
+  Q q;
+  K k;
+};
+
+/// scores given directly as a tensor (d2l's masked_softmax(X, valid_lens)).
+template <class X>
+struct tensor_base {
+  static constexpr bool tensor_scores = true;
+  X x;
+};
+
+/// The terminal that fixes the result's layout and sizes: Q, or the score tensor X.
+template <class Base>
+const auto& lead_terminal(const Base& b) {
+  if constexpr (Base::tensor_scores)
+    return b.x;
+  else
+    return b.q;
+}
+
+/// s -> c * s, when a scale follows a modifier and cannot be folded into the base.
+struct scale_op {
+  double factor;
+  template <class U>
+  U operator()(U s, std::size_t, std::size_t, std::size_t, std::size_t) const {
+    return s * U(factor);
+  }
+  template <class T>
+  void apply_row(T* s, std::size_t n, std::size_t, std::size_t, std::size_t, std::size_t) const {
+    for (std::size_t j = 0; j < n; ++j) s[j] *= T(factor);
+  }
+  scale_op bind(const problem&) const {
+    if (!std::isfinite(factor)) fail("scores * c or scores / c: the factor must be finite, got ", factor);
+    return *this;
+  }
+};
+
+struct no_values {};
+
+template <class Base, class Ops, class Masks, class V = no_values>
+struct plan {
+  Base base;
+  double scale = 1;
+  Ops ops;      // hana::tuple of score modifiers, applied first to last
+  Masks masks;  // hana::tuple of masks, innermost first
+  V v{};
+  random::dropout drop{};  // p = 0: no dropout
+  static constexpr bool has_values = !std::is_same_v<V, no_values>;
+};
+
+namespace detail {
+
+// ---- the grammar, as type traits (nothing here instantiates a function body) ------------------
+
+template <class E>
+inline constexpr bool is_dot_product_v = false;  // Q * trans(K) with terminals
+template <class Q, class K>
+inline constexpr bool is_dot_product_v<product_node<Q, trans_node<K>>> = is_terminal_v<Q>&& is_terminal_v<K>;
+
+template <class E>
+inline constexpr bool is_score_node_v = false;
+template <class P, class Q, class K>
+inline constexpr bool is_score_node_v<score_node<P, Q, K>> = is_terminal_v<Q>&& is_terminal_v<K>;
+
+template <class E>
+inline constexpr bool is_scale_node_v = false;
+template <class E>
+inline constexpr bool is_scale_node_v<scale_node<E>> = true;
+
+template <class E>
+inline constexpr bool is_modify_node_v = false;
+template <class E, class Op>
+inline constexpr bool is_modify_node_v<modify_node<E, Op>> = true;
+
+template <class E>
+inline constexpr bool is_mask_node_v = false;
+template <class E, class M>
+inline constexpr bool is_mask_node_v<mask_node<E, M>> = true;
+
+/// scores := Q * trans(K) | score(policy, Q, K) | X | scores * c | modify(scores, op)
+template <class E>
+constexpr bool is_scores() {
+  if constexpr (is_terminal_v<E> || is_dot_product_v<E> || is_score_node_v<E>)
+    return true;
+  else if constexpr (is_scale_node_v<E> || is_modify_node_v<E>)
+    return is_scores<std::decay_t<decltype(std::declval<E>().arg)>>();
+  else
+    return false;
+}
+
+/// masked := scores | mask(masked, m)
+template <class E>
+constexpr bool is_masked() {
+  if constexpr (is_mask_node_v<E>)
+    return is_masked<std::decay_t<decltype(std::declval<E>().arg)>>();
+  else
+    return is_scores<E>();
+}
+
+/// softmax(masked) or dropout(softmax(masked), p, seed)
+template <class E>
+inline constexpr bool is_weights_v = false;
+template <class S>
+inline constexpr bool is_weights_v<softmax_node<S>> = is_masked<S>();
+template <class S>
+inline constexpr bool is_weights_v<dropout_node<softmax_node<S>>> = is_masked<S>();
+
+/// weights * V with V a terminal
+template <class E>
+inline constexpr bool is_attention_v = false;
+template <class W, class V>
+inline constexpr bool is_attention_v<product_node<W, V>> = is_weights_v<W>&& is_terminal_v<V>;
+
+template <class E>
+inline constexpr bool in_grammar_v = is_attention_v<E> || is_weights_v<E> || is_masked<E>();
+
+}  // namespace detail
+
+/// The entry points' first check: true for an expression in the grammar, one static_assert otherwise.
+template <class E>
+constexpr bool check_grammar() {
+  static_assert(detail::in_grammar_v<E>,
+                "xattn: unsupported attention expression. Supported grammar:\n"
+                "  attention := weights * V\n"
+                "  weights   := softmax(masked) | dropout(softmax(masked), p, seed)\n"
+                "  masked    := scores | mask(masked, mask_policy)\n"
+                "  scores    := Q * trans(K) | score(policy, Q, K) | X\n"
+                "             | scores / c | scores * c | c * scores | scores + bias(t)\n"
+                "             | softcap(scores, c) | alibi(scores, slopes) | modify(scores, op)\n"
+                "  Q, K, V, X := ref(tensor) or heads(tensor, H); c a number.\n"
+                "Scaling and score modifiers go inside mask(...), masks inside softmax(...).");
+  return detail::in_grammar_v<E>;
+}
+
+namespace detail {
+
+template <class E>
+inline constexpr bool is_dropout_node_v = false;
+template <class E>
+inline constexpr bool is_dropout_node_v<dropout_node<E>> = true;
+
+template <class W>
+const auto& softmax_of(const W& w) {
+  if constexpr (is_dropout_node_v<W>)
+    return w.arg;
+  else
+    return w;
+}
+template <class W>
+random::dropout dropout_of(const W& w) {
+  if constexpr (is_dropout_node_v<W>)
+    return w.cfg;
+  else
+    return {};
+}
+
+template <class Base>
+auto start(Base b) {
+  return plan<Base, hana::tuple<>, hana::tuple<>>{std::move(b), 1.0, {}, {}};
+}
+
+template <class P, class Op>
+auto add_op(P p, Op op) {
+  auto ops = hana::append(std::move(p.ops), std::move(op));
+  return plan<decltype(p.base), decltype(ops), decltype(p.masks)>{std::move(p.base), p.scale, std::move(ops), {}};
+}
+
+/// scores without masks: base, scale and modifiers.
+template <class E>
+auto plan_scores(const E& e) {
+  if constexpr (is_terminal_v<E>) {
+    return start(tensor_base<E>{e});
+  } else if constexpr (is_dot_product_v<E>) {
+    return start(
+        policy_base<dot, std::decay_t<decltype(e.lhs)>, std::decay_t<decltype(e.rhs.arg)>>{{}, e.lhs, e.rhs.arg});
+  } else if constexpr (is_score_node_v<E>) {
+    return start(
+        policy_base<std::decay_t<decltype(e.policy)>, std::decay_t<decltype(e.q)>, std::decay_t<decltype(e.k)>>{
+            e.policy, e.q, e.k});
+  } else if constexpr (is_scale_node_v<E>) {
+    auto p = plan_scores(e.arg);
+    if constexpr (hana::length(decltype(p.ops){}) == hana::size_c<0>) {
+      p.scale *= e.factor;
+      return p;
+    } else {
+      return add_op(std::move(p), scale_op{e.factor});
+    }
+  } else {
+    static_assert(is_modify_node_v<E>);
+    return add_op(plan_scores(e.arg), e.op);
+  }
+}
+
+/// masked := scores | mask(masked, m)
+template <class E>
+auto plan_masked(const E& e) {
+  if constexpr (is_mask_node_v<E>) {
+    auto p = plan_masked(e.arg);
+    auto ms = hana::append(std::move(p.masks), e.mask);
+    return plan<decltype(p.base), decltype(p.ops), decltype(ms)>{std::move(p.base), p.scale, std::move(p.ops),
+                                                                 std::move(ms)};
+  } else {
+    return plan_scores(e);
+  }
+}
+
+}  // namespace detail
+
+/// The plan of an attention, weights or scores expression (one in the grammar: check_grammar).
+template <class E>
+auto make_plan(const E& e) {
+  static_assert(detail::in_grammar_v<E>, "xattn: make_plan needs an expression in the grammar (check_grammar)");
+  if constexpr (detail::is_attention_v<E>) {
+    using V = std::decay_t<decltype(e.rhs)>;
+    auto p = detail::plan_masked(detail::softmax_of(e.lhs).arg);
+    return plan<decltype(p.base), decltype(p.ops), decltype(p.masks), V>{
+        std::move(p.base), p.scale, std::move(p.ops), std::move(p.masks), e.rhs, detail::dropout_of(e.lhs)};
+  } else if constexpr (detail::is_weights_v<E>) {
+    auto p = detail::plan_masked(detail::softmax_of(e).arg);
+    p.drop = detail::dropout_of(e);
+    return p;
+  } else {
+    return detail::plan_masked(e);
+  }
+}
+
+}  // namespace xattn

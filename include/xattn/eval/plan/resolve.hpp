@@ -1,0 +1,110 @@
+#pragma once
+// Run-time half of planning: read the sizes off the terminals, check that they fit together
+// (every mismatch names the argument and the shapes), and bind masks and modifiers to them.
+#include "../../error.hpp"
+#include "plan.hpp"
+
+#include <boost/hana.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <type_traits>
+
+namespace xattn {
+
+namespace detail {
+
+template <class Tm>
+std::string shape_of(const Tm& t) {
+  return shape_str(t.user_shape());
+}
+
+/// The element count of a terminal must fit in size_t (raw-pointer views can claim anything).
+template <class Tm>
+void check_size(const Tm& t, const char* what) {
+  std::size_t n = 1;
+  for (std::size_t s : t.view.at.shape)
+    if (__builtin_mul_overflow(n, s, &n))
+      fail(what, " ", shape_str(t.view.at.shape), ": the number of elements overflows size_t");
+}
+
+/// The policy's own size check, or by default equal sizes: a policy that accepts queries and keys
+/// of different sizes says so in validate(dq, dk).
+template <class P>
+void validate_sizes(const P& p, std::size_t dq, std::size_t dk) {
+  if constexpr (validates_sizes<P>)
+    p.validate(dq, dk);
+  else if (dq != dk)
+    fail("score(policy, Q, K): queries have size ", dq, " but keys have size ", dk,
+         "; a policy that accepts different sizes declares validate(dq, dk)");
+}
+
+template <class Base>
+problem from_base(const Base& base) {
+  problem pr;
+  if constexpr (Base::tensor_scores) {
+    check_size(base.x, "scores X");
+    const auto& s = base.x.view.at.shape;
+    pr = {s[0], s[1], s[1], s[2], s[3], 0, 0, 0, base.x.how == form::bsd ? 3u : 4u};
+  } else {
+    check_size(base.q, "queries Q");
+    check_size(base.k, "keys K");
+    const auto& q = base.q.view.at.shape;
+    const auto& k = base.k.view.at.shape;
+    pr = {q[0], q[1], k[1], q[2], k[2], q[3], k[3], 0, base.q.how == form::bsd ? 3u : 4u};
+    if (q[0] != k[0])
+      fail("queries and keys have different batch sizes: Q ", shape_of(base.q), ", K ", shape_of(base.k));
+    if (k[1] == 0 || q[1] % k[1] != 0)
+      fail("the ", q[1], " query heads are not a multiple of the ", k[1],
+           " key heads (grouped-query attention needs Hq = G * Hkv): Q ", shape_of(base.q), ", K ", shape_of(base.k));
+    try {
+      validate_sizes(base.policy, q[3], k[3]);
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument(std::string(e.what()) + " [Q " + shape_of(base.q) + ", K " + shape_of(base.k) + "]");
+    }
+  }
+  if (pr.kv_len == 0) fail("there are no keys (Skv = 0): softmax over an empty set is undefined");
+  return pr;
+}
+
+template <class V>
+void add_values(problem& pr, const V& v, const std::string& keys) {
+  check_size(v, "values V");
+  const auto& s = v.view.at.shape;
+  if (s[0] != pr.batch || s[2] != pr.kv_len)
+    fail("values V ", shape_of(v), " do not match the keys ", keys, ": need the same batch (", pr.batch,
+         ") and number of keys (", pr.kv_len, ")");
+  if (s[1] == 0 || pr.q_heads % s[1] != 0 || (pr.q_dim != 0 && s[1] != pr.kv_heads))
+    fail("values V ", shape_of(v), " have ", s[1], " heads; they must match the ", pr.kv_heads, " key heads (keys ",
+         keys, ")");
+  pr.v_dim = s[3];
+  if (pr.q_dim == 0) pr.kv_heads = s[1];  // scores given as a tensor: V's heads are the kv heads
+}
+
+}  // namespace detail
+
+/// Sizes of the plan, checked.
+template <class P>
+problem resolve(const P& p) {
+  if (!std::isfinite(p.scale))
+    fail("scores * c or scores / c: the scale must be finite and c non-zero, got scale ", p.scale);
+  problem pr = detail::from_base(p.base);
+  p.drop.check();
+  if (p.drop.p > 0 && std::max({pr.batch, pr.q_heads, pr.q_len, pr.kv_len}) > 0xffffffffu)
+    fail("dropout: batch, heads and sequence lengths must be below 2^32 (the Philox counter words)");
+  if constexpr (P::has_values) {
+    if constexpr (decltype(p.base)::tensor_scores)
+      detail::add_values(pr, p.v, "(scores " + detail::shape_of(p.base.x) + ")");
+    else
+      detail::add_values(pr, p.v, detail::shape_of(p.base.k));
+  }
+  return pr;
+}
+
+/// Masks and modifiers bound to the sizes (each validates its own arguments).
+template <class Tuple>
+auto bind_all(const Tuple& t, const problem& pr) {
+  return hana::transform(t, [&](const auto& x) { return bound(x, pr); });
+}
+
+}  // namespace xattn

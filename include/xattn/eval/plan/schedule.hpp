@@ -1,0 +1,292 @@
+#pragma once
+// Every "how" decision of a run, forward and backward, made in one function (resolve_schedule)
+// from the user's schedule, the sizes, the facts of the plan (its score path, its values, its
+// modifiers and dropout) and the machine. The workers and drivers only read the value it returns;
+// xattn::explain prints it.
+#include "../../policy/problem.hpp"
+#include "../../round_up.hpp"
+#include "../../schedule.hpp"
+
+#include <unistd.h>
+#include <algorithm>
+#include <cstddef>
+#include <numeric>
+#include <string>
+#include <tuple>
+#include <utility>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+namespace xattn {
+
+/// The facts about this machine that the schedule depends on.
+struct machine {
+  std::size_t l2_bytes = std::size_t(1) << 20;  // per core
+  int max_threads = 1;                          // OpenMP's default team size
+  bool openmp = false;                          // built with OpenMP
+
+  static machine here() {
+    machine m;
+    static const std::size_t l2 = [] {
+      const long b = sysconf(_SC_LEVEL2_CACHE_SIZE);
+      return b > 0 ? std::size_t(b) : std::size_t(1) << 20;
+    }();
+    m.l2_bytes = l2;
+#ifdef _OPENMP
+    m.max_threads = omp_get_max_threads();
+    m.openmp = true;
+#endif
+    return m;
+  }
+};
+
+/// What a score path tells the schedule (its static facts(base, problem)).
+struct path_facts {
+  bool dot_product = false;        // scores by the qk microkernel: keys packed into panels, or read in place
+  bool keys_in_place_ok = false;   // the key rows (or features) are contiguous and may be read where they lie
+  bool plain_products = false;     // a score is scale · (Q·Kᵀ) and nothing else (no terms, no per-pair code)
+  bool query_grads_dense = false;  // the rows dQ accumulates into are row-major (B, Hq, Sq, n)
+  std::size_t width = 0;           // features per query and key in the score product (n)
+  std::size_t query_width = 0;     // features of the rows dQ accumulates into (0: width)
+  std::size_t acc_bytes = 4;       // size of the accumulator type
+  std::size_t lanes = 16;          // SIMD lanes of the accumulator type
+  std::size_t strip = 64;          // columns of one register block of the P·V microkernel (kernel::strip_width)
+};
+
+/// What the values V tell the schedule.
+struct value_facts {
+  bool bf16_pairs = false;   // P·V may run on vdpbf16ps (bfloat16 V, float sums, a build with AVX512-BF16)
+  bool in_place_ok = false;  // V's rows may be read where they lie (Acc or widened in registers, contiguous rows)
+  bool same_type = true;     // V holds the accumulator type
+};
+
+/// Everything about a plan the schedule depends on besides its sizes.
+struct plan_facts {
+  path_facts path;
+  value_facts values;
+  bool modifiers = false;  // score modifiers follow the base score
+  bool dropout = false;    // dropout on the weights
+};
+
+/// What the run computes: the attention output, the weights, or the scores.
+enum class pass_kind { attention, weights, scores };
+
+/// How a dot-product path reads its keys: packed into panels once per evaluation, packed per
+/// (batch, kv head) by the thread that needs them, or scored where they lie. none: the path has no
+/// panels (per-pair and tensor scores).
+enum class key_reads { none, panels, per_head, in_place };
+
+/// How the forward reads V: packed into strips once per head and thread; packed in key pairs for
+/// vdpbf16ps; when decoding, in place (Acc, or 16-bit widened in registers), widened into a copy
+/// of the head once per thread, or copied into a tile per task (Acc in another layout).
+enum class value_reads { strips, bf16_pairs, in_place, widened_per_head, copied_per_task };
+
+/// The forward pass's decisions.
+struct forward_schedule {
+  pass_kind kind = pass_kind::attention;
+  std::size_t block_q = 0, block_k = 0;  // block_k in whole SIMD batches
+  int threads = 1;
+  std::size_t q_blocks = 0;    // per (batch, head)
+  std::size_t key_chunks = 1;  // > 1: keys split into chunks merged by log-sum-exp
+  std::size_t chunk_keys = 0;  // keys per chunk (whole blocks)
+  bool decoding = false;       // at most max_decode_rows query rows per key head: bound by reading K and V
+  key_reads keys = key_reads::none;
+  value_reads values = value_reads::strips;
+  std::size_t group_rows = 0;  // > 0: grouped-query decoding, the group's query heads as one task's rows
+  std::size_t tasks = 0;       // B · Hq · q_blocks · key_chunks (grouped rows: B · Hkv · key_chunks)
+  double flop = 0;             // 2 · B · Hq · Sq · Skv · (n + Dv)
+  std::string threads_reason;  // why this many threads
+};
+
+/// The backward pass's decisions: a task per key block of a key head, every query block of the
+/// heads that read it walked in order.
+struct backward_schedule {
+  std::size_t block_q = 0, block_k = 0;
+  int threads = 1;
+  std::size_t key_chunks = 1, chunk_keys = 0;  // dQ gathers one partial per chunk, summed in chunk order
+  std::size_t tasks = 0;         // B · Hkv · key_chunks · blocks per chunk (slots past a short last chunk idle)
+  std::size_t heads = 0;         // B · Hkv
+  std::size_t group = 1;         // streams (chunk, head) handed out together: the thread count
+  bool dq_in_place = false;      // one chunk and dense rows: dQ accumulates in its result, no partials
+  bool fused_epilogues = false;  // tiles of plain products take P and dS from the products' epilogues
+  double flop = 0;               // 2 · B · Hq · Sq · Skv · (3n + 2Dv): S, dQ, dK and dP, dV
+  std::string threads_reason;
+  // The forward pass that recomputes the statistics of rows whose log-sum-exp is too large for the
+  // accumulator to resolve a probability (a row of d2l's -1e6 fills): the scores pass's schedule.
+  forward_schedule rescan;
+};
+
+/// Both directions' decisions for one problem: what a run, and explain, read.
+struct resolved_schedule {
+  forward_schedule forward;
+  backward_schedule backward;  // empty (tasks 0) unless the pass is an attention
+};
+
+namespace detail {
+
+inline constexpr double default_serial_below_flop = double(1u << 22);  // waking a team ~ 40 us here
+inline constexpr std::size_t max_decode_rows = 16;                     // rows per key head read keys in place at most
+inline constexpr std::size_t min_chunk_keys = 1024;                    // keys per decoding chunk at least
+inline constexpr std::size_t max_key_chunks = 8;
+
+/// Threads for `flop` of work, and why: as requested, else OpenMP's default, or one below
+/// serial_below_flop (waking a team costs more).
+inline std::pair<int, std::string> resolve_threads(const schedule& requested, double flop, const machine& m) {
+  const double serial_below = requested.serial_below_flop > 0 ? requested.serial_below_flop : default_serial_below_flop;
+  if (!m.openmp) return {1, "built without OpenMP"};
+  if (requested.threads > 0) return {requested.threads, "as requested"};
+  if (flop < serial_below) return {1, "auto: the work is below serial_below_flop"};
+  return {std::max(m.max_threads, 1), "auto: OpenMP's default"};
+}
+
+inline std::size_t blocks_of(std::size_t n, std::size_t block) {
+  return (n + block - 1) / std::max<std::size_t>(block, 1);
+}
+
+/// The forward rules (see resolve_schedule).
+inline forward_schedule resolve_forward(const schedule& requested, const problem& pr, const plan_facts& facts,
+                                        pass_kind kind, const machine& m) {
+  const path_facts& path = facts.path;
+  forward_schedule r;
+  r.kind = kind;
+  const std::size_t dv = kind == pass_kind::attention ? pr.v_dim : 0;
+  r.flop = 2.0 * double(pr.batch * pr.q_heads * pr.q_len) * double(pr.kv_len) * double(path.width + dv);
+  std::tie(r.threads, r.threads_reason) = resolve_threads(requested, r.flop, m);
+
+  std::size_t bk = requested.block_k;
+  if (bk == 0) {
+    bk = 512;
+    while (bk > 64 && bk * (path.width + dv) * path.acc_bytes > m.l2_bytes) bk /= 2;
+  }
+  r.block_k = round_up(std::min(bk, std::max<std::size_t>(pr.kv_len, 1)), path.lanes);
+
+  std::size_t bq = requested.block_q;
+  if (bq == 0) {
+    bq = 60;
+    const std::size_t heads = pr.batch * pr.q_heads, want = 4 * std::size_t(r.threads);
+    while (bq > 6 && heads * blocks_of(pr.q_len, bq) < want) bq -= 6;
+  }
+  r.block_q = std::min(bq, std::max<std::size_t>(pr.q_len, 1));  // blocks beyond the problem change nothing
+  r.q_blocks = blocks_of(pr.q_len, r.block_q);
+
+  r.decoding = pr.q_len * (pr.q_heads / std::max<std::size_t>(pr.kv_heads, 1)) <= max_decode_rows;
+  const std::size_t head_bytes = pr.kv_len * path.width * path.acc_bytes,
+                    per_head_below = requested.pack_per_head_below ? requested.pack_per_head_below : m.l2_bytes / 4;
+  if (!path.dot_product)
+    r.keys = key_reads::none;
+  else if (path.keys_in_place_ok && r.decoding)
+    r.keys = key_reads::in_place;
+  else
+    r.keys = head_bytes < per_head_below ? key_reads::per_head : key_reads::panels;
+
+  // Values: decoding reads each value once, so a copy would double the bytes read; otherwise they
+  // are packed once per head and thread, every query block of the head reading the copy.
+  const value_facts& v = facts.values;
+  if (!r.decoding)
+    r.values = v.bf16_pairs ? value_reads::bf16_pairs : value_reads::strips;
+  else if (v.in_place_ok)
+    r.values = value_reads::in_place;
+  else
+    r.values = v.same_type ? value_reads::copied_per_task : value_reads::widened_per_head;
+
+  if (kind == pass_kind::attention && pr.q_len <= max_decode_rows && pr.kv_len >= 2 * min_chunk_keys)
+    r.key_chunks = std::min(max_key_chunks, pr.kv_len / std::max(min_chunk_keys, r.block_k));
+  r.key_chunks = std::max<std::size_t>(r.key_chunks, 1);
+  r.chunk_keys = round_up(blocks_of(pr.kv_len, r.key_chunks), r.block_k);
+  r.key_chunks = std::max<std::size_t>(1, blocks_of(pr.kv_len, r.chunk_keys));
+  // Grouped-query decoding: the query heads of a group read the same keys and values, so they are
+  // the rows of one tile and each key is loaded once for all of them.
+  const std::size_t group = pr.kv_heads > 0 ? pr.q_heads / pr.kv_heads : 1;
+  if (kind == pass_kind::attention && r.keys == key_reads::in_place && group > 1) {
+    r.group_rows = group;
+    r.block_q = group * pr.q_len;  // at most max_decode_rows: decoding
+    r.q_blocks = 1;
+    r.tasks = pr.batch * pr.kv_heads * r.key_chunks;
+  } else {
+    r.tasks = pr.batch * pr.q_heads * r.q_blocks * r.key_chunks;
+  }
+  return r;
+}
+
+/// The backward rules (see resolve_schedule).
+inline backward_schedule resolve_backward(const schedule& requested, const problem& pr, const plan_facts& facts,
+                                          const machine& m) {
+  const path_facts& path = facts.path;
+  backward_schedule r;
+  r.flop = 2.0 * double(pr.batch * pr.q_heads * pr.q_len) * double(pr.kv_len) * double(3 * path.width + 2 * pr.v_dim);
+  std::tie(r.threads, r.threads_reason) = resolve_threads(requested, r.flop, m);
+  const std::size_t block = round_up(144, std::lcm<std::size_t>(6, path.strip));
+  r.block_k = round_up(
+      std::min<std::size_t>(requested.block_k ? requested.block_k : block, std::max<std::size_t>(pr.kv_len, 1)),
+      path.lanes);
+  std::size_t bq = r.block_k;
+  while (bq * path.strip * path.acc_bytes > 24 * 1024 && bq % 12 == 0) bq /= 2;
+  r.block_q = std::min<std::size_t>(requested.block_q ? requested.block_q : bq, std::max<std::size_t>(pr.q_len, 1));
+  const std::size_t heads = pr.batch * pr.kv_heads, blocks = blocks_of(pr.kv_len, r.block_k);
+  r.key_chunks =
+      std::clamp<std::size_t>(blocks_of(8, heads), 1, std::min(max_key_chunks, std::max<std::size_t>(blocks, 1)));
+  r.chunk_keys = blocks_of(blocks, r.key_chunks) * r.block_k;
+  r.key_chunks = std::max<std::size_t>(1, blocks_of(pr.kv_len, r.chunk_keys));
+  r.tasks = heads * r.key_chunks * (r.chunk_keys / std::max<std::size_t>(r.block_k, 1));
+  r.heads = heads;
+  r.group = std::size_t(std::max(r.threads, 1));
+  const std::size_t nq = path.query_width ? path.query_width : path.width;
+  r.dq_in_place = r.key_chunks == 1 && path.query_grads_dense && nq == round_up(nq, path.lanes);
+  r.fused_epilogues = path.plain_products && !facts.modifiers && !facts.dropout;
+  r.rescan = resolve_forward(requested, pr, facts, pass_kind::scores, m);
+  return r;
+}
+
+}  // namespace detail
+
+/// The schedule a run uses, both directions.
+///
+/// Forward:
+///  - threads: a count the user sets is used as given; 0 means OpenMP's default, or one thread when
+///    the work is below serial_below_flop (default 2^22 flop: waking a team costs more).
+///  - block_k: 512 keys, halved (down to 64) until one key block's packed keys and values,
+///    block_k · (n + Dv) elements, fit in L2 -- the next block's keys then stream in beside them.
+///    Larger blocks pay the per-block costs (rescaling O, block sums, classification) less often.
+///  - block_q: 60 query rows; with fewer than 4 tasks per thread, smaller multiples of 6 so the
+///    hand-out can balance (block_q never changes a result bit).
+///  - keys packed into panels: once per evaluation, or, when one head's panels take less than a
+///    quarter of L2, per head by the thread whose task needs it (then still in its L2 when used).
+///  - decoding (at most 16 query rows per key head): keys scored in place, not packed; with no more
+///    than 16 query rows and at least 2048 keys, the keys split into up to 8 chunks of whole blocks
+///    (at least 1024 keys each) merged by log-sum-exp. The split depends only on the shape, never on
+///    the thread count, so results stay bitwise identical across thread counts. With grouped
+///    queries, one task takes the group's query heads as the rows of one tile.
+///  - values: packed in strips per head and thread (in key pairs for vdpbf16ps when bfloat16);
+///    when decoding, read in place when they can be, else converted.
+///
+/// Backward (attention only):
+///  - block_k (or as requested): the least multiple of 6 and of the P·V microkernel's strip width
+///    that is at least 144: whole 6-row register blocks and whole strips.
+///  - block_q (or as requested): block_k, halved while a strip of the transposed products' right
+///    operand (block_q rows of the strip width) exceeds 24 KiB and the half is a multiple of 6, so
+///    that the strip serves every register block of keys from L1. block_q divides block_k, so a
+///    causal diagonal cuts the same area of partial tiles as square blocks.
+///  - key_chunks: enough chunks for 8 when batch x key heads is smaller, up to 8 and at least block_k
+///    keys each. dQ gathers one partial per chunk, summed in chunk order: like the forward's
+///    decoding split this depends on the shape only, so the gradients are bitwise identical for
+///    every thread count.
+///  - tasks: one per key block. A chunk's key blocks add into its dQ partial in key order (each
+///    query block waits for its turn), so they may run on any threads and the sums are those of one
+///    thread. The streams (chunk, batch x key head) are handed out in groups of as many as there
+///    are threads, a key block of each in turn: the threads then mostly work on different streams
+///    whose operands fit in L3, and the last tasks are single key blocks.
+///  - dq_in_place: with one chunk and dense rows, dQ accumulates in its result.
+///  - fused_epilogues: without modifiers or dropout, tiles of plain products compute P and dS in the
+///    score products' epilogues.
+///  - threads as in the forward, by the backward's flop.
+inline resolved_schedule resolve_schedule(const schedule& requested, const problem& pr, const plan_facts& facts,
+                                          pass_kind kind, const machine& m = machine::here()) {
+  resolved_schedule r;
+  r.forward = detail::resolve_forward(requested, pr, facts, kind, m);
+  if (kind == pass_kind::attention) r.backward = detail::resolve_backward(requested, pr, facts, m);
+  return r;
+}
+
+}  // namespace xattn

@@ -1,0 +1,91 @@
+// Gradients against PyTorch autograd on d2l's own code (tests/data/goldens, made by
+// tools/goldens/make_grad_goldens.py in float64): masked_softmax's d_X through the reference
+// backward, DotProductAttention's d_queries, d_keys, d_values through grad() in double and float.
+//
+// Tolerances. double: both sides compute the same sums of O(10) terms of size O(1) in another
+// order, so they agree to a few ulp of the largest gradient; 1e-12 leaves a 1000x margin yet fails
+// on any formula error (the smallest non-zero gradients are ~1e-3). float: inputs rounded to float
+// (relative 6e-8) through the softmax and two products of at most 10 terms: 1e-5 relative to the
+// largest gradient of the case (of any input).
+#include "support/goldens.hpp"
+
+#include <xattn/eval/oracle/reference_grad.hpp>
+#include <xattn/xattn.hpp>
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+#include <xtensor/xview.hpp>
+
+#include <cmath>
+
+using namespace xattn;
+
+namespace {
+
+using testing::golden_tensor;
+using testing::read_golden;
+using testing::worst_flat;
+
+double largest(const xt::xarray<double>& a) { return xt::amax(xt::abs(a))(); }
+
+template <class T>
+void check_dot_product_case(const nlohmann::json& c, double rel_tol) {
+  const xt::xtensor<T, 3> q = golden_tensor<T>(c["queries"]), k = golden_tensor<T>(c["keys"]),
+                          v = golden_tensor<T>(c["values"]);
+  const xt::xtensor<T, 3> d_out = golden_tensor<T>(c["d_output"]);
+  const xt::xarray<int> lens = golden_tensor<int>(c["valid_lens"]);
+  const T scale = T(1) / std::sqrt(T(q.shape()[2]));
+  auto run = [&](const auto& L) {
+    const auto e = softmax(mask(ref(q) * trans(ref(k)) * scale, L)) * ref(v);
+    const auto f = eval_with_lse(e);
+    INFO(c["name"].get<std::string>());
+    CHECK(worst_flat(f.output, golden_tensor<double>(c["output"])) <=
+          rel_tol * largest(golden_tensor<double>(c["output"])));
+    const auto g = grad(e, f, d_out);
+    double scale = 0;  // the case's largest gradient (d2l's example has d_queries = 0 exactly: keys all equal)
+    for (const char* name : {"d_queries", "d_keys", "d_values"})
+      scale = std::max(scale, largest(golden_tensor<double>(c[name])));
+    for (const char* name : {"d_queries", "d_keys", "d_values"}) {
+      const auto want = golden_tensor<double>(c[name]);
+      const auto& got = name[2] == 'q' ? g.dq : name[2] == 'k' ? g.dk : g.dv;
+      INFO(name << ": worst " << worst_flat(got, want) << ", the case's largest gradient " << scale);
+      CHECK(worst_flat(got, want) <= rel_tol * scale);
+    }
+  };
+  if (lens.dimension() == 1)
+    run(lengths(xt::xtensor<int, 1>(lens)));
+  else
+    run(lengths(xt::xtensor<int, 2>(lens)));
+}
+
+}  // namespace
+
+TEST_CASE("goldens: d2l masked_softmax's input gradient (PyTorch autograd) by the reference backward") {
+  const auto file = read_golden("d2l_masked_softmax.json");
+  REQUIRE(file["cases"].size() == 3);
+  for (const auto& c : file["cases"]) {
+    INFO(c["name"].get<std::string>());
+    const xt::xtensor<double, 3> x = golden_tensor<double>(c["X"]);
+    const xt::xarray<int> lens = golden_tensor<int>(c["valid_lens"]);
+    auto check = [&](const auto& L) {
+      const auto e = softmax(mask(ref(x), L));
+      CHECK(worst_flat(eval(e), golden_tensor<double>(c["weights"])) < 1e-15);
+      const xt::xtensor<double, 3> d_w = golden_tensor<double>(c["d_weights"]);
+      const auto g = reference_grad(make_plan(e), xt::xtensor<double, 4>(xt::view(d_w, xt::all(), xt::newaxis())));
+      CHECK(worst_flat(g.dx, golden_tensor<double>(c["d_X"])) < 1e-12);
+    };
+    if (lens.dimension() == 1)
+      check(lengths(xt::xtensor<int, 1>(lens)));
+    else
+      check(lengths(xt::xtensor<int, 2>(lens)));
+  }
+}
+
+TEST_CASE("goldens: d2l DotProductAttention's gradients (PyTorch autograd) by grad()") {
+  const auto file = read_golden("d2l_dot_product_attention.json");
+  REQUIRE(file["cases"].size() == 3);
+  for (const auto& c : file["cases"]) {
+    check_dot_product_case<double>(c, 1e-12);
+    check_dot_product_case<float>(c, 1e-5);
+  }
+}

@@ -1,0 +1,157 @@
+// explain says what runs: built with XATTN_TRACE_TILE_OPS, the kernel and the score paths record
+// every tile operation they execute, and a run's record must be exactly the operations explain
+// named -- forward and backward, on the bf16 path, decoding, tensor scores, a combine policy and
+// masked and unmasked backward passes. (This executable alone is built in the recording mode.)
+#include "explain_examples.hpp"
+#include "support/random.hpp"
+
+#include <xattn/xattn.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+using namespace xattn;
+using kernel::tile_op;
+
+static_assert(kernel::tracing, "tests/eval/entry/test_trace.cpp must be built with XATTN_TRACE_TILE_OPS");
+
+namespace {
+
+std::vector<tile_op> sorted(std::vector<tile_op> v) {
+  std::sort(v.begin(), v.end());
+  return v;
+}
+
+std::string names(const std::vector<tile_op>& ops) {
+  std::string s;
+  for (tile_op op : ops) s += std::string(kernel::name_of(op)) + " ";
+  return s;
+}
+
+/// What ran == what explain named, and every name is in explain's text.
+void same(const std::vector<tile_op>& ran, const std::vector<tile_op>& explained, const std::string& text) {
+  INFO("ran: " << names(sorted(ran)) << "\nexplained: " << names(sorted(explained)) << "\n" << text);
+  REQUIRE(sorted(ran) == sorted(explained));
+  for (tile_op op : ran) REQUIRE(text.find(std::string(kernel::name_of(op))) != std::string::npos);
+}
+
+template <class E>
+explanation check_forward(const E& e, const schedule& s = {}) {
+  const explanation x = explain(e, s);
+  kernel::trace::clear();
+  (void)eval(e, s);
+  same(kernel::trace::recorded(), x.forward_ops, x.text);
+  return x;
+}
+
+template <class E>
+explanation check_backward(const E& e, const schedule& s = {}) {
+  const explanation x = explain(e, s, xattn::with_backward);
+  const auto f = eval_with_lse(e, s);
+  testing::rng r(99);
+  const auto d_out = r.tensor<float>(std::vector<std::size_t>(f.output.shape().begin(), f.output.shape().end()));
+  kernel::trace::clear();
+  (void)grad(e, f, d_out, s);
+  same(kernel::trace::recorded(), x.backward_ops, x.text);
+  return x;
+}
+
+}  // namespace
+
+TEST_CASE("trace: the forward runs what explain names") {
+  testing::rng r(1);
+  SECTION("bfloat16 operands: pairs on vdpbf16ps where the build has it, widened otherwise") {
+    xt::xtensor<bfloat16, 4> q = xt::xtensor<bfloat16, 4>::from_shape({1, 4, 200, 64}), k = q, v = q;
+    for (auto* t : {&q, &k, &v})
+      for (auto& x : *t) x = bfloat16(float(r.uniform(-1, 1)));
+    auto Q = ref(q), K = ref(k), V = ref(v);
+    const auto x = check_forward(softmax(mask(Q * trans(K) / 8.0f, causal())) * V);
+    REQUIRE(x.path == (kernel::has_dpbf16 ? "dot_bf16" : "dot_identity"));
+  }
+  SECTION("decoding: keys and values read in place, key chunks merged") {
+    const auto q = r.tensor<float>({1, 8, 1, 64}), k = r.tensor<float>({1, 8, 4096, 64});
+    const auto x = check_forward(softmax(ref(q) * trans(ref(k)) / 8.0f) * ref(k), {.threads = 2});
+    REQUIRE(x.schedule.forward.key_chunks > 1);
+    REQUIRE(x.schedule.forward.values == value_reads::in_place);
+  }
+  SECTION("scores given as a tensor, lengths mask") {
+    const auto s = r.tensor<float>({2, 100, 300}), v = r.tensor<float>({2, 300, 32});
+    const xt::xtensor<int, 1> lens = {250, 17};
+    const auto x = check_forward(softmax(mask(ref(s), lengths(lens))) * ref(v));
+    REQUIRE(x.path == "tensor");
+  }
+  SECTION("a combine policy: projections, then combine per pair") {
+    const auto q = r.tensor<float>({2, 100, 24}), k = r.tensor<float>({2, 120, 16}), v = r.tensor<float>({2, 120, 32});
+    const additive a{r.tensor<float>({8, 24}), r.tensor<float>({8, 16}), r.tensor<float>({8})};
+    const auto x = check_forward(softmax(score(a, ref(q), ref(k))) * ref(v));
+    REQUIRE(x.path == "pair_features");
+  }
+  SECTION("the weights, materialised") {
+    const auto q = r.tensor<float>({1, 2, 100, 32});
+    check_forward(softmax(mask(ref(q) * trans(ref(q)), causal())));
+  }
+}
+
+TEST_CASE("trace: the backward runs what explain names") {
+  testing::rng r(2);
+  const auto q = r.tensor<float>({1, 2, 300, 64}), k = r.tensor<float>({1, 2, 300, 64}),
+             v = r.tensor<float>({1, 2, 300, 64});
+  auto Q = ref(q), K = ref(k), V = ref(v);
+  SECTION("no mask: every tile plain, P and dS from the products' epilogues") {
+    const auto x = check_backward(softmax(Q * trans(K) / 8.0f) * V);
+    REQUIRE(x.schedule.backward.fused_epilogues);
+  }
+  SECTION("causal: plain tiles below the diagonal, the general steps on it") {
+    check_backward(softmax(mask(Q * trans(K) / 8.0f, causal())) * V);
+  }
+  SECTION("a modifier: no epilogues") {
+    const auto x = check_backward(softmax(softcap(Q * trans(K) / 8.0f, 20.0)) * V);
+    REQUIRE(!x.schedule.backward.fused_epilogues);
+  }
+  SECTION("a separable policy: features, products, terms, projections back") {
+    const auto x = check_backward(softmax(score(gaussian{4.0}, Q, K)) * V);
+    REQUIRE(x.path == "dot_features");
+  }
+  SECTION("a combine policy, pair by pair") {
+    const auto q3 = r.tensor<float>({2, 60, 24}), k3 = r.tensor<float>({2, 70, 16}), v3 = r.tensor<float>({2, 70, 32});
+    const additive a{r.tensor<float>({8, 24}), r.tensor<float>({8, 16}), r.tensor<float>({8})};
+    const xt::xtensor<int, 1> lens = {50, 70};
+    check_backward(softmax(mask(score(a, ref(q3), ref(k3)), lengths(lens, masked_rows::zero))) * ref(v3));
+  }
+  SECTION("scores given as a tensor") {
+    const auto s = r.tensor<float>({2, 100, 300}), v3 = r.tensor<float>({2, 300, 32});
+    check_backward(softmax(ref(s)) * ref(v3));
+  }
+}
+
+// The three explanations and the backward docs/design.md prints, on the shapes it prints them for.
+TEST_CASE("trace: the explanations quoted in docs/design.md") {
+  using namespace xattn::examples;
+  testing::rng r(3);
+  SECTION("causal self-attention, forward and backward") {
+    const xt::xtensor<float, 4> q = r.tensor<float>({1, 8, 2048, 64}), k = r.tensor<float>({1, 8, 2048, 64}),
+                                v = r.tensor<float>({1, 8, 2048, 64});
+    check_forward(causal_attention(q, k, v), two_threads);
+    const auto x = check_backward(causal_attention(q, k, v), two_threads);
+    REQUIRE(x.path == "dot_identity");
+  }
+  SECTION("d2l's additive attention with valid lengths") {
+    const xt::xtensor<float, 3> q = r.tensor<float>({2, 256, 64}), k = r.tensor<float>({2, 256, 32}),
+                                v = r.tensor<float>({2, 256, 64});
+    const additive a{r.tensor<float>({64, 64}), r.tensor<float>({64, 32}), r.tensor<float>({64})};
+    const xt::xtensor<int, 1> lens = {200, 256};
+    REQUIRE(check_forward(additive_attention(a, q, k, v, lens), two_threads).path == "pair_features");
+  }
+  SECTION("a decoding step against a bfloat16 KV cache") {
+    const xt::xtensor<float, 4> q = r.tensor<float>({1, 32, 1, 128});
+    xt::xtensor<bfloat16, 4> k = xt::xtensor<bfloat16, 4>::from_shape({1, 8, 4096, 128}), v = k;
+    for (auto* t : {&k, &v})
+      for (auto& x : *t) x = bfloat16(float(r.uniform(-1, 1)));
+    const auto x = check_forward(decode_step(q, k, v), two_threads);
+    REQUIRE(x.schedule.forward.group_rows == 4);
+    REQUIRE(x.schedule.forward.values == value_reads::in_place);
+  }
+}
