@@ -5,12 +5,35 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <string>
 
 namespace {
 
+// The CPU's name, family, model and stepping from /proc/cpuinfo (first processor), for report.py's summary:
+// Google Benchmark's context has the caches and the clock but not which CPU it ran on.
+void add_cpu_context() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line) && !line.empty()) {
+    const auto colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    std::string key = line.substr(0, colon);
+    key.erase(key.find_last_not_of(" \t") + 1);
+    const auto start = line.find_first_not_of(' ', colon + 1);
+    const std::string value = start == std::string::npos ? "" : line.substr(start);
+    if (key == "vendor_id") benchmark::AddCustomContext("cpu_vendor", value);
+    if (key == "cpu family") benchmark::AddCustomContext("cpu_family", value);
+    if (key == "model") benchmark::AddCustomContext("cpu_model_number", value);
+    if (key == "stepping") benchmark::AddCustomContext("cpu_stepping", value);
+    if (key == "model name") benchmark::AddCustomContext("cpu_model", value);
+  }
+  benchmark::AddCustomContext("avx512bf16", __builtin_cpu_supports("avx512bf16") ? "yes" : "no");
+}
+
 // Recorded in the JSON "context" so results.json says how it was produced.
 void add_context() {
+  add_cpu_context();
   char const* policy = std::getenv("OMP_WAIT_POLICY");
   benchmark::AddCustomContext("omp_wait_policy", policy ? policy : "unset");
   benchmark::AddCustomContext("xsimd_arch", xsimd::default_arch::name());

@@ -2,11 +2,19 @@
 """Turn xattn-bench's Google Benchmark JSON into results.md and gnuplot .dat/.gp/.png plots: GFLOP/s
 against sequence length (forward), and bars for the backward and the 16-bit rows.
 
-usage: report.py RESULTS_JSON OUT_DIR [EXTRA_JSON...]   (extra: ONNX Runtime, compile time)
+usage: report.py RESULTS_JSON OUT_DIR [EXTRA_JSON...]   (extra: ONNX Runtime, compile time, PyTorch, MPI)
+       report.py --summary [--out FILE] [--cpu LABEL] RESULTS_JSON [EXTRA_JSON...]
 
-Standard library only. Any variant may be missing (the xattn variant, a filtered run): its cells stay
-empty. Per benchmark the median over repetitions is used (Google Benchmark's median aggregate when
-present, else the median of the individual runs); for peak_fma the best repetition.
+The second form prints (or writes to FILE) one markdown section for docs/performance.md: the CPU
+(from the JSON "context": the CPU's name, family and model that xattn-bench records, num_cpus,
+mhz_per_cpu, caches, the SIMD architecture) and one table of the main rows of the run, each a
+range over the shapes it covers, for one and two threads. LABEL replaces the heading's CPU name.
+bench/run.sh writes it to BUILD_DIR/bench/summary.md.
+
+Standard library only. Any variant may be missing (the xattn variant, a filtered run, an extra file
+that is absent or unreadable): its cells stay empty. Per benchmark the median over repetitions is
+used (Google Benchmark's median aggregate when present, else the median of the individual runs);
+for peak_fma the best repetition.
 """
 import json
 import shutil
@@ -424,13 +432,260 @@ def other_measurements(benchmarks):
     return "\n".join(lines) + "\n"
 
 
+def read_json(path, required):
+    """A JSON file's object; {} for an extra file that is missing or unreadable (a comparison that
+    failed half-way), with a note on stderr. The results file itself must be readable."""
+    try:
+        data = json.loads(Path(path).read_text())
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError) as e:
+        if required:
+            sys.exit(f"report.py: cannot read {path}: {e}")
+        if Path(path).exists():
+            print(f"report.py: skipping {path}: {e}", file=sys.stderr)
+        return {}
+
+
+def load_run(results_json, extras):
+    """RESULTS_JSON with the benchmarks of every readable extra file appended."""
+    data = read_json(results_json, required=True)
+    data.setdefault("benchmarks", [])
+    for extra in extras:
+        data["benchmarks"].extend(b for b in read_json(extra, required=False).get("benchmarks", [])
+                                  if isinstance(b, dict) and "name" in b)
+    return data
+
+
+# ---- summary mode: one table per CPU for docs/performance.md ----
+
+# (vendor, family, models, steppings or None, name); the first match names the heading.
+MICROARCHITECTURES = [
+    ("AuthenticAMD", 23, range(0x00, 0x30), None, "AMD Zen / Zen+"),
+    ("AuthenticAMD", 23, range(0x30, 0x100), None, "AMD Zen 2"),
+    ("AuthenticAMD", 25, range(0x00, 0x10), None, "AMD Zen 3"),
+    ("AuthenticAMD", 25, range(0x20, 0x30), None, "AMD Zen 3"),
+    ("AuthenticAMD", 25, range(0x40, 0x50), None, "AMD Zen 3+"),
+    ("AuthenticAMD", 25, range(0x10, 0x20), None, "AMD Zen 4"),
+    ("AuthenticAMD", 25, range(0x60, 0x80), None, "AMD Zen 4"),
+    ("AuthenticAMD", 25, range(0xa0, 0xb0), None, "AMD Zen 4"),
+    ("AuthenticAMD", 26, range(0x00, 0x100), None, "AMD Zen 5"),
+    ("GenuineIntel", 6, (85,), range(0, 5), "Intel Skylake-SP"),
+    ("GenuineIntel", 6, (85,), range(5, 8), "Intel Cascade Lake"),
+    ("GenuineIntel", 6, (85,), range(8, 16), "Intel Cooper Lake"),
+    ("GenuineIntel", 6, (106, 108), None, "Intel Ice Lake-SP"),
+    ("GenuineIntel", 6, (143,), None, "Intel Sapphire Rapids"),
+    ("GenuineIntel", 6, (207,), None, "Intel Emerald Rapids"),
+]
+
+
+def as_int(text):
+    try:
+        return int(str(text), 0)
+    except ValueError:
+        return None
+
+
+def microarchitecture(context):
+    vendor, family = context.get("cpu_vendor"), as_int(context.get("cpu_family", ""))
+    model, stepping = as_int(context.get("cpu_model_number", "")), as_int(context.get("cpu_stepping", ""))
+    for v, f, models, steppings, name in MICROARCHITECTURES:
+        if vendor == v and family == f and model in models and (steppings is None or stepping in steppings):
+            return name
+    return None
+
+
+def byte_size(n):
+    for unit, size in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:g} {unit}"
+    return f"{n} B"
+
+
+def cpu_facts(context, results):
+    """The line under the heading: which CPU, its ISA as the build saw it, its caches."""
+    name = context.get("cpu_model", "")
+    ids = [f"{k} {context[key]}" for k, key in (("family", "cpu_family"), ("model", "cpu_model_number"),
+                                                ("stepping", "cpu_stepping")) if context.get(key)]
+    cpu = (name + (f" ({', '.join(ids)})" if ids else "")).strip()
+    count = [f"{context['num_cpus']} CPUs" if "num_cpus" in context else "",
+             f"at {context['mhz_per_cpu']:.0f} MHz" if number(context.get("mhz_per_cpu")) else ""]
+    cpu = ", ".join(x for x in [cpu, " ".join(x for x in count if x)] if x)
+    arch, lanes = context.get("xsimd_arch", ""), context.get("xsimd_float_lanes", "")
+    family = "AVX-512" if "avx512" in arch else "AVX2 + FMA" if "avx2" in arch else arch
+    isa = f"{family} (xsimd {arch}" + (f", {lanes} float lanes)" if lanes else ")") if arch else ""
+    bf16 = context.get("avx512bf16")
+    if bf16 is None:  # an older JSON: peak_bf16 is an error row exactly where the CPU lacks it
+        peak16 = [v for parts, v in results.items() if parts[0] == PEAK_BF16]
+        bf16 = None if not peak16 else "yes" if any(number(v) for v in peak16) else "no"
+    isa = ", ".join(x for x in [isa, f"AVX512-BF16: {bf16}" if bf16 else ""] if x)
+    names = {("Data", 1): "L1d", ("Unified", 2): "L2", ("Unified", 3): "L3"}
+    caches = ", ".join(f"{names[(c.get('type'), c.get('level'))]} {byte_size(c['size'])}"
+                       for c in context.get("caches", []) if (c.get("type"), c.get("level")) in names and "size" in c)
+    parts = [f"CPU: {cpu}." if cpu else "", f"ISA: {isa}." if isa else "", f"Caches: {caches}." if caches else ""]
+    return " ".join(x for x in parts if x)
+
+
+def span(values, fmt, unit):
+    """'lo–hi unit' over the numbers in values, one number when both print the same, '' when none."""
+    values = [v for v in values if number(v)]
+    if not values:
+        return ""
+    lo, hi = fmt.format(min(values)), fmt.format(max(values))
+    return (lo if lo == hi else f"{lo}–{hi}") + unit
+
+
+def percent(values):
+    return span([100 * v for v in values if number(v)], "{:.0f}", " %")
+
+
+def times(values):
+    return span(values, "{:.2f}", "×")
+
+
+def kind(shape):
+    """decode (Sq = 1), causal, long (dense, Sq >= 2048) or short (dense, Sq < 2048)."""
+    b, h, sq, skv, d, causal, threads = shape
+    return "decode" if sq == 1 else "causal" if causal else "long" if sq >= 2048 else "short"
+
+
+def summary(context, results, benchmarks, label=None):
+    """One markdown section: heading (CPU and date), the CPU's facts, and the table of the run's main
+    rows. Every cell is a range over the shapes a row covers, with ratios taken within this run."""
+    peaks = {int(p[1]): v for p, v in results.items() if p[0] == PEAK and len(p) == 2}
+    peak16 = {int(p[1]): v for p, v in results.items() if p[0] == PEAK_BF16 and len(p) == 2}
+    reads = {}
+    for parts, v in counter_medians(benchmarks, "gbytes_per_s").items():
+        if parts[:2] == ("bandwidth", "read") and len(parts) == 3:
+            reads[int(parts[2])] = v
+    rows = shape_rows(results, [FUSED] + BASELINES + SIXTEEN + BACKWARD + ["torch_d2l_fwd_bwd"])
+    per_fwd = {tuple(int(x) for x in p[1:]): v for p, v in counter_medians(benchmarks, "bwd_per_fwd").items()
+               if p[0] == "xattn_fwd_bwd" and len(p) == len(SHAPE_FIELDS) + 1 and all(x.isdigit() for x in p[1:])}
+    threads = (1, 2)
+
+    def pick(t, kinds):
+        return [(s, r) for s, r in rows.items() if s[-1] == t and kind(s) in kinds]
+
+    def of_peak(variant, kinds, ceiling):
+        return lambda t: percent([ratio(r.get(variant), ceiling.get(t)) for s, r in pick(t, kinds)])
+
+    def versus(a, b, kinds):
+        return lambda t: times([ratio(r.get(a), r.get(b)) for s, r in pick(t, kinds)])
+
+    def two_over_one(variant, kinds):
+        def cells(t):
+            if t != 2:
+                return ""
+            return times([ratio(r.get(variant), rows.get(s[:-1] + (1,), {}).get(variant)) for s, r in pick(2, kinds)])
+        return cells
+
+    def decode(variant, bytes_per):
+        def cells(t):
+            fractions = []
+            for (b, h, sq, skv, d, causal, tt), r in pick(t, {"decode"}):
+                if number(r.get(variant)) and r[variant] > 0 and number(reads.get(t)) and reads[t] > 0:
+                    seconds = 4.0 * b * h * sq * skv * d / (r[variant] * 1e9)
+                    fractions.append(2.0 * b * h * skv * d * bytes_per / seconds / 1e9 / reads[t])
+            return percent(fractions)
+        return cells
+
+    def grouped(t):
+        return percent([ratio(v, reads.get(t)) for p, v in counter_medians(benchmarks, "gbytes_per_s").items()
+                        if p[0] in GQA and len(p) == 8 and p[-1] == str(t)])
+
+    def additive(t):
+        ms = {p: v for p, v in counter_medians(benchmarks, "ms").items() if p[0] == "additive" and p[-1] == str(t)}
+        return times([ratio(v, ms.get(("additive", "fused_fwd_bwd") + p[2:]))
+                      for p, v in ms.items() if p[1] == "torch_d2l_fwd_bwd"])
+
+    def ring(t):
+        if t != 2:
+            return ""
+        return times([ratio(v, results.get(p[:5] + ("single", "1", "1"))) for p, v in results.items()
+                      if p[0] == "xattn_ring" and len(p) == 8 and p[5:] == ("zigzag", "2", "1")])
+
+    def measured(values):
+        def cells(t):
+            v = values.get(t)
+            if v is None:
+                return ""
+            return f"{v:.1f}" if number(v) else "none"
+        return cells
+
+    table = [
+        ("`peak_fma`: FMA peak, GFLOP/s", measured(peaks)),
+        ("`peak_bf16`: `vdpbf16ps` peak, GFLOP/s", measured(peak16)),
+        ("`bandwidth/read`: read bandwidth, GB/s", measured(reads)),
+        ("forward fp32, dense, S ≥ 2048: % of `peak_fma`", of_peak(FUSED, {"long"}, peaks)),
+        ("forward fp32, dense, S ≤ 512: % of `peak_fma`", of_peak(FUSED, {"short"}, peaks)),
+        ("forward fp32, causal: % of `peak_fma`", of_peak(FUSED, {"causal"}, peaks)),
+        ("forward fp32: two threads ÷ one", two_over_one(FUSED, {"long", "short", "causal"})),
+        ("forward: xattn ÷ OpenBLAS unfused, dense", versus(FUSED, "blas_unfused", {"long", "short"})),
+        ("forward: xattn ÷ OpenBLAS unfused, causal", versus(FUSED, "blas_unfused", {"causal"})),
+        ("forward: xattn ÷ ONNX Runtime, dense", versus(FUSED, "ort", {"long", "short"})),
+        ("forward: xattn ÷ ONNX Runtime, causal", versus(FUSED, "ort", {"causal"})),
+        ("forward: xattn ÷ d2l recipe in xtensor, dense", versus(FUSED, "xtensor_eager", {"long", "short"})),
+        ("backward fp32, dense: % of `peak_fma`", of_peak("xattn_bwd", {"long", "short"}, peaks)),
+        ("backward fp32, causal: % of `peak_fma`", of_peak("xattn_bwd", {"causal"}, peaks)),
+        ("backward fp32: two threads ÷ one", two_over_one("xattn_bwd", {"long", "short", "causal"})),
+        ("backward time ÷ forward time (`bwd_per_fwd`)",
+         lambda t: times([v for s, v in per_fwd.items() if s[-1] == t])),
+        ("forward + backward: xattn ÷ OpenBLAS unfused, dense",
+         versus("xattn_fwd_bwd", "blas_unfused_fwd_bwd", {"long", "short"})),
+        ("forward + backward: xattn ÷ OpenBLAS unfused, causal",
+         versus("xattn_fwd_bwd", "blas_unfused_fwd_bwd", {"causal"})),
+        ("forward + backward: xattn ÷ PyTorch (d2l recipe), dense",
+         versus("xattn_fwd_bwd", "torch_d2l_fwd_bwd", {"long", "short"})),
+        ("bf16 ÷ fp32, forward, dense, S ≥ 2048", versus("xattn_bf16", FUSED, {"long"})),
+        ("bf16 ÷ fp32, forward, causal", versus("xattn_bf16", FUSED, {"causal"})),
+        ("bf16 forward, dense, S ≥ 2048: % of `peak_bf16`", of_peak("xattn_bf16", {"long"}, peak16)),
+        ("f16 ÷ fp32, forward, dense, S ≥ 2048", versus("xattn_f16", FUSED, {"long"})),
+        ("decode fp32 (Sq = 1): K and V read at % of `bandwidth/read`", decode(FUSED, 4)),
+        ("decode bf16: % of `bandwidth/read`", decode("xattn_bf16", 2)),
+        ("decode f16: % of `bandwidth/read`", decode("xattn_f16", 2)),
+        ("grouped-query decode (32 query heads on 8 KV heads; fp32, bf16, f16): % of `bandwidth/read`", grouped),
+        ("additive attention, forward + backward: PyTorch (d2l) time ÷ xattn time", additive),
+        ("causal S = 32768 on 2 MPI ranks × 1 thread ÷ one process × 1 thread", ring),
+    ]
+    name = label or microarchitecture(context) or context.get("cpu_model") or context.get("host_name") or "this CPU"
+    date = str(context.get("date", ""))[:10]
+    lines = [f"### {name}" + (f": measured {date}" if date else ""), ""]
+    facts = cpu_facts(context, results)
+    if facts:
+        lines += [facts, ""]
+    lines += ["| row | 1 thread | 2 threads |", "|---|---:|---:|"]
+    lines += [f"| {what} | " + " | ".join(cells(t) for t in threads) + " |" for what, cells in table]
+    return "\n".join(lines) + "\n"
+
+
+def summary_main(argv):
+    out, label, files = None, None, []
+    args = iter(argv)
+    for a in args:
+        if a in ("--out", "--cpu"):
+            value = next(args, None)
+            if value is None:
+                sys.exit(f"report.py: {a} needs a value")
+            out, label = (value, label) if a == "--out" else (out, value)
+        else:
+            files.append(a)
+    if not files:
+        sys.exit("usage: report.py --summary [--out FILE] [--cpu LABEL] RESULTS_JSON [EXTRA_JSON...]")
+    data = load_run(files[0], files[1:])
+    md = summary(data.get("context", {}), collect(data["benchmarks"]), data["benchmarks"], label)
+    if out:
+        Path(out).write_text(md)
+        print(f"wrote {out}")
+    else:
+        print(md, end="")
+
+
 def main(argv):
+    if len(argv) > 1 and argv[1] == "--summary":
+        return summary_main(argv[2:])
     if len(argv) < 3:
-        sys.exit("usage: report.py RESULTS_JSON OUT_DIR [EXTRA_JSON...]")
-    data = json.loads(Path(argv[1]).read_text())
-    for extra in argv[3:]:
-        if Path(extra).exists():
-            data.setdefault("benchmarks", []).extend(json.loads(Path(extra).read_text()).get("benchmarks", []))
+        sys.exit("usage: report.py RESULTS_JSON OUT_DIR [EXTRA_JSON...]\n"
+                 "       report.py --summary [--out FILE] [--cpu LABEL] RESULTS_JSON [EXTRA_JSON...]")
+    data = load_run(argv[1], argv[3:])
     out_dir = Path(argv[2])
     out_dir.mkdir(parents=True, exist_ok=True)
 

@@ -3,7 +3,8 @@
 #   BENCH_FILTER       regex on benchmark names (default: all), e.g. 'peak_fma|/512/512/'
 #   BENCH_MIN_TIME     seconds per repetition (default 1; the whole suite then takes about 11 minutes)
 #   BENCH_REPETITIONS  repetitions per benchmark, reported as their median (default 5)
-# Writes BUILD_DIR/bench/results.{json,md} and plots (.dat, .gp, .png): gflops_vs_seqlen, backward, sixteen_bit.
+# Writes BUILD_DIR/bench/results.{json,md}, plots (.dat, .gp, .png): gflops_vs_seqlen, backward, sixteen_bit,
+# and summary.md: the table of docs/performance.md for this CPU (bench/report.py --summary).
 set -euo pipefail
 
 build=${1:?usage: bench/run.sh BUILD_DIR [benchmark flags]}
@@ -54,5 +55,7 @@ echo "{\"benchmarks\": [{\"name\": \"compile/five_pipelines_O2\", \"run_type\": 
 bash "$here/ort.sh" "$out/ort.json" || echo "run.sh: ONNX Runtime comparison failed; continuing" >&2
 
 /usr/bin/python3 "$here/torch_d2l.py" "$out/torch_d2l.json" || echo "run.sh: PyTorch comparison failed; continuing" >&2
-python3 "$here/report.py" "$out/results.json" "$out" "$out/compile.json" "$out/ort.json" "$out/torch_d2l.json" \
-  "$out/ring_single.json" "$out/ring_np2.json"
+extras=("$out/compile.json" "$out/ort.json" "$out/torch_d2l.json" "$out/ring_single.json" "$out/ring_np2.json")
+python3 "$here/report.py" "$out/results.json" "$out" "${extras[@]}"
+# The per-CPU table of docs/performance.md, from the same files.
+python3 "$here/report.py" --summary --out "$out/summary.md" "$out/results.json" "${extras[@]}"
