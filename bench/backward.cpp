@@ -2,7 +2,7 @@
 // xattn_fwd_bwd (eval_with_lse then grad), blas_unfused_bwd (OpenBLAS with the weights P
 // materialised, as autograd saves them: dV = Pᵀ·dO, dP = dO·Vᵀ, dS = P∘(dP − rowsum(P∘dP)),
 // dQ = c·dS·K, dK = c·dSᵀ·Q; P is computed once before timing) and blas_unfused_fwd_bwd (that
-// forward, P = softmax(c·Q·Kᵀ) kept and O = P·V, then that backward), over the shapes of issue 17.
+// forward, P = softmax(c·Q·Kᵀ) kept and O = P·V, then that backward), over the backward shapes.
 // gflops counts FlashAttention-2's 2.5 x 4·B·H·Sq·Skv·D for a backward (causal: half), 3.5 x for
 // forward + backward -- the same count for every row, so ratios of gflops are ratios of time.
 // blas_products_bwd is that backward's matrix products alone, with S = c·Q·Kᵀ recomputed first as

@@ -28,11 +28,11 @@ BASELINES = ["blas_unfused", "xtensor_eager", "ort"]
 OTHER = ("additive", "user_policy", "documents", "memory", "compile", "tile", "bandwidth")  # measurements outside the shape table
 PEAK = "peak_fma"
 PEAK_BF16 = "peak_bf16"
-# 16-bit operands (issue 18): their own table over the same shapes, and grouped-query decode rows
+# 16-bit operands: their own table over the same shapes, and grouped-query decode rows
 # "<variant>_gqa/<B>/<Hq>/<Hkv>/<Sq>/<Skv>/<D>/<threads>" with a gbytes_per_s counter.
 SIXTEEN = ["xattn_bf16", "xattn_f16"]
 GQA = ["xattn_gqa", "xattn_bf16_gqa", "xattn_f16_gqa"]
-# The backward pass (issue 17): its own table, same shape fields, FlashAttention-2's flop count.
+# The backward pass: its own table, same shape fields, FlashAttention-2's flop count.
 # blas_products_bwd: the backward's five matrix products alone, by OpenBLAS (no softmax gradient).
 BACKWARD = ["xattn_bwd", "blas_products_bwd", "blas_unfused_bwd", "xattn_fwd_bwd", "blas_unfused_fwd_bwd",
             "torch_d2l_fwd_bwd"]

@@ -53,7 +53,9 @@ struct probs_epilogue {
     [[gnu::always_inline]] void operator()(std::size_t i, const batch<Acc> (&acc)[C], Acc* dst) const {
       const batch<Acc> t(e->t[r0 + i]), c(e->c);
       batch<Acc> sum = e->sums[r0 + i];
-      detail::each<C>([&](auto k) {
+      // forced inline: with the exponential inside, GCC may leave the per-batch step out of line
+      // in a large caller, spilling the microkernel's accumulators
+      detail::each<C>([&](auto k) __attribute__((always_inline)) {
         const batch<Acc> p = exp2_nonpositive(xsimd::fms(acc[k], c, t));
         simd::store(dst + k * simd::width<Acc>, p);
         sum += p;
@@ -79,7 +81,7 @@ struct softmax_grad_epilogue {
     template <std::size_t C>
     [[gnu::always_inline]] void operator()(std::size_t i, const batch<Acc> (&acc)[C], Acc* dst) const {
       const batch<Acc> d(e->delta[r0 + i]), c(e->c);
-      detail::each<C>([&](auto k) {
+      detail::each<C>([&](auto k) __attribute__((always_inline)) {
         Acc* at = dst + k * simd::width<Acc>;
         simd::store(at, c * simd::load(at + e->p_offset) * (acc[k] - d));
       });

@@ -3,8 +3,7 @@
 // panels, or values widened from 16 bits -- each made when a task first needs it. A thread's tasks
 // take a head's query blocks in turn, so each block is made about once, just before use, and is
 // still in that core's L2 when the head's next task reads it. Copies of every head made beforehand
-// go out to memory and back (keys of S = 128, D = 64: a sixth of the time); copies made per task
-// repeat the work for every query block (16-bit values of S = 2048: an eighth of the time).
+// go out to memory and back; copies made per task repeat the work for every query block.
 #include "../../kernel/aligned.hpp"
 
 #include <algorithm>

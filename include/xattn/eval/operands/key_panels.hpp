@@ -83,7 +83,7 @@ void pack_key_panels(key_panels<Format>& kp, const problem& pr, std::ptrdiff_t d
   }
 }
 
-/// One thread's panels of one (batch, kv head) at a time (resolved_schedule::pack_per_head), each
+/// One thread's panels of one (batch, kv head) at a time (key_reads::per_head), each
 /// key block packed when a task first needs it.
 template <class Format>
 class head_panels {

@@ -111,7 +111,7 @@ struct dot_features_path {
         kernel::qk_tile(q, n_, rows, kt, n_, colsp, s, lds);
       else
         kernel::qk_direct(
-            q, n_, rows, [&](std::size_t c) { return key(j0 + c); }, cols, n_, s, lds);
+            q, n_, rows, [&](std::size_t c) { return k_.f.row(b, hk, j0 + c); }, cols, n_, s, lds);
       for (std::size_t r = 0; r < rows; ++r)
         for (std::size_t c = 0; c < cols; ++c)
           s[r * lds + c] += alpha_[r0 + r] + scale_ * Acc(k_.f.term_of(b, hk, j0 + c));

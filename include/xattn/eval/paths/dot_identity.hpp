@@ -91,7 +91,7 @@ struct dot_identity_path {
         kernel::qk_tile(q, n_, rows, kt, n_, colsp, s, lds);
       else
         kernel::qk_direct(
-            q, n_, rows, [&](std::size_t c) { return key(j0 + c); }, cols, n_, s, lds);
+            q, n_, rows, [&](std::size_t c) { return kv.row(b, hk, j0 + c); }, cols, n_, s, lds);
     }
 
    private:

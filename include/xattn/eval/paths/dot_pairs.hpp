@@ -76,7 +76,7 @@ struct dot_pairs_path {
         kernel::qk_tile_pairs(q, ldq_, rows, kt, n_, colsp, scale_, s, lds);
       else
         kernel::qk_direct_pairs(
-            q, ldq_, rows, [&](std::size_t c) { return key(j0 + c); }, cols, n_, scale_, s, lds);
+            q, ldq_, rows, [&](std::size_t c) { return kv.row(b, hk, j0 + c); }, cols, n_, scale_, s, lds);
     }
 
    private:
