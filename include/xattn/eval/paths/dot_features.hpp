@@ -17,7 +17,6 @@
 #include "parts/common.hpp"
 #include "parts/dot_grads.hpp"
 #include "parts/feature_grads.hpp"
-#include "parts/term_grads.hpp"
 
 #include <string_view>
 #include <vector>
@@ -133,49 +132,7 @@ struct dot_features_path {
 
   using grads = feature_grads<Acc, Base>;
 
-  class grad_tiles {
-   public:
-    grad_tiles(const Base&, const problem&, grads& g, const backward_schedule& bs, Acc scale)
-        : g_(g), dot_(g.fq.width(), bs), terms_(bs), scale_(scale) {}
-
-    void begin_task() {}
-    void load_keys(std::size_t b, std::size_t hk, std::size_t j0, std::size_t cols) {
-      dot_.load_keys(g_.fk.view(), b, hk, j0, cols);
-      terms_.load_keys(g_.fk, b, hk, j0, cols);
-    }
-    void load_queries(std::size_t b, std::size_t h, std::size_t i0, std::size_t rows, std::size_t chunk) {
-      dot_.load_queries(g_.fq.view(), b, h, i0, rows);
-      terms_.load_queries(g_.fq, b, h, i0);
-      dalpha_ = g_.dalpha_part(chunk, b, h, i0);
-      rows_ = rows;
-    }
-    /// scale · (fq·fk + α + β), rows of the tile.
-    template <class Range>
-    void scores(std::size_t, std::size_t colsp, Acc* s, std::size_t lds, Range range) {
-      dot_.product(colsp, s, lds, range);
-      terms_.add(s, lds, rows_, colsp);
-      for (std::size_t r = 0; r < rows_; ++r) kernel::scale_row(s + r * lds, colsp, scale_);
-    }
-    template <class RowRange, class KeyRange>
-    void gradients(const Acc* ds, std::size_t lds, std::size_t cols, std::size_t colsp, Acc* dq, RowRange rows,
-                   KeyRange keys) {
-      terms_.gradients(ds, lds, rows_, colsp, dalpha_);
-      dot_.gradients(ds, lds, cols, dq, rows, keys);
-    }
-    void store_keys(std::size_t b, std::size_t hk, std::size_t j0, std::size_t cols) {
-      dot_.store_keys(g_.dfk.view(), b, hk, j0, cols);
-      terms_.store_keys(g_.dfk, b, hk, j0, cols);
-    }
-    void end_task(std::size_t) {}
-
-   private:
-    grads& g_;
-    dot_grads<Acc> dot_;
-    term_grads<Acc> terms_;
-    Acc scale_;
-    Acc* dalpha_ = nullptr;
-    std::size_t rows_ = 0;
-  };
+  using grad_tiles = feature_grad_tiles<Acc, Base, dot_grads<Acc>, true>;
 };
 
 }  // namespace xattn

@@ -13,7 +13,6 @@
 #include "parts/common.hpp"
 #include "parts/feature_grads.hpp"
 #include "parts/pair_grads.hpp"
-#include "parts/term_grads.hpp"
 
 #include <span>
 #include <string_view>
@@ -103,50 +102,7 @@ struct pair_features_path {
 
   using grads = feature_grads<Acc, Base>;
 
-  class grad_tiles {
-   public:
-    grad_tiles(const Base& base, const problem&, grads& g, const backward_schedule& bs, Acc scale)
-        : g_(g), pairs_(base.policy, g.fq.width(), g.fk.width(), bs), terms_(bs), scale_(scale) {}
-
-    void begin_task() { pairs_.begin_task(); }
-    void load_keys(std::size_t b, std::size_t hk, std::size_t j0, std::size_t cols) {
-      pairs_.load_keys(g_.fk.view(), b, hk, j0, cols);
-      terms_.load_keys(g_.fk, b, hk, j0, cols);
-    }
-    void load_queries(std::size_t b, std::size_t h, std::size_t i0, std::size_t rows, std::size_t chunk) {
-      pairs_.load_queries(g_.fq.view(), b, h, i0, rows);
-      terms_.load_queries(g_.fq, b, h, i0);
-      dalpha_ = g_.dalpha_part(chunk, b, h, i0);
-      rows_ = rows;
-    }
-    /// scale · (combine(fq, fk) + α + β), rows of the tile.
-    template <class Range>
-    void scores(std::size_t cols, std::size_t colsp, Acc* s, std::size_t lds, Range) {
-      kernel::trace::note(kernel::tile_op::pair_scores);
-      pairs_.scores(cols, s, lds);
-      terms_.add(s, lds, rows_, colsp);
-      for (std::size_t r = 0; r < rows_; ++r) kernel::scale_row(s + r * lds, colsp, scale_);
-    }
-    template <class RowRange, class KeyRange>
-    void gradients(const Acc* ds, std::size_t lds, std::size_t cols, std::size_t colsp, Acc* dq, RowRange, KeyRange) {
-      kernel::trace::note(kernel::tile_op::pair_gradients);
-      terms_.gradients(ds, lds, rows_, colsp, dalpha_);
-      pairs_.gradients(ds, lds, cols, dq);
-    }
-    void store_keys(std::size_t b, std::size_t hk, std::size_t j0, std::size_t cols) {
-      pairs_.store_keys(g_.dfk.view(), b, hk, j0, cols);
-      terms_.store_keys(g_.dfk, b, hk, j0, cols);
-    }
-    void end_task(std::size_t id) { pairs_.store_parameters(g_.task_parameters(id)); }
-
-   private:
-    grads& g_;
-    pair_grads<Acc, policy_t> pairs_;
-    term_grads<Acc> terms_;
-    Acc scale_;
-    Acc* dalpha_ = nullptr;
-    std::size_t rows_ = 0;
-  };
+  using grad_tiles = feature_grad_tiles<Acc, Base, pair_grads<Acc, policy_t>, true>;
 };
 
 }  // namespace xattn

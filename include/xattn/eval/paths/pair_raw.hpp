@@ -83,42 +83,7 @@ struct pair_raw_path {
 
   using grads = feature_grads<Acc, Base>;
 
-  class grad_tiles {
-   public:
-    grad_tiles(const Base& base, const problem&, grads& g, const backward_schedule& bs, Acc scale)
-        : g_(g), pairs_(base.policy, g.fq.width(), g.fk.width(), bs), scale_(scale) {}
-
-    void begin_task() { pairs_.begin_task(); }
-    void load_keys(std::size_t b, std::size_t hk, std::size_t j0, std::size_t cols) {
-      pairs_.load_keys(g_.fk.view(), b, hk, j0, cols);
-    }
-    void load_queries(std::size_t b, std::size_t h, std::size_t i0, std::size_t rows, std::size_t) {
-      pairs_.load_queries(g_.fq.view(), b, h, i0, rows);
-      rows_ = rows;
-    }
-    /// scale · q(q, k), rows of the tile.
-    template <class Range>
-    void scores(std::size_t cols, std::size_t colsp, Acc* s, std::size_t lds, Range) {
-      kernel::trace::note(kernel::tile_op::pair_scores);
-      pairs_.scores(cols, s, lds);
-      for (std::size_t r = 0; r < rows_; ++r) kernel::scale_row(s + r * lds, colsp, scale_);
-    }
-    template <class RowRange, class KeyRange>
-    void gradients(const Acc* ds, std::size_t lds, std::size_t cols, std::size_t, Acc* dq, RowRange, KeyRange) {
-      kernel::trace::note(kernel::tile_op::pair_gradients);
-      pairs_.gradients(ds, lds, cols, dq);
-    }
-    void store_keys(std::size_t b, std::size_t hk, std::size_t j0, std::size_t cols) {
-      pairs_.store_keys(g_.dfk.view(), b, hk, j0, cols);
-    }
-    void end_task(std::size_t id) { pairs_.store_parameters(g_.task_parameters(id)); }
-
-   private:
-    grads& g_;
-    pair_grads<Acc, policy_t> pairs_;
-    Acc scale_;
-    std::size_t rows_ = 0;
-  };
+  using grad_tiles = feature_grad_tiles<Acc, Base, pair_grads<Acc, policy_t>, false>;
 };
 
 }  // namespace xattn

@@ -49,6 +49,8 @@ class dot_grads {
         dk_(bk_ * np_) {}
 
   std::size_t width() const noexcept { return n_; }
+  void begin_task() {}
+  void store_parameters(Acc*) const {}
 
   /// Key rows [j0, j0 + cols) of head (b, hk) of view k packed, and their gradient zeroed.
   template <class View>
@@ -71,6 +73,12 @@ class dot_grads {
   template <class Range = kernel::every_column, class Epi = kernel::plain_epilogue>
   void product(std::size_t cols_padded, Acc* s, std::size_t lds, Range range = {}, const Epi& epi = {}) const {
     kernel::qk_tile(q_rows_, ldq_, rows_, kp_.data(), n_, cols_padded, s, lds, range, epi);
+  }
+
+  /// s = Q·Kᵀ of the tile's rows (the interface every product of a feature path has).
+  template <class Range>
+  void scores(std::size_t, std::size_t cols_padded, Acc* s, std::size_t lds, Range range) const {
+    product(cols_padded, s, lds, range);
   }
 
   /// dK += dSᵀ·Q and dq += dS·K from the tile's dS (lds apart, cols keys); dq's rows np apart.

@@ -12,6 +12,9 @@
 #include "../../operands/features.hpp"
 #include "../../plan/schedule.hpp"
 #include "common.hpp"
+#include "dot_grads.hpp"
+#include "pair_grads.hpp"
+#include "term_grads.hpp"
 
 #include <span>
 #include <vector>
@@ -116,6 +119,65 @@ struct feature_grads {
           }
         }
   }
+};
+
+/// One thread's backward tiles of a path in feature space: Products (dot_grads: fq·fk by the
+/// microkernels, or pair_grads: the policy's code per pair) on the projected rows, plus the terms
+/// α_i + β_j when the policy has them (Terms).
+template <class Acc, class Base, class Products, bool Terms>
+class feature_grad_tiles {
+ public:
+  using grads = feature_grads<Acc, Base>;
+
+  feature_grad_tiles(const Base& base, const problem&, grads& g, const backward_schedule& bs, Acc scale)
+      : g_(g), products_(make(base, g, bs)), terms_(bs), scale_(scale) {}
+
+  void begin_task() { products_.begin_task(); }
+  void load_keys(std::size_t b, std::size_t hk, std::size_t j0, std::size_t cols) {
+    products_.load_keys(g_.fk.view(), b, hk, j0, cols);
+    if constexpr (Terms) terms_.load_keys(g_.fk, b, hk, j0, cols);
+  }
+  void load_queries(std::size_t b, std::size_t h, std::size_t i0, std::size_t rows, std::size_t chunk) {
+    products_.load_queries(g_.fq.view(), b, h, i0, rows);
+    if constexpr (Terms) {
+      terms_.load_queries(g_.fq, b, h, i0);
+      dalpha_ = g_.dalpha_part(chunk, b, h, i0);
+    }
+    rows_ = rows;
+  }
+  /// scale · (score of the features + α + β), rows of the tile.
+  template <class Range>
+  void scores(std::size_t cols, std::size_t colsp, Acc* s, std::size_t lds, Range range) {
+    products_.scores(cols, colsp, s, lds, range);
+    if constexpr (Terms) terms_.add(s, lds, rows_, colsp);
+    for (std::size_t r = 0; r < rows_; ++r) kernel::scale_row(s + r * lds, colsp, scale_);
+  }
+  template <class RowRange, class KeyRange>
+  void gradients(const Acc* ds, std::size_t lds, std::size_t cols, std::size_t colsp, Acc* dq, RowRange rows,
+                 KeyRange keys) {
+    if constexpr (Terms) terms_.gradients(ds, lds, rows_, colsp, dalpha_);
+    products_.gradients(ds, lds, cols, dq, rows, keys);
+  }
+  void store_keys(std::size_t b, std::size_t hk, std::size_t j0, std::size_t cols) {
+    products_.store_keys(g_.dfk.view(), b, hk, j0, cols);
+    if constexpr (Terms) terms_.store_keys(g_.dfk, b, hk, j0, cols);
+  }
+  void end_task(std::size_t id) { products_.store_parameters(g_.task_parameters(id)); }
+
+ private:
+  static Products make(const Base& base, const grads& g, const backward_schedule& bs) {
+    if constexpr (std::is_same_v<Products, dot_grads<Acc>>)
+      return Products(g.fq.width(), bs);
+    else
+      return Products(base.policy, g.fq.width(), g.fk.width(), bs);
+  }
+
+  grads& g_;
+  Products products_;
+  term_grads<Acc> terms_;
+  Acc scale_;
+  Acc* dalpha_ = nullptr;
+  std::size_t rows_ = 0;
 };
 
 }  // namespace xattn

@@ -6,6 +6,7 @@
 // (pair_lanes.hpp) when it runs on them, else one pair at a time. The per-pair parameters'
 // gradients are kept per task, summed later in task order.
 #include "../../../kernel/aligned.hpp"
+#include "../../../kernel/trace.hpp"
 #include "../../../policy/gradient.hpp"
 #include "../../operands/tile_rows.hpp"
 #include "../../plan/schedule.hpp"
@@ -63,8 +64,10 @@ class pair_grads {
     rows_ = rows;
   }
 
-  /// s[r, c] = the pair's score, for the tile's rows and keys c < cols.
-  void scores(std::size_t cols, Acc* s, std::size_t lds) {
+  /// s[r, c] = the pair's score, for the tile's rows and keys c < cols (every pair: no ranges).
+  template <class Range>
+  void scores(std::size_t cols, std::size_t, Acc* s, std::size_t lds, Range) {
+    kernel::trace::note(kernel::tile_op::pair_scores);
     for (std::size_t r = 0; r < rows_; ++r) {
       const std::span<const Acc> fq(q_rows_ + r * ldq_, n_);
       for (std::size_t c = 0; c < cols; ++c) {
@@ -78,8 +81,11 @@ class pair_grads {
   }
 
   /// dq[r] += Σ_c dS[r, c] · ∂s/∂fq, the key block's gradient += dS[r, c] · ∂s/∂fk, and the
-  /// per-pair parameters' gradients, for the tile's rows and keys c < cols (dq's rows np apart).
-  void gradients(const Acc* ds, std::size_t lds, std::size_t cols, Acc* dq) {
+  /// per-pair parameters' gradients, for the tile's rows and keys c < cols (dq's rows np apart;
+  /// a dS of 0 is skipped, so no ranges are needed).
+  template <class RowRange, class KeyRange>
+  void gradients(const Acc* ds, std::size_t lds, std::size_t cols, Acc* dq, RowRange, KeyRange) {
+    kernel::trace::note(kernel::tile_op::pair_gradients);
     for (std::size_t r = 0; r < rows_; ++r) {
       const std::span<const Acc> fq(q_rows_ + r * ldq_, n_);
       const std::span<Acc> dfq(dq + r * np_, n_);
