@@ -110,8 +110,9 @@ class tape {
   }
 
   /// Adjoints of every node from those of the outputs (seeds: node and d loss / d node; a
-  /// constant's seed is dropped): one sweep over the nodes in reverse order.
-  void sweep(std::span<const std::pair<std::uint32_t, T>> seeds) {
+  /// constant's seed is dropped): one sweep over the nodes in reverse order. Inline: the backward
+  /// sweeps a tape of a few nodes per score, where a call costs as much as the sweep.
+  [[gnu::always_inline]] void sweep(std::span<const std::pair<std::uint32_t, T>> seeds) {
     adj_.assign(nodes_.size(), T(0));
     for (const auto& [id, d] : seeds) adj_[id] += d;
     adj_[0] = T(0);
@@ -123,7 +124,7 @@ class tape {
       adj_[x.b] += x.db * g;
     }
   }
-  void sweep(const var<T>& out, T seed) {
+  [[gnu::always_inline]] void sweep(const var<T>& out, T seed) {
     const std::pair<std::uint32_t, T> one{out.id, seed};
     sweep(std::span(&one, 1));
   }

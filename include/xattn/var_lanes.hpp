@@ -6,6 +6,7 @@
 // branch in every lane: a comparison whose lanes disagree throws divergent_lanes, and the caller
 // differentiates those pairs one by one on var<T> instead. The math functions are var's, lane by
 // lane (xsimd's exp, log and tanh round differently from std's in the last bits).
+#include "kernel/aligned.hpp"
 #include "simd/wide.hpp"
 #include "var.hpp"
 
@@ -210,8 +211,10 @@ class lane_tape {
   static inline thread_local lane_tape* current_ = nullptr;
   std::size_t size_ = 1;
   std::vector<std::pair<std::uint32_t, std::uint32_t>> operands_;  // node n's operands
-  std::vector<T> partials_;  // node n's ∂/∂a, then ∂/∂b: 2 · lanes from 2n · lanes
-  std::vector<T> adj_;       // node n's adjoint: lanes from n · lanes
+  // On cache lines: every node's lanes are one line, and where the allocator left them straddling
+  // two, each load and store of the sweep touched both.
+  kernel::aligned_vector<T> partials_;  // node n's ∂/∂a, then ∂/∂b: 2 · lanes from 2n · lanes
+  kernel::aligned_vector<T> adj_;       // node n's adjoint: lanes from n · lanes
   std::vector<learned_leaf> learned_;
 };
 
