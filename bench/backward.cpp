@@ -14,6 +14,7 @@
 #include "reference.hpp"
 #include "row_softmax.hpp"
 #include "variants.hpp"
+#include "xattn_timed.hpp"
 
 #include <cblas.h>
 
@@ -35,7 +36,8 @@ inline constexpr std::array<attention_shape, 4> backward_shapes{{
     {1, 8, 2048, 2048, 64, true},
 }};
 
-template <bool Forward>
+/// Forward: eval_with_lse timed too; Sinks: softmax(..., sinks(t)) (rows xattn_sinks_fwd_bwd).
+template <bool Forward, bool Sinks = false>
 void run_backward(benchmark::State& state, const attention_shape& s, int threads) {
   set_threads(threads);
   attention_data data(s);
@@ -76,10 +78,17 @@ void run_backward(benchmark::State& state, const attention_shape& s, int threads
       state.counters["busy"] =
           double(std::clock() - cpu) / CLOCKS_PER_SEC / (double(threads) * per_iteration * double(state.iterations()));
   };
+  const xt::xtensor<float, 1> t = bench_sinks(s.heads);
+  const auto weights = [&](const auto& masked) {
+    if constexpr (Sinks)
+      return softmax(masked, xattn::sinks(t));
+    else
+      return softmax(masked);
+  };
   if (s.causal)
-    measure(softmax(mask(Q * trans(K) * scale, xattn::causal(xattn::align::bottom_right))) * V);
+    measure(weights(mask(Q * trans(K) * scale, xattn::causal(xattn::align::bottom_right))) * V);
   else
-    measure(softmax(Q * trans(K) * scale) * V);
+    measure(weights(Q * trans(K) * scale) * V);
 }
 
 /// One head of the unfused backward; p (Sq x Skv, rows score_stride(Skv) apart) holds the weights,
@@ -158,6 +167,12 @@ void blas_unfused_bwd(benchmark::State& state, const attention_shape& s, int thr
 }  // namespace
 
 void register_backward() {
+  for (const attention_shape& s : modern_shapes)
+    for (int threads : thread_counts)
+      benchmark::RegisterBenchmark(bench_name("xattn_sinks_fwd_bwd", s, threads).c_str(),
+                                   [s, threads](benchmark::State& st) { run_backward<true, true>(st, s, threads); })
+          ->UseRealTime()
+          ->Unit(benchmark::kMillisecond);
   for (const attention_shape& s : backward_shapes)
     for (int threads : thread_counts) {
       benchmark::RegisterBenchmark(bench_name("xattn_bwd", s, threads).c_str(),

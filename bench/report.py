@@ -36,6 +36,8 @@ GQA = ["xattn_gqa", "xattn_bf16_gqa", "xattn_f16_gqa"]
 # blas_products_bwd: the backward's five matrix products alone, by OpenBLAS (no softmax gradient).
 BACKWARD = ["xattn_bwd", "blas_products_bwd", "blas_unfused_bwd", "xattn_fwd_bwd", "blas_unfused_fwd_bwd",
             "torch_d2l_fwd_bwd"]
+# Today's attention words beside the plain rows of the same shapes: (row, the row it costs against).
+MODERN = [("xattn_sinks", "xattn"), ("xattn_sinks_fwd_bwd", "xattn_fwd_bwd")]
 SHAPE_FIELDS = ["B", "H", "Sq", "Skv", "D", "causal", "threads"]
 # Google Benchmark appends these to the registered name.
 NAME_SUFFIXES = {"real_time", "manual_time", "process_time"}
@@ -81,7 +83,8 @@ def split(results):
         variant, rest = parts[0], parts[1:]
         if variant == PEAK and len(rest) == 1:
             peaks[int(rest[0])] = value
-        elif variant in BACKWARD or variant in SIXTEEN or variant in GQA or variant == PEAK_BF16:
+        elif (variant in BACKWARD or variant in SIXTEEN or variant in GQA or variant == PEAK_BF16
+              or variant in dict(MODERN)):
             continue  # their own tables
         elif len(rest) == len(SHAPE_FIELDS) and all(p.isdigit() for p in rest):
             table.setdefault(tuple(int(p) for p in rest), {})[variant] = value
@@ -183,6 +186,23 @@ def backward_table(results, peaks, benchmarks=()):
             cell(ratio(row.get("xattn_fwd_bwd"), row.get("torch_d2l_fwd_bwd")), "{:.2f}×"),
             cell(busy.get(tuple(str(x) for x in shape)), "{:.2f}"),
             cell(per_fwd.get(tuple(str(x) for x in shape)), "{:.2f}×")]) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def modern_table(results):
+    """Each new word's row against the plain row of the same shape, in the same run: GFLOP/s (the
+    plain attention's count) and the time it adds."""
+    names = [n for pair in MODERN for n in pair]
+    rows = {k: r for k, r in shape_rows(results, names).items() if any(r.get(n) for n, _ in MODERN)}
+    if not rows:
+        return ""
+    header = SHAPE_FIELDS + [f"{v} GFLOP/s" for v in names] + [f"{n} extra time" for n, _ in MODERN]
+    lines = ["", "## Sinks and other new words against the plain rows", "",
+             "| " + " | ".join(header) + " |", "|" + "|".join(["---:"] * len(header)) + "|"]
+    for shape, row in rows.items():
+        extra = [ratio(row.get(base), row.get(n)) for n, base in MODERN]
+        lines.append("| " + " | ".join([str(x) for x in shape] + [cell(row.get(v)) for v in names] + [
+            cell(None if x is None else 100 * (x - 1), "{:+.1f} %") for x in extra]) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -557,7 +577,8 @@ def summary(context, results, benchmarks, label=None):
     for parts, v in counter_medians(benchmarks, "gbytes_per_s").items():
         if parts[:2] == ("bandwidth", "read") and len(parts) == 3:
             reads[int(parts[2])] = v
-    rows = shape_rows(results, [FUSED] + BASELINES + SIXTEEN + BACKWARD + ["torch_d2l_fwd_bwd"])
+    rows = shape_rows(results, [FUSED] + BASELINES + SIXTEEN + BACKWARD + ["torch_d2l_fwd_bwd"]
+                      + [n for pair in MODERN for n in pair])
     per_fwd = {tuple(int(x) for x in p[1:]): v for p, v in counter_medians(benchmarks, "bwd_per_fwd").items()
                if p[0] == "xattn_fwd_bwd" and len(p) == len(SHAPE_FIELDS) + 1 and all(x.isdigit() for x in p[1:])}
     threads = (1, 2)
@@ -643,6 +664,10 @@ def summary(context, results, benchmarks, label=None):
         ("decode bf16: % of `bandwidth/read`", decode("xattn_bf16", 2)),
         ("decode f16: % of `bandwidth/read`", decode("xattn_f16", 2)),
         ("grouped-query decode (32 query heads on 8 KV heads; fp32, bf16, f16): % of `bandwidth/read`", grouped),
+        ("sinks: time ÷ the same attention's without, forward (dense and causal, S = 2048)",
+         versus(FUSED, "xattn_sinks", {"long", "causal"})),
+        ("sinks: time ÷ the same attention's without, forward + backward",
+         versus("xattn_fwd_bwd", "xattn_sinks_fwd_bwd", {"long", "causal"})),
         ("additive attention, forward + backward: PyTorch (d2l) time ÷ xattn time", additive),
         ("causal S = 32768 on 2 MPI ranks × 1 thread ÷ one process × 1 thread", ring),
     ]
@@ -692,7 +717,7 @@ def main(argv):
     results = collect(data.get("benchmarks", []))
     peaks, table, variants = split(results)
     md = (markdown(data.get("context", {}), peaks, table, variants) + backward_table(results, peaks, data.get("benchmarks", []))
-          + sixteen_table(results, peaks) + other_measurements(data.get("benchmarks", []))
+          + sixteen_table(results, peaks) + modern_table(results) + other_measurements(data.get("benchmarks", []))
           + decode_bandwidth(results, data.get("benchmarks", []))
           + ring_table(results, data.get("benchmarks", [])))
     (out_dir / "results.md").write_text(md)

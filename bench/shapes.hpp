@@ -32,6 +32,14 @@ inline constexpr std::array<attention_shape, 2> xattn_only_shapes{{
     {32, 12, 128, 128, 64, false},  // encoder-sized batch
 }};
 
+// The rows of today's attention words (xattn_sinks, ...): the long dense and causal shapes their
+// costs are stated at, beside the plain rows of the same shapes.
+inline constexpr std::array<attention_shape, 3> modern_shapes{{
+    {1, 8, 2048, 2048, 64, false},
+    {1, 8, 2048, 2048, 128, false},
+    {1, 8, 2048, 2048, 64, true},
+}};
+
 inline constexpr std::array<int, 2> thread_counts{1, 2};
 
 // Work per call: QKᵀ and PV are 2·Sq·Skv·D FLOP each per head. Causal counts half, whatever the

@@ -141,4 +141,18 @@ auto with_dropout(const Tensor& q, const Tensor& k, const Tensor& v, std::uint64
   return eval(train);
 }
 
+/// Attention sinks and sink tokens; q (B, H, S, D), k and v (B, H, Skv, D), sink (H).
+template <class Tensor, class Sinks>
+auto with_sinks(const Tensor& q, const Tensor& k, const Tensor& v, const Sinks& sink) {
+  using namespace xattn;
+  auto Q = ref(q), K = ref(k), V = ref(v);
+  // [snippet sinks]
+  // gpt-oss: weight_j = e^{s_j} / (e^{sink[h]} + sum_k e^{s_k}); a row that sees no key outputs 0
+  auto learned = softmax(mask(Q * trans(K), window(3, 0)), sinks(sink)) * V;
+  // StreamingLLM: keys 0 and 1 stay visible to every query through the sliding window
+  auto streaming = softmax(mask(Q * trans(K), window(3, 0, sink_tokens(2)))) * V;
+  // [end sinks]
+  return std::make_pair(eval(learned), eval(streaming));
+}
+
 }  // namespace dsl::semantics

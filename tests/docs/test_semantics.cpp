@@ -224,3 +224,30 @@ TEST_CASE("semantics: a mask's finite fill replaces the score, even a -inf from 
   REQUIRE(eval(softmax(mask(Q * trans(K) + bias(b), lengths(none))) * V)(0, 0, 0) == Approx(2.5));  // filled: uniform
   REQUIRE(eval(softmax(mask(Q * trans(K) + bias(b), lengths(none, masked_rows::zero))) * V)(0, 0, 0) == 0.0f);
 }
+
+TEST_CASE("semantics: a sink is one more key of score t[h] and value 0; sink tokens are keys kept in the window") {
+  testing::rng r(12);
+  const std::size_t H = 2, S = 9, D = 3;
+  const xt::xtensor<double, 4> q = r.tensor<double>({1, H, S, D}), k = r.tensor<double>({1, H, S, D}),
+                               v = r.tensor<double>({1, H, S, D});
+  const xt::xtensor<double, 1> sink = {0.7, -0.4};
+  const auto [learned, streaming] = dsl::semantics::with_sinks(q, k, v, sink);
+  // the closed form: a key S appended with zero features and value, its score set to sink[h] by a bias
+  const std::array<std::size_t, 4> appended_shape{1, H, S + 1, D};
+  xt::xtensor<double, 4> k1 = xt::zeros<double>(appended_shape), v1 = xt::zeros<double>(appended_shape);
+  xt::view(k1, xt::all(), xt::all(), xt::range(0, S)) = k;
+  xt::view(v1, xt::all(), xt::all(), xt::range(0, S)) = v;
+  xt::xtensor<double, 4> b = xt::zeros<double>(std::array<std::size_t, 4>{1, H, S, S + 1});
+  for (std::size_t h = 0; h < H; ++h)
+    for (std::size_t i = 0; i < S; ++i)
+      for (std::size_t j = 0; j <= S; ++j)
+        b(0, h, i, j) = j == S ? sink(h) : (j <= i && j + 3 >= i ? 0.0 : -std::numeric_limits<double>::infinity());
+  const xt::xtensor<double, 4> appended = eval(softmax(ref(q) * trans(ref(k1)) + bias(b)) * ref(v1));
+  REQUIRE(max_abs_diff(learned, appended) < 1e-14);
+  // sink tokens: the same window with keys 0 and 1 visible wherever j <= i
+  const xt::xtensor<double, 4> kept = eval(
+      softmax(mask(ref(q) * trans(ref(k)),
+                   predicate([](auto, auto, auto i, auto j) { return (j <= i && j + 3 >= i) || (j < 2 && j <= i); }))) *
+      ref(v));
+  REQUIRE(max_abs_diff(streaming, kept) < 1e-14);
+}

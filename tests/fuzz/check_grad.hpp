@@ -78,6 +78,13 @@ verdict check_grad(const E& e, out_layout l, const reference_result& fwd, const 
     if (!(worst <= score_tol * (1 + biggest)))
       v = {false, "dbias[" + std::to_string(n_b) + "]: error " + std::to_string(worst)};
   }
+  if (v.ok && want.dsinks.size()) {  // a sum over each head's rows of p_sink · Δ
+    const double rows = double(z.B * z.Sq);
+    for (std::size_t h = 0; v.ok && h < want.dsinks.size(); ++h)
+      if (!(std::abs(double(g.dsinks(h)) - want.dsinks[h]) <= score_tol * rows * (1 + std::abs(want.dsinks[h]))))
+        v = {false, "dsinks[" + std::to_string(h) + "] = " + std::to_string(double(g.dsinks(h))) + ", reference " +
+                        std::to_string(want.dsinks[h])};
+  }
   if constexpr (std::is_same_v<std::decay_t<decltype(g.dscore)>, learned_gradients>) {
     // a sum over every visible pair of dS_ij · ∂s_ij/∂w: the per-pair tolerance times the pairs
     const double pairs = double(z.B * z.Hq() * z.Sq * z.Skv);

@@ -58,4 +58,24 @@ struct window_rows_zero {
   }
 };
 
+/// Learned sinks (some heads without one: -inf) under a sliding window that keeps sink tokens;
+/// run_on puts sink_logits() into the softmax.
+struct sinks_window {
+  static constexpr bool softmax_sinks = true;
+  auto operator()(auto s, const testing::case_sizes& z, testing::rng& r) const {
+    (void)z;
+    return mask(s, window(std::int64_t(r.size(0, 40)), std::int64_t(r.size(0, 40)),
+                          sink_tokens(std::int64_t(r.size(0, 6))), r.coin() ? align::top_left : align::bottom_right));
+  }
+  xt::xtensor<float, 1> sink_logits(const testing::case_sizes& z, testing::rng& r) const {
+    xt::xtensor<float, 1> t = r.vector<float>(z.Hq(), -2, 3);
+    for (auto& x : t)
+      if (r.coin(0.2)) x = -std::numeric_limits<float>::infinity();
+    return t;
+  }
+};
+
+template <class F>
+concept takes_sinks = F::softmax_sinks;
+
 }  // namespace xattn::fuzz

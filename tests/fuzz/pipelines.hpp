@@ -24,11 +24,12 @@ inline constexpr auto scorers = hana::make_tuple(
 inline constexpr std::array<std::string_view, 8> scorer_names{"dot",      "scaled_dot", "additive",    "bilinear",
                                                               "gaussian", "cosine",     "user-policy", "tensor-scores"};
 
-inline constexpr auto mask_families = hana::make_tuple(
-    testing::no_mask{}, testing::lengths_1d{}, testing::lengths_2d_zero{}, testing::causal_any{}, testing::window_any{},
-    testing::bool_mask_broadcast{}, testing::softcap_bias{}, testing::alibi_lengths_causal{},
-    testing::predicate_offsets{}, dead_rows{}, inf_bias_fill{}, window_rows_zero{}, testing::documents_causal{});
-inline constexpr std::array<std::string_view, 13> mask_names{"none",
+inline constexpr auto mask_families =
+    hana::make_tuple(testing::no_mask{}, testing::lengths_1d{}, testing::lengths_2d_zero{}, testing::causal_any{},
+                     testing::window_any{}, testing::bool_mask_broadcast{}, testing::softcap_bias{},
+                     testing::alibi_lengths_causal{}, testing::predicate_offsets{}, dead_rows{}, inf_bias_fill{},
+                     window_rows_zero{}, testing::documents_causal{}, sinks_window{});
+inline constexpr std::array<std::string_view, 14> mask_names{"none",
                                                              "lengths-1d",
                                                              "lengths-2d-zero",
                                                              "causal",
@@ -40,7 +41,8 @@ inline constexpr std::array<std::string_view, 13> mask_names{"none",
                                                              "dead-rows",
                                                              "inf-bias+fill",
                                                              "window+lengths-zero",
-                                                             "documents+causal"};
+                                                             "documents+causal",
+                                                             "sinks+window-sink-tokens"};
 
 static_assert(hana::length(scorers) == scorer_names.size() && hana::length(mask_families) == mask_names.size());
 

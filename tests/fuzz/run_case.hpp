@@ -19,7 +19,14 @@ verdict run_on(const fuzz_case& c, testing::rng& r) {
       constexpr std::size_t s = decltype(S)::value, m = decltype(M)::value;
       if constexpr (allowed(E, Kind, s, m)) {
         const auto scores = hana::at_c<s>(scorers)(ops.q, ops.k, c.sizes, r);
-        const auto e = softmax(hana::at_c<m>(mask_families)(scores, c.sizes, r)) * ops.v;
+        const auto& family = hana::at_c<m>(mask_families);
+        const auto masked = family(scores, c.sizes, r);
+        const auto e = [&] {
+          if constexpr (takes_sinks<std::decay_t<decltype(family)>>)
+            return softmax(masked, sinks(family.sink_logits(c.sizes, r))) * ops.v;  // the expression owns them
+          else
+            return softmax(masked) * ops.v;
+        }();
         const auto want = reference(e);
         const auto got = eval(e, c.sch);
         const out_layout l = Kind == terminal::packed ? out_layout::packed

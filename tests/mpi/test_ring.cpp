@@ -121,6 +121,10 @@ void check_ring(const mpi::context& cp, std::array<std::size_t, N> q_shape, std:
   REQUIRE(g.dmodify.size() == g_full.dmodify.size());
   for (std::size_t t = 0; t < g.dmodify.size(); ++t)
     CHECK(elementwise_diff(g.dmodify[t].d, g_full.dmodify[t].d) < tolerance<T>());
+  REQUIRE(g.dsinks.size() == g_full.dsinks.size());
+  if (g.dsinks.size())  // a sum over every row of a head, as the parameter gradients
+    CHECK(elementwise_diff(xt::xtensor<double, 1>(xt::cast<double>(g.dsinks)),
+                           xt::xtensor<double, 1>(xt::cast<double>(g_full.dsinks))) < tolerance<T>());
 }
 
 const auto causal_dot = [](auto q, auto k, auto v) { return softmax(mask(q * trans(k) / 4.0f, causal())) * v; };
@@ -171,6 +175,15 @@ TEST_CASE("the ring equals one process: masks and modifiers see global positions
   const auto pair_bias = random_tensor<double, 2>({64, 64}, 11);
   check_ring<double, 4>(cp, {2, 2, 64, 8}, {2, 2, 64, 8}, [&](auto q, auto k, auto v) {
     return softmax(mask(q * trans(k) + bias(keys_bias) + bias(pair_bias), causal())) * v;
+  });
+  // learned sinks join each row once, on the rank that holds it (a row of batch 0 sees no key);
+  // sink tokens are global key positions
+  const xt::xtensor<float, 1> sink = {1.5f, -0.5f};
+  const xt::xtensor<int, 1> some = {0, 50};
+  check_ring<float, 4>(cp, {2, 2, 64, 8}, {2, 2, 64, 8}, [&](auto q, auto k, auto v) {
+    return softmax(mask(mask(q * trans(k), window(5, 0, sink_tokens(3))), lengths(some, masked_rows::zero)),
+                   sinks(sink)) *
+           v;
   });
   // a user modifier with a learnable table: every rank's pairs add into the same entries
   dsl::relative_bias rb{{}, 6};

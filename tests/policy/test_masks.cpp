@@ -79,6 +79,30 @@ TEST_CASE("window: classification and bounds") {
   REQUIRE_FALSE(w.visible(0, 0, 5, 7));
 }
 
+TEST_CASE("window with sink tokens: classification, hide_row and the StreamingLLM rule") {
+  for (auto [l, r] : {std::pair{2, 0}, {0, 3}, {4, 4}})
+    for (int n : {0, 1, 3, 7, 25}) {
+      check_classify(window(l, r, sink_tokens(n)), shape(13, 20));
+      check_classify(window(l, r, sink_tokens(n), align::bottom_right), shape(13, 20));
+      check_classify(window(l, r, sink_tokens(n), align::bottom_right), shape(20, 13));
+    }
+  const auto w = bound(window(2, 0, sink_tokens(2)), shape(10, 10));
+  REQUIRE(w.visible(0, 0, 6, 0));  // a sink token, far outside the window
+  REQUIRE(w.visible(0, 0, 6, 1));
+  REQUIRE_FALSE(w.visible(0, 0, 6, 2));
+  REQUIRE(w.visible(0, 0, 6, 4));        // the window
+  REQUIRE_FALSE(w.visible(0, 0, 0, 1));  // the right bound holds for sink tokens too
+  // hide_row fills exactly the hidden keys of every row and key offset
+  const auto m = bound(window(3, 1, sink_tokens(4)), shape(30, 30));
+  for (std::size_t i = 0; i < 30; ++i)
+    for (std::size_t j0 : {0u, 3u, 9u, 17u}) {
+      std::vector<double> s(13, 1.0);
+      m.hide_row(s.data(), s.size(), 0, 0, i, j0, -5.0);
+      for (std::size_t c = 0; c < s.size(); ++c) REQUIRE((s[c] == 1.0) == m.visible(0, 0, i, j0 + c));
+    }
+  REQUIRE_THROWS_WITH(bound(window(2, 0, sink_tokens(-1)), shape(4, 4)), Catch::Contains("n must be >= 0, got -1"));
+}
+
 TEST_CASE("keep: a bool tensor broadcast against the scores") {
   xt::xtensor<bool, 2> k = {{true, false, true}};  // (1, Skv) -> every query of every batch and head
   problem pr = shape(4, 3);

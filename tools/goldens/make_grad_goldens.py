@@ -169,6 +169,31 @@ def mha_case(name, embed, heads, kdim, vdim, q, k, v, mask, gen):
     return case
 
 
+def gpt_oss_attention(Q, K, V, S, sm_scale, sliding_window=0):
+    """Attention with learned sinks as gpt-oss computes it: Q (T, Hkv, G, D), K and V (T, Hkv, D),
+    S (Hkv * G), one logit per query head. The sink joins the softmax as one more column, dropped after."""
+    n_tokens, n_kv, group, _ = Q.shape
+    K = K[:, :, None, :].expand(-1, -1, group, -1)
+    V = V[:, :, None, :].expand(-1, -1, group, -1)
+    bias = torch.triu(Q.new_full((n_tokens, n_tokens), -float("inf")), diagonal=1)
+    if sliding_window > 0:  # keys i - sliding_window and older leave the window
+        bias = bias + torch.tril(Q.new_full((n_tokens, n_tokens), -float("inf")), diagonal=-sliding_window)
+    scores = torch.einsum("qhmd,khmd->hmqk", Q, K) * sm_scale + bias
+    sink = S.reshape(n_kv, group, 1, 1).expand(-1, -1, n_tokens, 1)
+    weights = torch.softmax(torch.cat([scores, sink], dim=-1), dim=-1)[..., :-1]
+    return torch.einsum("hmqk,khmd->qhmd", weights, V)
+
+
+def sinks_case(name, q, k, v, s, sliding_window, gen):
+    q, k, v, s = (t.clone().requires_grad_(True) for t in (q, k, v, s))
+    out = gpt_oss_attention(q, k, v, s, 1 / math.sqrt(q.shape[-1]), sliding_window)
+    d_out = torch.randn(out.shape, dtype=torch.float64, generator=gen)
+    out.backward(d_out)
+    return {"name": name, "sliding_window": sliding_window, "Q": tensor(q), "K": tensor(k), "V": tensor(v),
+            "S": tensor(s), "output": tensor(out), "d_output": tensor(d_out), "d_Q": tensor(q.grad),
+            "d_K": tensor(k.grad), "d_V": tensor(v.grad), "d_S": tensor(s.grad)}
+
+
 def main(out_dir):
     warnings.filterwarnings("ignore", message="Lazy modules")  # d2l's LazyLinear, as the chapter writes it
     gen = torch.Generator().manual_seed(20261124)
@@ -218,6 +243,16 @@ def main(out_dir):
                  torch.randn(2, 6, 3, **f64), ragged, gen),
     ]
     with open(f"{out_dir}/torch_multihead_attention.json", "w") as f:
+        json.dump({"generator": "tools/goldens/make_grad_goldens.py", "torch": torch.__version__, "cases": cases}, f)
+    gen = torch.Generator().manual_seed(20261127)
+    f64 = dict(dtype=torch.float64, generator=gen)
+    cases = [  # T tokens, Hkv key heads, G query heads per key head, D features
+        sinks_case("causal, 2 key heads of 2 query heads", torch.randn(7, 2, 2, 8, **f64), torch.randn(7, 2, 8, **f64),
+                   torch.randn(7, 2, 8, **f64), torch.randn(4, **f64), 0, gen),
+        sinks_case("sliding window 3, sinks that dominate", torch.randn(9, 1, 3, 4, **f64), torch.randn(9, 1, 4, **f64),
+                   torch.randn(9, 1, 4, **f64), 2 + torch.rand(3, **f64), 3, gen),
+    ]
+    with open(f"{out_dir}/gpt_oss_sinks.json", "w") as f:
         json.dump({"generator": "tools/goldens/make_grad_goldens.py", "torch": torch.__version__, "cases": cases}, f)
 
 

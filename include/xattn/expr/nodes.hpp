@@ -2,6 +2,7 @@
 // Expression nodes hold their operands by value (terminals are cheap views) and do nothing.
 #include "../random/philox_dropout.hpp"
 #include "base.hpp"
+#include "sinks.hpp"
 
 namespace xattn {
 
@@ -45,10 +46,11 @@ struct mask_node : expr_base<mask_node<E, M>> {
   M mask;
 };
 
-/// softmax over the key axis.
-template <class E>
-struct softmax_node : expr_base<softmax_node<E>> {
+/// softmax over the key axis, with attention sinks (sinks.hpp) or without (no_sinks).
+template <class E, class Sk = no_sinks>
+struct softmax_node : expr_base<softmax_node<E, Sk>> {
   E arg;
+  Sk sinks{};
 };
 
 /// dropout(softmax(...), p, seed): training-mode dropout on the weights, keyed by

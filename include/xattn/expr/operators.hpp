@@ -79,6 +79,12 @@ auto softmax(E e) {
   return softmax_node<E>{{}, std::move(e)};
 }
 
+/// softmax(masked, sinks(t)): one more logit per query head in every row's normaliser.
+template <expression E, class T>
+auto softmax(E e, sink_logits<T> s) {
+  return softmax_node<E, sink_logits<T>>{{}, std::move(e), std::move(s)};
+}
+
 /// dropout(weights, p, seed): zero each weight with probability p, scale survivors by 1/(1-p).
 template <expression E>
 auto dropout(E e, float p, std::uint64_t seed) {

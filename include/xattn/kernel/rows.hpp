@@ -100,6 +100,14 @@ struct row_state {
   T l = 0;
 };
 
+/// The state of a row that starts with an attention sink of logit t (base-2 units): a key every row
+/// sees, holding no value -- max t, sum 1, and the output row stays 0. t = -inf: no sink.
+template <class T>
+row_state<T> sink_state(T t) {
+  if (std::isinf(t) && t < 0) return {};
+  return {t, T(1)};
+}
+
 /// One online-softmax step on a score row (cols_padded wide, base-2 units): turns it into
 /// probabilities relative to the new running max, and rescales the output row o (dv_padded wide)
 /// only when the max grew. Padding columns must hold -inf. Without an output row (o = nullptr)

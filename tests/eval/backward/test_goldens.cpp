@@ -89,3 +89,37 @@ TEST_CASE("goldens: d2l DotProductAttention's gradients (PyTorch autograd) by gr
     check_dot_product_case<float>(c, 1e-5);
   }
 }
+
+TEST_CASE("goldens: attention with learned sinks as gpt-oss computes it (PyTorch autograd), dsinks included") {
+  const auto file = read_golden("gpt_oss_sinks.json");
+  REQUIRE(file["cases"].size() == 2);
+  for (const auto& c : file["cases"]) {
+    INFO(c["name"].get<std::string>());
+    // gpt-oss's layouts -- Q (T, Hkv, G, D), K and V (T, Hkv, D), out (T, Hkv, G, D) -- as (1, H, T, D)
+    const xt::xarray<double> Q = golden_tensor<double>(c["Q"]), dQ_want = golden_tensor<double>(c["d_Q"]);
+    const std::size_t T = Q.shape()[0], Hkv = Q.shape()[1], G = Q.shape()[2], D = Q.shape()[3];
+    const auto heads_first = [&](const xt::xarray<double>& x, std::size_t h) {
+      xt::xarray<double> r = xt::reshape_view(x, {T, h, D});
+      return xt::xtensor<double, 4>(xt::view(xt::transpose(r, {1, 0, 2}), xt::newaxis(), xt::all()));
+    };
+    const xt::xtensor<double, 4> q = heads_first(Q, Hkv * G), k = heads_first(golden_tensor<double>(c["K"]), Hkv),
+                                 v = heads_first(golden_tensor<double>(c["V"]), Hkv),
+                                 d_out = heads_first(golden_tensor<double>(c["d_output"]), Hkv * G);
+    const xt::xtensor<double, 1> s = golden_tensor<double>(c["S"]);
+    const int window_size = c["sliding_window"].get<int>();
+    const auto scores = ref(q) * trans(ref(k)) / std::sqrt(double(D));
+    auto check = [&](const auto& e) {
+      const auto f = eval_with_lse(e);
+      CHECK(worst_flat(f.output, heads_first(golden_tensor<double>(c["output"]), Hkv * G)) < 1e-13);
+      const auto g = grad(e, f, d_out);
+      CHECK(worst_flat(g.dq, heads_first(dQ_want, Hkv * G)) < 1e-12);
+      CHECK(worst_flat(g.dk, heads_first(golden_tensor<double>(c["d_K"]), Hkv)) < 1e-12);
+      CHECK(worst_flat(g.dv, heads_first(golden_tensor<double>(c["d_V"]), Hkv)) < 1e-12);
+      CHECK(worst_flat(g.dsinks, golden_tensor<double>(c["d_S"])) < 1e-12);
+    };
+    if (window_size > 0)  // gpt-oss's sliding_window = W keeps keys i - W < j <= i
+      check(softmax(mask(scores, window(window_size - 1, 0)), sinks(s)) * ref(v));
+    else
+      check(softmax(mask(scores, causal()), sinks(s)) * ref(v));
+  }
+}

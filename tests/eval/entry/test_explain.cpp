@@ -37,6 +37,12 @@ TEST_CASE("explain: the score path, the scale and log2 e, the masks, the loop ne
                Contains("score path  dot_identity") && Contains("causal_mask (excludes; classify skips blocks") &&
                    Contains("folded into the queries") && Contains("pack into panels of 512 keys (pack_kt)") &&
                    Contains("= 280 tasks on 2 threads") && Contains("P·V 60 x 512 x 64: pv_tile_strips"));
+  const xt::xtensor<float, 1> t = xt::zeros<float>({8});
+  const auto with_sinks = explain(softmax(mask(Q * trans(K) / 8.0f, window(64, 0, sink_tokens(4))), sinks(t)) * V);
+  INFO(with_sinks);
+  REQUIRE_THAT(with_sinks.text, Contains("sinks       one logit per query head") &&
+                                    Contains("streaming_window_mask (excludes; classify skips blocks"));
+  REQUIRE_THAT(dense.text, !Contains("sinks"));
   const xt::xtensor<int, 1> lens = {100};
   const auto filled = explain(softmax(mask(score(raw_cosine{}, Q, K), lengths(lens))) * V);
   INFO(filled);

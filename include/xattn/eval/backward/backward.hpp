@@ -209,7 +209,9 @@ backward_report run_backward(const Plan& p, const problem& pr, const backward_sc
     for (std::size_t c = 0; c < chunks; ++c) s += row_sums[c * rows + r];
     // no visible key, or a NaN score (the forward's row is NaN; so are its gradients)
     if ((std::isinf(shift[r]) && shift[r] < 0) || std::isnan(shift[r])) continue;
-    const double e = std::abs(double(s) - 1);
+    const auto [b, h, i] = row_index(r);
+    const double sink = std::exp(p.sinks.at(h) - double(in.lse(b, h, i)));  // the sink's weight
+    const double e = std::abs(double(s) + sink - 1);
     rep.worst_row_sum_error =
         std::isnan(e) ? std::numeric_limits<double>::infinity() : std::max(rep.worst_row_sum_error, e);
   }

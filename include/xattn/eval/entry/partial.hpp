@@ -2,7 +2,8 @@
 // Attention over a shard of the keys, with its per-row log-sum-exp, and the exact merge of two
 // shards: softmax over a union of disjoint key sets is the lse-weighted mix of the shards'
 // results (FlashAttention's split-K / ring attention). The log-sum-exp is over the visible keys'
-// final scores (masked_rows::uniform fills count as visible).
+// final scores (masked_rows::uniform fills count as visible) and the sink, if any: merging two
+// parts that both have sinks counts the sink twice.
 #include "../../error.hpp"
 #include "../../kernel/merge.hpp"
 

@@ -8,6 +8,7 @@
 #include "../../policy/gradient.hpp"
 #include "../../types.hpp"
 #include "../backward/backward.hpp"
+#include "../backward/sink_grads.hpp"
 #include "../plan/bias_terms.hpp"
 #include "../plan/types.hpp"
 #include "partial.hpp"
@@ -71,6 +72,7 @@ struct gradients {
   DScore dscore;                       // the scoring policy's parameter gradients (policy/gradient.hpp)
   std::vector<xt::xarray<Acc>> dbias;  // one per bias(t) term, in order, in t's shape
   std::vector<learned_gradients> dmodify;  // one per modify(s, op) whose op lists learnables, in order
+  xt::xtensor<Acc, 1> dsinks;              // (Hq) for softmax(..., sinks(t)); empty without sinks
 };
 
 namespace detail {
@@ -251,6 +253,7 @@ gradients_t<Plan> gradients_of(const Plan& p, const problem& pr, const F& f, con
   const backward_inputs<Acc, DO, O> in{
       {d_out.data(), of.at}, {f.output.data(), of.at}, {f.lse.data(), lse_form(how, pr).second}, nullptr};
   compute(in, out);
+  if constexpr (Plan::has_sinks) g.dsinks = sink_gradients(p.sinks, pr, in);
   return g;
 }
 

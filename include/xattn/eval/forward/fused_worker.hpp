@@ -101,7 +101,7 @@ class fused_worker {
   void run_weights(std::size_t b, std::size_t h, std::size_t i0, const strided_view<Out>& out) {
     const std::size_t rows = std::min(bq_, pr_.q_len - i0);
     const row_map m{h, i0, 0};
-    start(b, m, rows);
+    start(b, m, rows, true);
     for (std::size_t j0 = 0; j0 < pr_.kv_len; j0 += bk_)
       block_probabilities(b, m, rows, j0, std::min(bk_, pr_.kv_len - j0), false);
     for (std::size_t j0 = 0; j0 < pr_.kv_len; j0 += bk_) {
@@ -150,6 +150,10 @@ class fused_worker {
   void run_row_stats(std::size_t b, std::size_t h, std::size_t i0, std::pair<Acc, Acc>* stats) {
     const std::size_t rows = std::min(bq_, pr_.q_len - i0);
     std::vector<double> m(rows, -std::numeric_limits<double>::infinity()), l(rows, 0.0);
+    if (const double t = p_.sinks.at(h); !std::isinf(t)) {  // the sink: a key of score t, in every row
+      std::fill(m.begin(), m.end(), t);
+      std::fill(l.begin(), l.end(), 1.0);
+    }
     tiles_.load_queries(b, h, i0, rows, sc_);
     for (std::size_t j0 = 0; j0 < pr_.kv_len; j0 += bk_) {
       const std::size_t cols = std::min(bk_, pr_.kv_len - j0);
@@ -175,7 +179,7 @@ class fused_worker {
   template <class Out>
   void run_rows(std::size_t b, const row_map& m, std::size_t rows, std::size_t k0, std::size_t k1,
                 const strided_view<Out>& out, const strided_view<Acc, 3>& lse) {
-    start(b, m, rows);
+    start(b, m, rows, k0 == 0);
     std::fill(o_.begin(), o_.begin() + rows * dvp_, Acc(0));
     for (std::size_t j0 = k0; j0 < k1; j0 += bk_) {
       const tile_extent p = block_probabilities(b, m, rows, j0, std::min(bk_, k1 - j0), true);
@@ -203,12 +207,15 @@ class fused_worker {
     }
   }
 
-  void start(std::size_t b, const row_map& m, std::size_t rows) {
+  /// Loads the rows' queries and starts their running softmax: from the sinks when the keys begin
+  /// at 0 (a decoding split adds each row's sink once, in its first chunk).
+  void start(std::size_t b, const row_map& m, std::size_t rows, bool first_keys) {
     if (m.per_head == 0)
       tiles_.load_queries(b, m.h0, m.i0, rows, sc_);
     else
       for (std::size_t r = 0; r < rows; r += m.per_head) tiles_.load_queries(b, m.h(r), 0, m.per_head, sc_, r);
-    std::fill(st_.begin(), st_.begin() + rows, kernel::row_state<Acc>{});
+    for (std::size_t r = 0; r < rows; ++r)
+      st_[r] = first_keys ? kernel::sink_state(Acc(p_.sinks.at(m.h(r)) * kernel::log2e)) : kernel::row_state<Acc>{};
   }
 
   /// The part of key block [j0, j0 + all) that takes part for the task's rows (cols 0: skipped: the

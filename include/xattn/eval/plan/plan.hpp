@@ -61,7 +61,7 @@ struct scale_op {
 
 struct no_values {};
 
-template <class Base, class Ops, class Masks, class V = no_values>
+template <class Base, class Ops, class Masks, class V = no_values, class Sk = no_sinks>
 struct plan {
   Base base;
   double scale = 1;
@@ -69,7 +69,9 @@ struct plan {
   Masks masks;  // hana::tuple of masks, innermost first
   V v{};
   random::dropout drop{};  // p = 0: no dropout
+  Sk sinks{};              // the softmax's sink logits, or no_sinks
   static constexpr bool has_values = !std::is_same_v<V, no_values>;
+  static constexpr bool has_sinks = !std::is_same_v<Sk, no_sinks>;
 };
 
 namespace detail {
@@ -121,13 +123,13 @@ constexpr bool is_masked() {
     return is_scores<E>();
 }
 
-/// softmax(masked) or dropout(softmax(masked), p, seed)
+/// softmax(masked[, sinks(t)]) or dropout(softmax(...), p, seed)
 template <class E>
 inline constexpr bool is_weights_v = false;
-template <class S>
-inline constexpr bool is_weights_v<softmax_node<S>> = is_masked<S>();
-template <class S>
-inline constexpr bool is_weights_v<dropout_node<softmax_node<S>>> = is_masked<S>();
+template <class S, class Sk>
+inline constexpr bool is_weights_v<softmax_node<S, Sk>> = is_masked<S>();
+template <class S, class Sk>
+inline constexpr bool is_weights_v<dropout_node<softmax_node<S, Sk>>> = is_masked<S>();
 
 /// weights * V with V a terminal
 template <class E>
@@ -146,7 +148,7 @@ constexpr bool check_grammar() {
   static_assert(detail::in_grammar_v<E>,
                 "xattn: unsupported attention expression. Supported grammar:\n"
                 "  attention := weights * V\n"
-                "  weights   := softmax(masked) | dropout(softmax(masked), p, seed)\n"
+                "  weights   := softmax(masked) | softmax(masked, sinks(t)) | dropout(softmax(...), p, seed)\n"
                 "  masked    := scores | mask(masked, mask_policy)\n"
                 "  scores    := Q * trans(K) | score(policy, Q, K) | X\n"
                 "             | scores / c | scores * c | c * scores | scores + bias(t)\n"
@@ -236,13 +238,15 @@ auto make_plan(const E& e) {
   static_assert(detail::in_grammar_v<E>, "xattn: make_plan needs an expression in the grammar (check_grammar)");
   if constexpr (detail::is_attention_v<E>) {
     using V = std::decay_t<decltype(e.rhs)>;
-    auto p = detail::plan_masked(detail::softmax_of(e.lhs).arg);
-    return plan<decltype(p.base), decltype(p.ops), decltype(p.masks), V>{
-        std::move(p.base), p.scale, std::move(p.ops), std::move(p.masks), e.rhs, detail::dropout_of(e.lhs)};
+    const auto& sm = detail::softmax_of(e.lhs);
+    auto p = detail::plan_masked(sm.arg);
+    return plan<decltype(p.base), decltype(p.ops), decltype(p.masks), V, decltype(sm.sinks)>{
+        std::move(p.base), p.scale, std::move(p.ops), std::move(p.masks), e.rhs, detail::dropout_of(e.lhs), sm.sinks};
   } else if constexpr (detail::is_weights_v<E>) {
-    auto p = detail::plan_masked(detail::softmax_of(e).arg);
-    p.drop = detail::dropout_of(e);
-    return p;
+    const auto& sm = detail::softmax_of(e);
+    auto p = detail::plan_masked(sm.arg);
+    return plan<decltype(p.base), decltype(p.ops), decltype(p.masks), no_values, decltype(sm.sinks)>{
+        std::move(p.base), p.scale, std::move(p.ops), std::move(p.masks), {}, detail::dropout_of(e), sm.sinks};
   } else {
     return detail::plan_masked(e);
   }

@@ -92,6 +92,7 @@ problem resolve(const P& p) {
   p.drop.check();
   if (p.drop.p > 0 && std::max({pr.batch, pr.q_heads, pr.q_len, pr.kv_len}) > 0xffffffffu)
     fail("dropout: batch, heads and sequence lengths must be below 2^32 (the Philox counter words)");
+  p.sinks.check(pr);
   if constexpr (P::has_values) {
     if constexpr (decltype(p.base)::tensor_scores)
       detail::add_values(pr, p.v, "(scores " + detail::shape_of(p.base.x) + ")");
