@@ -194,6 +194,39 @@ def sinks_case(name, q, k, v, s, sliding_window, gen):
             "d_K": tensor(k.grad), "d_V": tensor(v.grad), "d_S": tensor(s.grad)}
 
 
+def rotate_half(x):
+    """HF transformers (LLaMA, GPT-NeoX): the halves of the last axis, (-x2, x1)."""
+    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def rotate_every_two(x):
+    """HF transformers (GPT-J): each pair (x[2k], x[2k+1]) -> (-x[2k+1], x[2k])."""
+    x1, x2 = x[..., ::2], x[..., 1::2]
+    return torch.stack((-x2, x1), dim=-1).flatten(-2)
+
+
+def rope_rows_case(name, x, positions, dims, base, style):
+    """HF's rotary embedding of rows x (S, D) at positions (S), float32 as HF computes it: inv_freq
+    in float32, the angles a float32 product, cos and sin in float32; the first dims features
+    rotated, the rest passed. Also the exact rotation (angles and products in float64)."""
+    def rotate(x, dtype):
+        inv_freq = 1.0 / (base ** (torch.arange(0, dims, 2, dtype=torch.int64).to(dtype) / dims))
+        freqs = positions.to(dtype)[:, None] * inv_freq[None, :]
+        if style == "half":
+            emb = torch.cat((freqs, freqs), dim=-1)
+            turn = rotate_half
+        else:
+            emb = torch.repeat_interleave(freqs, 2, dim=-1)
+            turn = rotate_every_two
+        rot, rest = x[..., :dims].to(dtype), x[..., dims:].to(dtype)
+        return torch.cat((rot * emb.cos() + turn(rot) * emb.sin(), rest), dim=-1)
+    inv_freq = 1.0 / (base ** (torch.arange(0, dims, 2, dtype=torch.int64).float() / dims))
+    return {"name": name, "style": style, "dims": dims, "base": base, "positions": ints(positions), "x": tensor(x),
+            "inv_freq": tensor(inv_freq), "hf_float32": tensor(rotate(x, torch.float32)),
+            "exact": tensor(rotate(x.double(), torch.float64))}
+
+
 def main(out_dir):
     warnings.filterwarnings("ignore", message="Lazy modules")  # d2l's LazyLinear, as the chapter writes it
     gen = torch.Generator().manual_seed(20261124)
@@ -253,6 +286,18 @@ def main(out_dir):
                    torch.randn(9, 1, 4, **f64), 2 + torch.rand(3, **f64), 3, gen),
     ]
     with open(f"{out_dir}/gpt_oss_sinks.json", "w") as f:
+        json.dump({"generator": "tools/goldens/make_grad_goldens.py", "torch": torch.__version__, "cases": cases}, f)
+    gen = torch.Generator().manual_seed(20261128)
+    positions = torch.tensor([0, 1, 7, 100, 4095, 65537, 1 << 20])
+    cases = [  # rows of float32 values, as a model's queries and keys are
+        rope_rows_case("half, all 64 features, base 10000", torch.randn(7, 64, generator=gen), positions, 64, 10000.0,
+                       "half"),
+        rope_rows_case("half, first 32 of 48 features", torch.randn(7, 48, generator=gen), positions, 32, 10000.0,
+                       "half"),
+        rope_rows_case("interleaved, first 64 of 128, base 500000", torch.randn(7, 128, generator=gen), positions, 64,
+                       500000.0, "interleaved"),
+    ]
+    with open(f"{out_dir}/hf_rope_rows.json", "w") as f:
         json.dump({"generator": "tools/goldens/make_grad_goldens.py", "torch": torch.__version__, "cases": cases}, f)
 
 

@@ -1,0 +1,67 @@
+#pragma once
+// Rotary position embeddings on one row (RoPE, Su et al.), as HF transformers' apply_rotary_pos_emb
+// computes them: feature pairs of the first `dims` features turned by the angles pos · inv_freq[k],
+// the rest copied. The pairs are (k, k + dims/2) for rope_style::half (LLaMA, GPT-NeoX) and
+// (2k, 2k + 1) for rope_style::interleaved (GPT-J). The angle is a float product and its cosine and
+// sine are rounded to float, as HF's float32 tables are: at positions near 2^20 the float angle is
+// off from the exact one by up to 2^20 · 2^-24 = 1/16 radian, in HF as here.
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+
+namespace xattn {
+
+/// Which features a rotation pairs: (k, k + dims/2) or (2k, 2k + 1).
+enum class rope_style { half, interleaved };
+
+}  // namespace xattn
+
+namespace xattn::kernel {
+
+/// HF's inverse frequencies: inv_freq[k] = 1 / base^(2k / dims) for k < dims / 2, in float.
+inline void rope_inverse_frequencies(float base, std::size_t dims, float* inv_freq) {
+  for (std::size_t k = 0; k < dims / 2; ++k) inv_freq[k] = 1.0f / std::pow(base, float(2 * k) / float(dims));
+}
+
+/// cos[k] and sin[k] of the angle pos · inv_freq[k] (a float product), for k < half.
+inline void rope_angles(std::int64_t pos, const float* inv_freq, std::size_t half, float* cos, float* sin) {
+  for (std::size_t k = 0; k < half; ++k) {
+    const float angle = float(pos) * inv_freq[k];
+    cos[k] = float(std::cos(double(angle)));
+    sin[k] = float(std::sin(double(angle)));
+  }
+}
+
+/// out[d] = c · (row x rotated), d < n: x's n features `xs` apart (any element type), the first
+/// dims of them turned by (cos, sin) of dims / 2 angles, computed in T.
+template <class X, class T>
+void rope_row(const X* x, std::ptrdiff_t xs, std::size_t n, std::size_t dims, rope_style style, const float* cos,
+              const float* sin, T c, T* out) {
+  const auto at = [&](std::size_t d) { return T(x[std::ptrdiff_t(d) * xs]); };
+  const std::size_t half = dims / 2;
+  for (std::size_t k = 0; k < half; ++k) {
+    const std::size_t a = style == rope_style::half ? k : 2 * k, b = style == rope_style::half ? k + half : 2 * k + 1;
+    const T xa = at(a), xb = at(b), ck = T(cos[k]), sk = T(sin[k]);
+    out[a] = c * (xa * ck - xb * sk);
+    out[b] = c * (xb * ck + xa * sk);
+  }
+  for (std::size_t d = dims; d < n; ++d) out[d] = c * at(d);
+}
+
+/// g = Rᵀ g in place (g's n features `gs` apart): the gradient at a rotated row taken back to the
+/// row itself. The rotation is orthogonal, so its transpose turns by the opposite angles.
+template <class T>
+void rope_row_transposed(T* g, std::ptrdiff_t gs, std::size_t dims, rope_style style, const float* cos,
+                         const float* sin) {
+  const std::size_t half = dims / 2;
+  for (std::size_t k = 0; k < half; ++k) {
+    const std::size_t a = style == rope_style::half ? k : 2 * k, b = style == rope_style::half ? k + half : 2 * k + 1;
+    T& ga = g[std::ptrdiff_t(a) * gs];
+    T& gb = g[std::ptrdiff_t(b) * gs];
+    const T ck = T(cos[k]), sk = T(sin[k]), va = ga, vb = gb;
+    ga = va * ck + vb * sk;
+    gb = vb * ck - va * sk;
+  }
+}
+
+}  // namespace xattn::kernel
