@@ -36,8 +36,9 @@ inline constexpr std::array<attention_shape, 4> backward_shapes{{
     {1, 8, 2048, 2048, 64, true},
 }};
 
-/// Forward: eval_with_lse timed too; Sinks: softmax(..., sinks(t)) (rows xattn_sinks_fwd_bwd).
-template <bool Forward, bool Sinks = false>
+/// Forward: eval_with_lse timed too; Sinks: softmax(..., sinks(t)) (rows xattn_sinks_fwd_bwd);
+/// Rope: rope(Q, positions) * trans(rope(K, positions)) (rows xattn_rope_fwd_bwd).
+template <bool Forward, bool Sinks = false, bool Rope = false>
 void run_backward(benchmark::State& state, const attention_shape& s, int threads) {
   set_threads(threads);
   attention_data data(s);
@@ -50,7 +51,15 @@ void run_backward(benchmark::State& state, const attention_shape& s, int threads
   };
   auto q = adapt(data.q, s.seq_q), k = adapt(data.k, s.seq_kv), v = adapt(data.v, s.seq_kv);
   auto dout = adapt(d_out, s.seq_q);
-  auto Q = xattn::ref(q), K = xattn::ref(k), V = xattn::ref(v);
+  auto V = xattn::ref(v);
+  const xt::xtensor<std::int64_t, 1> qpos = xt::arange<std::int64_t>(s.seq_kv - s.seq_q, s.seq_kv),
+                                     kpos = xt::arange<std::int64_t>(s.seq_kv);
+  const auto [Q, K] = [&] {
+    if constexpr (Rope)
+      return std::pair{xattn::rope(xattn::ref(q), qpos), xattn::rope(xattn::ref(k), kpos)};
+    else
+      return std::pair{xattn::ref(q), xattn::ref(k)};
+  }();
   const float scale = 1.0f / std::sqrt(float(s.head_dim));
   const xattn::schedule sch{.threads = threads};
   auto measure = [&](const auto& e) {
@@ -168,11 +177,17 @@ void blas_unfused_bwd(benchmark::State& state, const attention_shape& s, int thr
 
 void register_backward() {
   for (const attention_shape& s : modern_shapes)
-    for (int threads : thread_counts)
+    for (int threads : thread_counts) {
       benchmark::RegisterBenchmark(bench_name("xattn_sinks_fwd_bwd", s, threads).c_str(),
                                    [s, threads](benchmark::State& st) { run_backward<true, true>(st, s, threads); })
           ->UseRealTime()
           ->Unit(benchmark::kMillisecond);
+      benchmark::RegisterBenchmark(
+          bench_name("xattn_rope_fwd_bwd", s, threads).c_str(),
+          [s, threads](benchmark::State& st) { run_backward<true, false, true>(st, s, threads); })
+          ->UseRealTime()
+          ->Unit(benchmark::kMillisecond);
+    }
   for (const attention_shape& s : backward_shapes)
     for (int threads : thread_counts) {
       benchmark::RegisterBenchmark(bench_name("xattn_bwd", s, threads).c_str(),

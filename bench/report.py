@@ -37,7 +37,8 @@ GQA = ["xattn_gqa", "xattn_bf16_gqa", "xattn_f16_gqa"]
 BACKWARD = ["xattn_bwd", "blas_products_bwd", "blas_unfused_bwd", "xattn_fwd_bwd", "blas_unfused_fwd_bwd",
             "torch_d2l_fwd_bwd"]
 # Today's attention words beside the plain rows of the same shapes: (row, the row it costs against).
-MODERN = [("xattn_sinks", "xattn"), ("xattn_sinks_fwd_bwd", "xattn_fwd_bwd")]
+MODERN = [("xattn_sinks", "xattn"), ("xattn_sinks_fwd_bwd", "xattn_fwd_bwd"), ("xattn_rope", "xattn"),
+          ("xattn_rope_fwd_bwd", "xattn_fwd_bwd")]
 SHAPE_FIELDS = ["B", "H", "Sq", "Skv", "D", "causal", "threads"]
 # Google Benchmark appends these to the registered name.
 NAME_SUFFIXES = {"real_time", "manual_time", "process_time"}
@@ -197,7 +198,7 @@ def modern_table(results):
     if not rows:
         return ""
     header = SHAPE_FIELDS + [f"{v} GFLOP/s" for v in names] + [f"{n} extra time" for n, _ in MODERN]
-    lines = ["", "## Sinks and other new words against the plain rows", "",
+    lines = ["", "## Sinks, rope and other new words against the plain rows", "",
              "| " + " | ".join(header) + " |", "|" + "|".join(["---:"] * len(header)) + "|"]
     for shape, row in rows.items():
         extra = [ratio(row.get(base), row.get(n)) for n, base in MODERN]
@@ -668,6 +669,10 @@ def summary(context, results, benchmarks, label=None):
          versus(FUSED, "xattn_sinks", {"long", "causal"})),
         ("sinks: time ÷ the same attention's without, forward + backward",
          versus("xattn_fwd_bwd", "xattn_sinks_fwd_bwd", {"long", "causal"})),
+        ("rope on Q and K: time ÷ the same attention's without, forward",
+         versus(FUSED, "xattn_rope", {"long", "causal"})),
+        ("rope on Q and K: time ÷ the same attention's without, forward + backward",
+         versus("xattn_fwd_bwd", "xattn_rope_fwd_bwd", {"long", "causal"})),
         ("additive attention, forward + backward: PyTorch (d2l) time ÷ xattn time", additive),
         ("causal S = 32768 on 2 MPI ranks × 1 thread ÷ one process × 1 thread", ring),
     ]

@@ -1,6 +1,7 @@
 // softmax(masked, sinks(t)): the fused forward and backward against the double reference (its
 // sink gradient checked by finite differences here), the sink counted once under a decoding split
 // and in every layout, rows without a visible key, bfloat16 operands, and bad sink tensors.
+#include "support/against_reference.hpp"
 #include "support/random.hpp"
 
 #include <xattn/eval/oracle/reference_grad.hpp>
@@ -29,15 +30,7 @@ double worst(const A& a, const B& b) {
 /// Output, lse, and every gradient (dsinks included) of e against the double reference.
 template <class E, class D>
 void check_against_reference(const E& e, const D& d_out, double tol, const schedule& sch = {}) {
-  const auto f = eval_with_lse(e, sch);
-  const auto want = reference(e);
-  CHECK(max_abs_diff(f.output, want.output) < tol);
-  CHECK(max_abs_diff(f.lse, want.lse) < tol * 10);
-  const auto g = grad(e, f, d_out, sch);
-  const auto rg = reference_grad(make_plan(e), xt::xtensor<double, 4>(xt::cast<double>(d_out)));
-  CHECK(max_abs_diff(g.dq, rg.dq) < tol);
-  CHECK(max_abs_diff(g.dk, rg.dk) < tol);
-  CHECK(max_abs_diff(g.dv, rg.dv) < tol);
+  const auto [g, rg] = testing::check_against_reference(e, d_out, tol, sch);
   CHECK(worst(g.dsinks, rg.dsinks) < tol * 10);
 }
 

@@ -227,6 +227,38 @@ def rope_rows_case(name, x, positions, dims, base, style):
             "exact": tensor(rotate(x.double(), torch.float64))}
 
 
+def hf_cos_sin(positions, dims, base, style):
+    """HF's float32 tables, as float64: inv_freq and the angles in float32, their cos and sin too."""
+    inv_freq = 1.0 / (base ** (torch.arange(0, dims, 2, dtype=torch.int64).float() / dims))
+    freqs = positions.float()[:, None] * inv_freq[None, :]
+    emb = torch.cat((freqs, freqs), dim=-1) if style == "half" else torch.repeat_interleave(freqs, 2, dim=-1)
+    return emb.cos().double(), emb.sin().double()
+
+
+def apply_rope(x, positions, dims, base, style):
+    cos, sin = hf_cos_sin(positions, dims, base, style)
+    turn = rotate_half if style == "half" else rotate_every_two
+    rot, rest = x[..., :dims], x[..., dims:]
+    return torch.cat((rot * cos + turn(rot) * sin, rest), dim=-1)
+
+
+def rope_attention_case(name, q, k, v, q_pos, k_pos, dims, base, style, causal, gen):
+    """softmax(rope(Q) rope(K)^T / sqrt(D) [causal, bottom-right]) V in float64 with autograd; the
+    gradients are those of the unrotated Q and K."""
+    q, k, v = (t.clone().requires_grad_(True) for t in (q, k, v))
+    s = apply_rope(q, q_pos, dims, base, style) @ apply_rope(k, k_pos, dims, base, style).transpose(-1, -2)
+    s = s / math.sqrt(q.shape[-1])
+    if causal:
+        sq, skv = s.shape[-2], s.shape[-1]
+        s = s.masked_fill(torch.ones(sq, skv, dtype=torch.bool).triu(skv - sq + 1), -float("inf"))
+    out = torch.softmax(s, dim=-1) @ v
+    d_out = torch.randn(out.shape, dtype=torch.float64, generator=gen)
+    out.backward(d_out)
+    return {"name": name, "style": style, "dims": dims, "base": base, "causal": causal, "q_positions": ints(q_pos),
+            "k_positions": ints(k_pos), "Q": tensor(q), "K": tensor(k), "V": tensor(v), "output": tensor(out),
+            "d_output": tensor(d_out), "d_Q": tensor(q.grad), "d_K": tensor(k.grad), "d_V": tensor(v.grad)}
+
+
 def main(out_dir):
     warnings.filterwarnings("ignore", message="Lazy modules")  # d2l's LazyLinear, as the chapter writes it
     gen = torch.Generator().manual_seed(20261124)
@@ -298,6 +330,18 @@ def main(out_dir):
                        500000.0, "interleaved"),
     ]
     with open(f"{out_dir}/hf_rope_rows.json", "w") as f:
+        json.dump({"generator": "tools/goldens/make_grad_goldens.py", "torch": torch.__version__, "cases": cases}, f)
+    gen = torch.Generator().manual_seed(20261129)
+    f64 = dict(dtype=torch.float64, generator=gen)
+    cases = [  # (B, H, S, D); positions shared by the batch
+        rope_attention_case("half, all features, causal", torch.randn(2, 2, 6, 8, **f64), torch.randn(2, 2, 6, 8, **f64),
+                            torch.randn(2, 2, 6, 5, **f64), torch.arange(6), torch.arange(6), 8, 10000.0, "half", True,
+                            gen),
+        rope_attention_case("interleaved, first 4 of 8, queries at the end of the keys", torch.randn(1, 2, 3, 8, **f64),
+                            torch.randn(1, 2, 9, 8, **f64), torch.randn(1, 2, 9, 4, **f64), torch.arange(6, 9),
+                            torch.arange(9), 4, 500000.0, "interleaved", True, gen),
+    ]
+    with open(f"{out_dir}/hf_rope_attention.json", "w") as f:
         json.dump({"generator": "tools/goldens/make_grad_goldens.py", "torch": torch.__version__, "cases": cases}, f)
 
 

@@ -123,3 +123,34 @@ TEST_CASE("goldens: attention with learned sinks as gpt-oss computes it (PyTorch
       check(softmax(mask(scores, causal()), sinks(s)) * ref(v));
   }
 }
+
+TEST_CASE("goldens: attention over HF rotary embeddings (PyTorch autograd): output, dQ and dK of the unrotated rows") {
+  const auto file = read_golden("hf_rope_attention.json");
+  REQUIRE(file["cases"].size() == 2);
+  for (const auto& c : file["cases"]) {
+    INFO(c["name"].get<std::string>());
+    const xt::xtensor<double, 4> q = golden_tensor<double>(c["Q"]), k = golden_tensor<double>(c["K"]),
+                                 v = golden_tensor<double>(c["V"]), d_out = golden_tensor<double>(c["d_output"]);
+    const xt::xtensor<std::int64_t, 1> qpos = golden_tensor<std::int64_t>(c["q_positions"]),
+                                       kpos = golden_tensor<std::int64_t>(c["k_positions"]);
+    const rope_options o{.base = float(c["base"].get<double>()),
+                         .dims = c["dims"].get<std::size_t>(),
+                         .style = c["style"].get<std::string>() == "half" ? rope_style::half : rope_style::interleaved};
+    REQUIRE(c["causal"].get<bool>());
+    const auto e = softmax(mask(rope(ref(q), qpos, o) * trans(rope(ref(k), kpos, o)) / std::sqrt(double(q.shape()[3])),
+                                causal(align::bottom_right))) *
+                   ref(v);
+    // Both sides take float32 cosines and sines and compute in double; torch's float cos and sin and
+    // the correctly rounded ones used here may differ in the last bit (6e-8 relative), which moves
+    // values of size O(1) by up to ~1e-7. A wrong pairing, sign or angle moves them by O(0.1).
+    const double tol = 5e-7;
+    const auto f = eval_with_lse(e);
+    CHECK(worst_flat(f.output, golden_tensor<double>(c["output"])) < tol);
+    const auto g = grad(e, f, d_out);
+    CHECK(worst_flat(g.dq, golden_tensor<double>(c["d_Q"])) < tol);
+    CHECK(worst_flat(g.dk, golden_tensor<double>(c["d_K"])) < tol);
+    CHECK(worst_flat(g.dv, golden_tensor<double>(c["d_V"])) < tol);
+    // the reference (the oracle of test_rope.cpp) agrees with PyTorch as closely
+    CHECK(worst_flat(reference(e).output, golden_tensor<double>(c["output"])) < tol);
+  }
+}

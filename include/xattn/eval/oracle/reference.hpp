@@ -33,6 +33,29 @@ std::vector<S> row_as(const V& v, std::size_t b, std::size_t h, std::size_t s) {
   return r;
 }
 
+/// The cosines and sines of row i of sequence b of a rotated terminal of d features.
+template <class Tm>
+std::pair<std::vector<float>, std::vector<float>> rope_angles_of(const Tm& t, std::size_t b, std::size_t i,
+                                                                 std::size_t d) {
+  const std::vector<float> inv = t.rot.inverse_frequencies(d);
+  std::pair<std::vector<float>, std::vector<float>> cs{std::vector<float>(inv.size()), std::vector<float>(inv.size())};
+  kernel::rope_angles(t.rot.position(b, i), inv.data(), inv.size(), cs.first.data(), cs.second.data());
+  return cs;
+}
+
+/// Row i of head h of terminal t as S, turned by its rotary embedding when it has one (products in S).
+template <class S, class Tm>
+std::vector<S> operand_row(const Tm& t, std::size_t b, std::size_t h, std::size_t i) {
+  std::vector<S> r = row_as<S>(t.view, b, h, i);
+  if constexpr (is_rotary_v<Tm>) {
+    const auto [cs, sn] = rope_angles_of(t, b, i, r.size());
+    std::vector<S> out(r.size());
+    kernel::rope_row(r.data(), 1, r.size(), 2 * cs.size(), t.rot.options.style, cs.data(), sn.data(), S(1), out.data());
+    return out;
+  }
+  return r;
+}
+
 /// The score of one pair by the policy's definition, operator()(q, k), in double when it accepts
 /// double (else in the one type it does).
 template <class Plan>
@@ -42,8 +65,8 @@ double base_score(const Plan& p, const problem& pr, std::size_t b, std::size_t h
   } else {
     using S = score_scalar_t<typename decltype(p.base)::policy_type, double>;
     const std::size_t hk = h / (pr.q_heads / pr.kv_heads);
-    const auto q = row_as<S>(p.base.q.view, b, h, i);
-    const auto k = row_as<S>(p.base.k.view, b, hk, j);
+    const auto q = operand_row<S>(p.base.q, b, h, i);
+    const auto k = operand_row<S>(p.base.k, b, hk, j);
     return double(p.base.policy(std::span<const S>(q), std::span<const S>(k)));
   }
 }

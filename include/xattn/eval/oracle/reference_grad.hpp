@@ -206,8 +206,8 @@ reference_gradients reference_grad(const Plan& p, const xt::xtensor<double, 4>& 
           if constexpr (base_t::tensor_scores) {
             r.dx(b, h, i, j) += g;
           } else {
-            const auto q = detail::row_as<double>(p.base.q.view, b, h, i);
-            const auto kr = detail::row_as<double>(p.base.k.view, b, h / G, j);
+            const auto q = detail::operand_row<double>(p.base.q, b, h, i);
+            const auto kr = detail::operand_row<double>(p.base.k, b, h / G, j);
             detail::add_pair_gradient(p.base.policy, q, kr, g, &r.dq(b, h, i, 0), &r.dk(b, h / G, j, 0));
             if (policy_slots.size()) {
               using D = dual<double>;
@@ -219,6 +219,19 @@ reference_gradients reference_grad(const Plan& p, const xt::xtensor<double, 4>& 
           }
         }
       }
+  if constexpr (rotates_v<std::decay_t<base_t>>) {  // gradients at the rotated rows, back through the rotation
+    const auto back = [&](const auto& t, xt::xtensor<double, 4>& d) {
+      if constexpr (is_rotary_v<std::decay_t<decltype(t)>>)
+        for (std::size_t b = 0; b < B; ++b)
+          for (std::size_t h = 0; h < d.shape()[1]; ++h)
+            for (std::size_t i = 0; i < d.shape()[2]; ++i) {
+              const auto [cs, sn] = detail::rope_angles_of(t, b, i, d.shape()[3]);
+              kernel::rope_row_transposed(&d(b, h, i, 0), 1, 2 * cs.size(), t.rot.options.style, cs.data(), sn.data());
+            }
+    };
+    back(p.base.q, r.dq);
+    back(p.base.k, r.dk);
+  }
   return r;
 }
 

@@ -26,6 +26,7 @@
 #include "dot_features.hpp"
 #include "dot_identity.hpp"
 #include "dot_pairs.hpp"
+#include "dot_rotary.hpp"
 #include "pair_features.hpp"
 #include "pair_raw.hpp"
 #include "tensor_scores.hpp"
@@ -44,7 +45,9 @@ auto select_path() {
     return std::type_identity<tensor_scores_path<Acc, Base>>{};
   } else {
     using P = typename Base::policy_type;
-    if constexpr (std::is_same_v<P, dot> && takes_bf16_pairs_v<Acc, Base>)
+    if constexpr (rotates_v<Base>)  // rope on Q or K: rows turned as they are loaded and packed
+      return std::type_identity<dot_rotary_path<Acc, Base>>{};
+    else if constexpr (std::is_same_v<P, dot> && takes_bf16_pairs_v<Acc, Base>)
       return std::type_identity<dot_pairs_path<Acc, Base>>{};
     else if constexpr (std::is_same_v<P, dot>)  // identity projections: the keys are their own features
       return std::type_identity<dot_identity_path<Acc, Base>>{};

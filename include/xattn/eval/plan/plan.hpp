@@ -4,6 +4,7 @@
 // optionally the values -- or rejected with a single static_assert that states the grammar.
 #include "../../error.hpp"
 #include "../../expr/nodes.hpp"
+#include "../../expr/rope.hpp"
 #include "../../expr/tensor_ref.hpp"
 #include "../../policy/concepts.hpp"
 #include "../../policy/dot.hpp"
@@ -79,9 +80,11 @@ namespace detail {
 // ---- the grammar, as type traits (nothing here instantiates a function body) ------------------
 
 template <class E>
-inline constexpr bool is_dot_product_v = false;  // Q * trans(K) with terminals
+inline constexpr bool is_dot_product_v = false;  // Q * trans(K) with terminals, either rotated (rope)
 template <class Q, class K>
-inline constexpr bool is_dot_product_v<product_node<Q, trans_node<K>>> = is_terminal_v<Q>&& is_terminal_v<K>;
+inline constexpr bool is_dot_product_v<product_node<Q, trans_node<K>>> = (is_terminal_v<Q> ||
+                                                                          is_rotary_v<Q>)&&(is_terminal_v<K> ||
+                                                                                            is_rotary_v<K>);
 
 template <class E>
 inline constexpr bool is_score_node_v = false;
@@ -153,7 +156,8 @@ constexpr bool check_grammar() {
                 "  scores    := Q * trans(K) | score(policy, Q, K) | X\n"
                 "             | scores / c | scores * c | c * scores | scores + bias(t)\n"
                 "             | softcap(scores, c) | alibi(scores, slopes) | modify(scores, op)\n"
-                "  Q, K, V, X := ref(tensor) or heads(tensor, H); c a number.\n"
+                "  Q, K, V, X := ref(tensor) or heads(tensor, H); c a number;\n"
+                "  in Q * trans(K) also rope(Q, positions[, options]).\n"
                 "Scaling and score modifiers go inside mask(...), masks inside softmax(...).");
   return detail::in_grammar_v<E>;
 }
@@ -231,6 +235,18 @@ auto plan_masked(const E& e) {
 }
 
 }  // namespace detail
+
+/// Whether a plan base's scores turn Q or K by rotary embeddings (rope).
+template <class Base>
+constexpr bool rotates() {
+  if constexpr (Base::tensor_scores)
+    return false;
+  else
+    return is_rotary_v<std::decay_t<decltype(std::declval<Base>().q)>> ||
+           is_rotary_v<std::decay_t<decltype(std::declval<Base>().k)>>;
+}
+template <class Base>
+inline constexpr bool rotates_v = rotates<Base>();
 
 /// The plan of an attention, weights or scores expression (one in the grammar: check_grammar).
 template <class E>

@@ -93,6 +93,10 @@ problem resolve(const P& p) {
   if (p.drop.p > 0 && std::max({pr.batch, pr.q_heads, pr.q_len, pr.kv_len}) > 0xffffffffu)
     fail("dropout: batch, heads and sequence lengths must be below 2^32 (the Philox counter words)");
   p.sinks.check(pr);
+  if constexpr (rotates_v<std::decay_t<decltype(p.base)>>) {
+    if constexpr (is_rotary_v<std::decay_t<decltype(p.base.q)>>) p.base.q.rot.check(pr.batch, pr.q_len, pr.q_dim, "Q");
+    if constexpr (is_rotary_v<std::decay_t<decltype(p.base.k)>>) p.base.k.rot.check(pr.batch, pr.kv_len, pr.k_dim, "K");
+  }
   if constexpr (P::has_values) {
     if constexpr (decltype(p.base)::tensor_scores)
       detail::add_values(pr, p.v, "(scores " + detail::shape_of(p.base.x) + ")");
