@@ -68,6 +68,7 @@ int main(int argc, char** argv) {
   xattn_bench::register_documents();
   xattn_bench::register_tile_ops();
   xattn_bench::register_backward();
+  xattn_bench::register_mla();
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;

@@ -625,6 +625,23 @@ def summary(context, results, benchmarks, label=None):
         return times([ratio(v, results.get(p[:5] + ("single", "1", "1"))) for p, v in results.items()
                       if p[0] == "xattn_ring" and len(p) == 8 and p[5:] == ("zigzag", "2", "1")])
 
+    def mla(variant, base=None, ceiling=None):
+        """xattn_mla rows (one shape each): ÷ the base row's GFLOP/s, or % of a peak."""
+        def cells(t):
+            got = [(p, v) for p, v in results.items() if p[0] == variant and len(p) == 8 and p[-1] == str(t)]
+            if base:
+                return times([ratio(v, results.get((base,) + p[1:])) for p, v in got])
+            return percent([ratio(v, ceiling.get(t)) for p, v in got])
+        return cells
+
+    def mla_threads(variant):
+        def cells(t):
+            if t != 2:
+                return ""
+            return times([ratio(v, results.get(p[:-1] + ("1",))) for p, v in results.items()
+                          if p[0] == variant and len(p) == 8 and p[-1] == "2"])
+        return cells
+
     def measured(values):
         def cells(t):
             v = values.get(t)
@@ -673,6 +690,12 @@ def summary(context, results, benchmarks, label=None):
          versus(FUSED, "xattn_rope", {"long", "causal"})),
         ("rope on Q and K: time ÷ the same attention's without, forward + backward",
          versus("xattn_fwd_bwd", "xattn_rope_fwd_bwd", {"long", "causal"})),
+        ("MLA training form (nope 128 + rope 64, K2 shared), forward + backward ÷ plain attention at D = 192",
+         mla("xattn_mla_fwd_bwd", base="xattn_mla_plain_fwd_bwd")),
+        ("MLA absorbed decoding (128 heads, latent 512 + rope 64, Skv 4096) fp32: % of `peak_fma`",
+         mla("xattn_mla", ceiling=peaks)),
+        ("MLA absorbed decoding, bfloat16 operands: % of `peak_bf16`", mla("xattn_mla_bf16", ceiling=peak16)),
+        ("MLA absorbed decoding fp32: two threads ÷ one", mla_threads("xattn_mla")),
         ("additive attention, forward + backward: PyTorch (d2l) time ÷ xattn time", additive),
         ("causal S = 32768 on 2 MPI ranks × 1 thread ÷ one process × 1 thread", ring),
     ]

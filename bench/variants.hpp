@@ -51,6 +51,7 @@ void register_user_policies();
 void register_memory();
 void register_tile_ops();
 void register_backward();
+void register_mla();
 void register_documents();
 
 }  // namespace xattn_bench

@@ -155,4 +155,18 @@ auto with_sinks(const Tensor& q, const Tensor& k, const Tensor& v, const Sinks& 
   return std::make_pair(eval(learned), eval(streaming));
 }
 
+/// A sum of score products (multi-head latent attention): q1, k1 (B, H, S, D1), q2 (B, H, S, D2),
+/// k2 (B, 1, S, D2): one rope key head shared by every query head; v (B, H, S, Dv).
+template <class Tensor, class Positions>
+auto sum_of_products(const Tensor& q1, const Tensor& k1, const Tensor& q2, const Tensor& k2, const Tensor& v,
+                     const Positions& pos) {
+  using namespace xattn;
+  // [snippet sums]
+  // DeepSeek's MLA: per query head h, [q1, rope(q2)] · [k1, rope(k2)] over D1 + D2 features, one softmax
+  auto s = ref(q1) * trans(ref(k1)) + rope(ref(q2), pos) * trans(rope(ref(k2), pos));
+  auto mla = softmax(mask(s / std::sqrt(double(q1.shape()[3] + q2.shape()[3])), causal())) * ref(v);
+  // [end sums]
+  return eval(mla);
+}
+
 }  // namespace dsl::semantics

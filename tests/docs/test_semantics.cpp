@@ -4,7 +4,10 @@
 #include "semantics_examples.hpp"
 #include "support/random.hpp"
 
+#include <xattn/eval/oracle/reference.hpp>
+
 #include <catch2/catch.hpp>
+#include <xtensor/xbuilder.hpp>
 #include <xtensor/xview.hpp>
 
 #include <cmath>
@@ -250,4 +253,29 @@ TEST_CASE("semantics: a sink is one more key of score t[h] and value 0; sink tok
                    predicate([](auto, auto, auto i, auto j) { return (j <= i && j + 3 >= i) || (j < 2 && j <= i); }))) *
       ref(v));
   REQUIRE(max_abs_diff(streaming, kept) < 1e-14);
+}
+
+TEST_CASE("semantics: a sum of score products is one product over the concatenated features") {
+  testing::rng r(47);
+  const std::size_t H = 3, S = 9, D1 = 5, D2 = 4;
+  const xt::xtensor<double, 4> q1 = r.tensor<double>({1, H, S, D1}), k1 = r.tensor<double>({1, H, S, D1}),
+                               q2 = r.tensor<double>({1, H, S, D2}), k2 = r.tensor<double>({1, 1, S, D2}),
+                               v = r.tensor<double>({1, H, S, 6});
+  const xt::xtensor<int, 1> pos = xt::arange<int>(int(S));
+  const auto mla = dsl::semantics::sum_of_products(q1, k1, q2, k2, v, pos);
+  // the closed form: the second term's rows rotated by the reference's rotation, concatenated to the
+  // first's (k2's one head repeated for every head), then plain attention over D1 + D2 features
+  const auto rotated = [&](const xt::xtensor<double, 4>& x, std::size_t heads) {
+    xt::xtensor<double, 4> out = xt::zeros<double>({std::size_t(1), heads, S, D2});
+    for (std::size_t h = 0; h < heads; ++h)
+      for (std::size_t i = 0; i < S; ++i) {
+        const auto row = detail::operand_row<double>(rope(ref(x), pos), 0, h % x.shape()[1], i);
+        for (std::size_t d = 0; d < D2; ++d) out(0, h, i, d) = row[d];
+      }
+    return out;
+  };
+  const xt::xtensor<double, 4> q = xt::concatenate(xt::xtuple(q1, rotated(q2, H)), 3),
+                               k = xt::concatenate(xt::xtuple(k1, rotated(k2, H)), 3);
+  const xt::xtensor<double, 4> want = eval(softmax(mask(ref(q) * trans(ref(k)) / 3.0, causal())) * ref(v));
+  REQUIRE(max_abs_diff(mla, want) < 1e-14);
 }

@@ -259,6 +259,50 @@ def rope_attention_case(name, q, k, v, q_pos, k_pos, dims, base, style, causal, 
             "d_output": tensor(d_out), "d_Q": tensor(q.grad), "d_K": tensor(k.grad), "d_V": tensor(v.grad)}
 
 
+def mla_training_case(name, q_nope, q_pe, k_nope, k_pe, v, positions, gen):
+    """Multi-head latent attention as DeepSeek-V2 trains it, written naively: per head
+    q = [q_nope, rope(q_pe)], k = [k_nope, rope(k_pe)] with k_pe's one head shared by every head,
+    softmax(q k^T / sqrt(d_nope + d_rope)) causal, times v; float64 autograd."""
+    q_nope, q_pe, k_nope, k_pe, v = (t.clone().requires_grad_(True) for t in (q_nope, q_pe, k_nope, k_pe, v))
+    heads = q_nope.shape[1]
+    dr = q_pe.shape[-1]
+    q = torch.cat((q_nope, apply_rope(q_pe, positions, dr, 10000.0, "half")), dim=-1)
+    k = torch.cat((k_nope, apply_rope(k_pe, positions, dr, 10000.0, "half").expand(-1, heads, -1, -1)), dim=-1)
+    s = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    n = s.shape[-1]
+    s = s.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), -float("inf"))
+    out = torch.softmax(s, dim=-1) @ v
+    d_out = torch.randn(out.shape, dtype=torch.float64, generator=gen)
+    out.backward(d_out)
+    return {"name": name, "positions": ints(positions), "q_nope": tensor(q_nope), "q_pe": tensor(q_pe),
+            "k_nope": tensor(k_nope), "k_pe": tensor(k_pe), "v": tensor(v), "output": tensor(out),
+            "d_output": tensor(d_out), "d_q_nope": tensor(q_nope.grad), "d_q_pe": tensor(q_pe.grad),
+            "d_k_nope": tensor(k_nope.grad), "d_k_pe": tensor(k_pe.grad), "d_v": tensor(v.grad)}
+
+
+def mla_decoding_case(name, q_nope, q_pe, c_kv, k_pe, w_uk, w_uv, gen):
+    """One MLA decoding step two ways. Naive: each head's keys and values expanded from the latent
+    cache c_kv (k = c_kv W_uk^T, v = c_kv W_uv), softmax([q_nope, q_pe] [k, k_pe]^T * scale) v. Absorbed:
+    q_c = q_nope W_uk, the latent output softmax(q_c c_kv^T * scale + q_pe k_pe^T * scale) c_kv, then W_uv.
+    Autograd of the absorbed form at (q_c, q_pe, c_kv, k_pe) given an upstream gradient on the latent
+    output; d_c_kv is the whole gradient of c_kv (as keys and as values)."""
+    scale = 1 / math.sqrt(q_nope.shape[-1] + q_pe.shape[-1])
+    k = torch.einsum("bsl,hnl->bhsn", c_kv[:, 0], w_uk)
+    v = torch.einsum("bsl,hlv->bhsv", c_kv[:, 0], w_uv)
+    s = (q_nope @ k.transpose(-1, -2) + q_pe @ k_pe.transpose(-1, -2)) * scale
+    naive = torch.softmax(s, dim=-1) @ v
+    q_c = torch.einsum("bhin,hnl->bhil", q_nope, w_uk).detach().requires_grad_(True)
+    q_pe, c_kv, k_pe = (t.clone().requires_grad_(True) for t in (q_pe, c_kv, k_pe))
+    s = (q_c @ c_kv.transpose(-1, -2) + q_pe @ k_pe.transpose(-1, -2)) * scale
+    latent = torch.softmax(s, dim=-1) @ c_kv
+    d_latent = torch.randn(latent.shape, dtype=torch.float64, generator=gen)
+    latent.backward(d_latent)
+    return {"name": name, "q_nope": tensor(q_nope), "w_uk": tensor(w_uk), "w_uv": tensor(w_uv), "q_c": tensor(q_c),
+            "q_pe": tensor(q_pe), "c_kv": tensor(c_kv), "k_pe": tensor(k_pe), "naive_output": tensor(naive),
+            "latent_output": tensor(latent), "d_latent": tensor(d_latent), "d_q_c": tensor(q_c.grad),
+            "d_q_pe": tensor(q_pe.grad), "d_c_kv": tensor(c_kv.grad), "d_k_pe": tensor(k_pe.grad)}
+
+
 def main(out_dir):
     warnings.filterwarnings("ignore", message="Lazy modules")  # d2l's LazyLinear, as the chapter writes it
     gen = torch.Generator().manual_seed(20261124)
@@ -342,6 +386,19 @@ def main(out_dir):
                             torch.arange(9), 4, 500000.0, "interleaved", True, gen),
     ]
     with open(f"{out_dir}/hf_rope_attention.json", "w") as f:
+        json.dump({"generator": "tools/goldens/make_grad_goldens.py", "torch": torch.__version__, "cases": cases}, f)
+    gen = torch.Generator().manual_seed(20261130)
+    f64 = dict(dtype=torch.float64, generator=gen)
+    cases = [  # training: (B, H, S, d); decoding: B = 1, one query per head, a latent cache (B, 1, S, L)
+        mla_training_case("training form: 4 heads, nope 6 + rope 4, one shared rope key head, v 5",
+                          torch.randn(1, 4, 7, 6, **f64), torch.randn(1, 4, 7, 4, **f64), torch.randn(1, 4, 7, 6, **f64),
+                          torch.randn(1, 1, 7, 4, **f64), torch.randn(1, 4, 7, 5, **f64), torch.arange(7), gen),
+        mla_decoding_case("absorbed decoding: 4 heads, latent 8, nope 6 + rope 4, v 5, 9 cached tokens",
+                          torch.randn(1, 4, 1, 6, **f64), torch.randn(1, 4, 1, 4, **f64), torch.randn(1, 1, 9, 8, **f64),
+                          torch.randn(1, 1, 9, 4, **f64), torch.randn(4, 6, 8, **f64) / 3, torch.randn(4, 8, 5, **f64) / 3,
+                          gen),
+    ]
+    with open(f"{out_dir}/deepseek_mla.json", "w") as f:
         json.dump({"generator": "tools/goldens/make_grad_goldens.py", "torch": torch.__version__, "cases": cases}, f)
 
 

@@ -18,6 +18,13 @@ struct product_node : expr_base<product_node<L, R>> {
   R rhs;
 };
 
+/// a + b of two score products, Q1 * trans(K1) + Q2 * trans(K2): one score, one softmax.
+template <class L, class R>
+struct sum_node : expr_base<sum_node<L, R>> {
+  L lhs;
+  R rhs;
+};
+
 /// score * c (division is stored as multiplication by 1/c).
 template <class E>
 struct scale_node : expr_base<scale_node<E>> {

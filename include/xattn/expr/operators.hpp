@@ -38,6 +38,25 @@ auto operator/(E e, C c) {
   return scale_node<E>{{}, std::move(e), 1.0 / double(c)};
 }
 
+namespace detail {
+template <class E>
+inline constexpr bool is_product_term_v = false;
+template <class Q, class K>
+inline constexpr bool is_product_term_v<product_node<Q, trans_node<K>>> = true;
+template <class E>
+inline constexpr bool is_product_term_v<scale_node<E>> = is_product_term_v<E>;
+}  // namespace detail
+
+/// Q1 * trans(K1) + Q2 * trans(K2): one score from two products, each side scaled or not
+/// (multi-head latent attention: the second term's key heads may be fewer, shared by the queries).
+template <expression L, expression R>
+auto operator+(L lhs, R rhs) {
+  static_assert(detail::is_product_term_v<L> && detail::is_product_term_v<R>,
+                "xattn: a + b adds two score products, Q1 * trans(K1) + Q2 * trans(K2), each side scaled or not "
+                "(Q and K terminals or rope(...)); a bias tensor is added with scores + bias(t)");
+  return sum_node<L, R>{{}, std::move(lhs), std::move(rhs)};
+}
+
 /// scores + bias(t): an additive bias tensor broadcast against the scores.
 template <expression E, class T>
 auto operator+(E e, tensor_bias<T> b) {

@@ -23,13 +23,11 @@ inline void rope_inverse_frequencies(float base, std::size_t dims, float* inv_fr
   for (std::size_t k = 0; k < dims / 2; ++k) inv_freq[k] = 1.0f / std::pow(base, float(2 * k) / float(dims));
 }
 
-/// cos[k] and sin[k] of the angle pos · inv_freq[k] (a float product), for k < half.
+/// cos[k] and sin[k] of the angle pos · inv_freq[k] (a float product), for k < half, by float
+/// sincos (within an ulp, as torch's float cos and sin are): a third of the time of double cos and
+/// sin, which a table of every row's angles pays once per evaluation.
 inline void rope_angles(std::int64_t pos, const float* inv_freq, std::size_t half, float* cos, float* sin) {
-  for (std::size_t k = 0; k < half; ++k) {
-    const float angle = float(pos) * inv_freq[k];
-    cos[k] = float(std::cos(double(angle)));
-    sin[k] = float(std::sin(double(angle)));
-  }
+  for (std::size_t k = 0; k < half; ++k) ::sincosf(float(pos) * inv_freq[k], sin + k, cos + k);
 }
 
 /// out[d] = c · (row x rotated), d < n: x's n features `xs` apart (any element type), the first

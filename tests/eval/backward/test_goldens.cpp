@@ -141,8 +141,9 @@ TEST_CASE("goldens: attention over HF rotary embeddings (PyTorch autograd): outp
                                 causal(align::bottom_right))) *
                    ref(v);
     // Both sides take float32 cosines and sines and compute in double; torch's float cos and sin and
-    // the correctly rounded ones used here may differ in the last bit (6e-8 relative), which moves
-    // values of size O(1) by up to ~1e-7. A wrong pairing, sign or angle moves them by O(0.1).
+    // glibc's sincosf used here (each within an ulp) may differ in the last bit (6e-8 relative),
+    // which moves values of size O(1) by up to ~1e-7. A wrong pairing, sign or angle moves them by
+    // O(0.1).
     const double tol = 5e-7;
     const auto f = eval_with_lse(e);
     CHECK(worst_flat(f.output, golden_tensor<double>(c["output"])) < tol);
@@ -152,5 +153,55 @@ TEST_CASE("goldens: attention over HF rotary embeddings (PyTorch autograd): outp
     CHECK(worst_flat(g.dv, golden_tensor<double>(c["d_V"])) < tol);
     // the reference (the oracle of test_rope.cpp) agrees with PyTorch as closely
     CHECK(worst_flat(reference(e).output, golden_tensor<double>(c["output"])) < tol);
+  }
+}
+
+TEST_CASE("goldens: DeepSeek's multi-head latent attention (PyTorch autograd), training and absorbed decoding") {
+  const auto file = read_golden("deepseek_mla.json");
+  REQUIRE(file["cases"].size() == 2);
+  const auto& t = file["cases"][0];
+  {
+    INFO(t["name"].get<std::string>());
+    const xt::xtensor<double, 4> qn = golden_tensor<double>(t["q_nope"]), qp = golden_tensor<double>(t["q_pe"]),
+                                 kn = golden_tensor<double>(t["k_nope"]), kp = golden_tensor<double>(t["k_pe"]),
+                                 v = golden_tensor<double>(t["v"]), d_out = golden_tensor<double>(t["d_output"]);
+    const xt::xtensor<std::int64_t, 1> pos = golden_tensor<std::int64_t>(t["positions"]);
+    const auto s = ref(qn) * trans(ref(kn)) + rope(ref(qp), pos) * trans(rope(ref(kp), pos));
+    const auto e = softmax(mask(s / std::sqrt(double(qn.shape()[3] + qp.shape()[3])), causal())) * ref(v);
+    const double tol = 5e-7;  // float32 cosines and sines, as in the rotary goldens
+    const auto f = eval_with_lse(e);
+    CHECK(worst_flat(f.output, golden_tensor<double>(t["output"])) < tol);
+    const auto g = grad(e, f, d_out);
+    CHECK(worst_flat(g.dq, golden_tensor<double>(t["d_q_nope"])) < tol);
+    CHECK(worst_flat(g.dk, golden_tensor<double>(t["d_k_nope"])) < tol);
+    CHECK(worst_flat(g.dq2, golden_tensor<double>(t["d_q_pe"])) < tol);
+    CHECK(worst_flat(g.dk2, golden_tensor<double>(t["d_k_pe"])) < tol);
+    CHECK(worst_flat(g.dv, golden_tensor<double>(t["d_v"])) < tol);
+  }
+  const auto& d = file["cases"][1];
+  {
+    INFO(d["name"].get<std::string>());
+    const xt::xtensor<double, 4> qc = golden_tensor<double>(d["q_c"]), qp = golden_tensor<double>(d["q_pe"]),
+                                 c = golden_tensor<double>(d["c_kv"]), kp = golden_tensor<double>(d["k_pe"]),
+                                 d_latent = golden_tensor<double>(d["d_latent"]);
+    const xt::xtensor<double, 3> w_uv = golden_tensor<double>(d["w_uv"]);
+    const double scale = 1 / std::sqrt(double(golden_tensor<double>(d["q_nope"]).shape()[3] + qp.shape()[3]));
+    const auto C = ref(c);
+    const auto e = softmax(ref(qc) * trans(C) * scale + ref(qp) * trans(ref(kp)) * scale) * C;
+    const auto f = eval_with_lse(e);
+    CHECK(worst_flat(f.output, golden_tensor<double>(d["latent_output"])) < 1e-13);
+    // the latent output times each head's W_uv is the naive attention's output
+    const std::size_t H = qc.shape()[1], L = c.shape()[3], Dv = w_uv.shape()[2];
+    xt::xtensor<double, 4> out = xt::zeros<double>({std::size_t(1), H, std::size_t(1), Dv});
+    for (std::size_t h = 0; h < H; ++h)
+      for (std::size_t l = 0; l < L; ++l)
+        for (std::size_t n = 0; n < Dv; ++n) out(0, h, 0, n) += f.output(0, h, 0, l) * w_uv(h, l, n);
+    CHECK(worst_flat(out, golden_tensor<double>(d["naive_output"])) < 1e-13);
+    const auto g = grad(e, f, d_latent);
+    CHECK(worst_flat(g.dq, golden_tensor<double>(d["d_q_c"])) < 1e-12);
+    CHECK(worst_flat(g.dq2, golden_tensor<double>(d["d_q_pe"])) < 1e-12);
+    CHECK(worst_flat(g.dk2, golden_tensor<double>(d["d_k_pe"])) < 1e-12);
+    const xt::xtensor<double, 4> dc = g.dk + g.dv;  // C is both the first term's keys and the values
+    CHECK(worst_flat(dc, golden_tensor<double>(d["d_c_kv"])) < 1e-12);
   }
 }

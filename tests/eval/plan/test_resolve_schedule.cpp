@@ -104,11 +104,19 @@ TEST_CASE("resolve_schedule: decoding reads keys in place and splits long key ra
   REQUIRE(d.key_chunks == 4);
   REQUIRE(d.chunk_keys == 1024);
   REQUIRE(d.tasks == 32 * 4);
-  // GQA with 4 query heads per key head and 5 rows each: 20 rows > 16, packed; Sq <= 16 still splits
+  // GQA with 4 query heads per key head and 5 rows each: 20 rows > 16, packed; Sq <= 16 still splits,
+  // and the group's 20 rows are one tile, its keys packed per head as each task reaches them
   const auto g = resolved({}, shape(1, 8, 5, 4096, 64, 64, 2), dot_path(64), cores(2));
   REQUIRE(g.keys != key_reads::in_place);
-  REQUIRE((g.keys == key_reads::panels));
+  REQUIRE((g.keys == key_reads::per_head));
   REQUIRE(g.key_chunks == 4);
+  REQUIRE(g.group_rows == 4);
+  REQUIRE(g.block_q == 20);
+  REQUIRE(g.tasks == 2 * 4);
+  // a group too large to be one tile (MQA over 2 x 160 rows): every query head apart, keys packed once
+  const auto m = resolved({}, shape(1, 160, 2, 4096, 64, 64, 1), dot_path(64), cores(2));
+  REQUIRE(m.group_rows == 0);
+  REQUIRE((m.keys == key_reads::panels));
   // keys not contiguous: packed even when decoding; weights are never split
   REQUIRE(resolved({}, shape(1, 32, 1, 4096, 128, 128), path(true, false, 128), cores(2)).keys == key_reads::panels);
   REQUIRE(resolved({}, shape(1, 32, 1, 4096, 128, 128), dot_path(128), cores(2), pass_kind::weights).key_chunks == 1);

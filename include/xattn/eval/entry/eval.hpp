@@ -23,6 +23,9 @@ bool output_overlaps_operands(const Plan& p, const void* lo, const void* hi) {
   bool aliased = p.v.view.overlaps(lo, hi);
   if constexpr (decltype(p.base)::tensor_scores)
     return aliased || p.base.x.view.overlaps(lo, hi);
+  else if constexpr (is_sum_base_v<std::decay_t<decltype(p.base)>>)
+    return aliased || p.base.q.view.overlaps(lo, hi) || p.base.k.view.overlaps(lo, hi) ||
+           p.base.q2.view.overlaps(lo, hi) || p.base.k2.view.overlaps(lo, hi);
   else
     return aliased || p.base.q.view.overlaps(lo, hi) || p.base.k.view.overlaps(lo, hi);
 }

@@ -129,6 +129,9 @@ void describe_plan(std::ostream& os, const Plan& p, const Ops& ops, const Masks&
      << "\n  operands    ";
   if constexpr (Base::tensor_scores)
     os << operand("X", p.base.x);
+  else if constexpr (is_sum_base_v<Base>)
+    os << operand("Q1", p.base.q) << ", " << operand("K1", p.base.k) << " (x " << p.base.s1 << ") + "
+       << operand("Q2", p.base.q2) << ", " << operand("K2", p.base.k2) << " (x " << p.base.s2 << ")";
   else
     os << operand("Q", p.base.q) << ", " << operand("K", p.base.k);
   if constexpr (Plan::has_values) os << ", " << operand("V", p.v);

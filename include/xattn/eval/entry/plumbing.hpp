@@ -63,10 +63,13 @@ attention_with_lse_t<Out, Plan> attention_with_lse(const Plan& p, const problem&
   return r;
 }
 
-template <class DQ, class DK, class DV, class DX, class DScore, class Acc>
+template <class DQ, class DK, class DV, class DX, class DScore, class Acc, class DQ2 = xt::xtensor<Acc, 4>,
+          class DK2 = xt::xtensor<Acc, 4>>
 struct gradients {
   DQ dq;                               // in the shape of Q (packed heads(): the packed shape); empty for score tensors
   DK dk;                               // in the shape of K
+  DQ2 dq2;                             // Q1 * trans(K1) + Q2 * trans(K2): Q2's gradient; else empty
+  DK2 dk2;                             // and K2's
   DV dv;                               // in the shape of V
   DX dx;                               // score tensor X's gradient, in its shape; empty for Q, K
   DScore dscore;                       // the scoring policy's parameter gradients (policy/gradient.hpp)
@@ -102,7 +105,15 @@ struct gradient_types {
     else
       return std::type_identity<parameter_gradients_t<typename base_t::policy_type>>{};
   }
-  using type = gradients<dq, dk, dv, dx, typename decltype(parameters())::type, Acc>;
+  static auto second() {
+    if constexpr (is_sum_base_v<base_t>)
+      return hana::make_tuple(hana::type_c<like<decltype(base_t::q2)>>, hana::type_c<like<decltype(base_t::k2)>>);
+    else
+      return hana::make_tuple(hana::type_c<none>, hana::type_c<none>);
+  }
+  using dq2 = typename std::decay_t<decltype(hana::at_c<0>(second()))>::type;
+  using dk2 = typename std::decay_t<decltype(hana::at_c<1>(second()))>::type;
+  using type = gradients<dq, dk, dv, dx, typename decltype(parameters())::type, Acc, dq2, dk2>;
 };
 
 /// Whether the backward differentiates modifier Op: its derivative on dual numbers, and its
@@ -241,6 +252,13 @@ gradients_t<Plan> gradients_of(const Plan& p, const problem& pr, const F& f, con
     out.to.dk = {nullptr,
                  detail::zero_gradient(g.dk, p.base.k.how, {pr.batch, pr.kv_heads, pr.kv_len, pr.k_dim}, threads)};
     out.to.dq.data = g.dq.data(), out.to.dk.data = g.dk.data();
+    if constexpr (is_sum_base_v<base_t>) {
+      const auto& q2 = p.base.q2.view.at.shape;
+      const auto& k2 = p.base.k2.view.at.shape;
+      out.to.dq2 = {nullptr, detail::zero_gradient(g.dq2, p.base.q2.how, {q2[0], q2[1], q2[2], q2[3]}, threads)};
+      out.to.dk2 = {nullptr, detail::zero_gradient(g.dk2, p.base.k2.how, {k2[0], k2[1], k2[2], k2[3]}, threads)};
+      out.to.dq2.data = g.dq2.data(), out.to.dk2.data = g.dk2.data();
+    }
   }
   out.dv = {nullptr, detail::zero_gradient(g.dv, p.v.how, {pr.batch, pr.kv_heads, pr.kv_len, pr.v_dim}, threads)};
   out.dv.data = g.dv.data();

@@ -30,10 +30,29 @@ class rotated_rows {
     }
   }
 
+  /// Reads other's table instead of filling its own when other turns every row by the same angles
+  /// (the same frequencies and positions: Q and K of a causal self-attention). Other must outlive
+  /// this and be built.
+  template <class OtherTerm>
+  void share(const Term& t, const rotated_rows<Acc, OtherTerm>& other, const OtherTerm& ot) {
+    if constexpr (rotates && rotated_rows<Acc, OtherTerm>::rotates) {
+      if (other.shared_ || other.inv_ != inv_ || other.seq_ != seq_ || other.batches_ != batches_) return;
+      for (std::size_t b = 0; b < batches_; ++b)
+        for (std::size_t i = 0; i < seq_; ++i)
+          if (t.rot.position(b, i) != ot.rot.position(b, i)) return;
+      shared_ = &other.cos_;
+      shared_sin_ = &other.sin_;
+      cos_ = {}, sin_ = {};
+    } else {
+      (void)t, (void)other, (void)ot;
+    }
+  }
+
   /// Fills the table: an orphaned `omp for`, called by every thread of a parallel region (or
   /// serially outside one).
   void build(const Term& t) {
     if constexpr (rotates) {
+      if (shared_) return;
       const auto rows = std::ptrdiff_t(batches_ * seq_);
 #pragma omp for schedule(static)
       for (std::ptrdiff_t r = 0; r < rows; ++r) {
@@ -62,16 +81,20 @@ class rotated_rows {
   }
 
  private:
+  template <class, class>
+  friend class rotated_rows;
+
   const float* cos_of(std::size_t b, std::size_t i) const {
-    return cos_.data() + ((per_batch_ ? b : 0) * seq_ + i) * half_;
+    return (shared_ ? *shared_ : cos_).data() + ((per_batch_ ? b : 0) * seq_ + i) * half_;
   }
   const float* sin_of(std::size_t b, std::size_t i) const {
-    return sin_.data() + ((per_batch_ ? b : 0) * seq_ + i) * half_;
+    return (shared_ ? *shared_sin_ : sin_).data() + ((per_batch_ ? b : 0) * seq_ + i) * half_;
   }
 
   std::size_t n_ = 0, seq_ = 0, dims_ = 0, half_ = 0, batches_ = 1;
   bool per_batch_ = false;
   std::vector<float> inv_, cos_, sin_;
+  const std::vector<float>*shared_ = nullptr, *shared_sin_ = nullptr;  // another's table (share)
 };
 
 }  // namespace xattn

@@ -62,6 +62,17 @@ template <class Plan>
 double base_score(const Plan& p, const problem& pr, std::size_t b, std::size_t h, std::size_t i, std::size_t j) {
   if constexpr (decltype(p.base)::tensor_scores) {
     return double(p.base.x.view(b, h, i, j));
+  } else if constexpr (is_sum_base_v<std::decay_t<decltype(p.base)>>) {
+    double s = 0;
+    hana::for_each(score_terms(p.base), [&](const auto& t) {
+      const std::size_t hk = h / (pr.q_heads / t.k.view.at.shape[1]);
+      const auto q = operand_row<double>(t.q, b, h, i);
+      const auto k = operand_row<double>(t.k, b, hk, j);
+      double d = 0;
+      for (std::size_t n = 0; n < q.size(); ++n) d += q[n] * k[n];
+      s += t.scale * d;
+    });
+    return s;
   } else {
     using S = score_scalar_t<typename decltype(p.base)::policy_type, double>;
     const std::size_t hk = h / (pr.q_heads / pr.kv_heads);

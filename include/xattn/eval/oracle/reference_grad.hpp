@@ -23,6 +23,7 @@ namespace xattn {
 struct reference_gradients {
   xt::xtensor<double, 4> dq;                 // (B, Hq, Sq, Dq); empty for tensor scores
   xt::xtensor<double, 4> dk;                 // (B, Hkv, Skv, Dk); empty for tensor scores
+  xt::xtensor<double, 4> dq2, dk2;           // a sum of products: the second term's; else empty
   xt::xtensor<double, 4> dv;                 // (B, Hkv, Skv, Dv)
   xt::xtensor<double, 4> dx;                 // (B, Hq, Sq, Skv) for tensor scores X, else empty
   std::vector<xt::xarray<double>> dbias;     // one per bias(t) term, in order, in t's shape
@@ -103,6 +104,10 @@ reference_gradients reference_grad(const Plan& p, const xt::xtensor<double, 4>& 
   } else {
     r.dq = xt::zeros<double>({B, H, Sq, pr.q_dim});
     r.dk = xt::zeros<double>({B, pr.kv_heads, Skv, pr.k_dim});
+    if constexpr (is_sum_base_v<std::decay_t<base_t>>) {
+      r.dq2 = xt::zeros<double>(p.base.q2.view.at.shape);
+      r.dk2 = xt::zeros<double>(p.base.k2.view.at.shape);
+    }
   }
   // gradient views of the bias terms, by modifier index (reserved: the views point into dbias)
   constexpr std::size_t n_ops = decltype(hana::length(ops))::value;
@@ -205,6 +210,19 @@ reference_gradients reference_grad(const Plan& p, const xt::xtensor<double, 4>& 
           g *= p.scale;
           if constexpr (base_t::tensor_scores) {
             r.dx(b, h, i, j) += g;
+          } else if constexpr (is_sum_base_v<std::decay_t<base_t>>) {  // each term's rows, at the rotated rows
+            std::array<xt::xtensor<double, 4>*, 4> to{&r.dq, &r.dk, &r.dq2, &r.dk2};
+            std::size_t t_at = 0;
+            hana::for_each(score_terms(p.base), [&](const auto& t) {
+              const std::size_t hk = h / (H / t.k.view.at.shape[1]);
+              const auto q = detail::operand_row<double>(t.q, b, h, i);
+              const auto kr = detail::operand_row<double>(t.k, b, hk, j);
+              for (std::size_t n = 0; n < q.size(); ++n) {
+                (*to[t_at])(b, h, i, n) += g * t.scale * kr[n];
+                (*to[t_at + 1])(b, hk, j, n) += g * t.scale * q[n];
+              }
+              t_at += 2;
+            });
           } else {
             const auto q = detail::operand_row<double>(p.base.q, b, h, i);
             const auto kr = detail::operand_row<double>(p.base.k, b, h / G, j);
@@ -231,6 +249,10 @@ reference_gradients reference_grad(const Plan& p, const xt::xtensor<double, 4>& 
     };
     back(p.base.q, r.dq);
     back(p.base.k, r.dk);
+    if constexpr (is_sum_base_v<std::decay_t<base_t>>) {
+      back(p.base.q2, r.dq2);
+      back(p.base.k2, r.dk2);
+    }
   }
   return r;
 }

@@ -11,7 +11,7 @@
 #include "../operands/key_panels.hpp"
 #include "../plan/schedule.hpp"
 #include "parts/common.hpp"
-#include "parts/dot_grads.hpp"
+#include "parts/row_grad_tiles.hpp"
 
 #include <string_view>
 
@@ -103,59 +103,26 @@ struct dot_identity_path {
 
   // ---- backward ----
 
-  /// dQ and dK are the results themselves.
+  /// dQ and dK are the results themselves; the tiles read Q and K where they lie.
   struct grads {
     gradient_targets<Acc> to;
-    grads(const Base&, const problem&, const backward_schedule&, const gradient_targets<Acc>& t) : to(t) {}
+    decltype(Base::q.view) q;
+    decltype(Base::k.view) k;
+    std::size_t n;
+    grads(const Base& base, const problem& pr, const backward_schedule&, const gradient_targets<Acc>& t)
+        : to(t), q(base.q.view), k(base.k.view), n(pr.q_dim) {}
     void build(const Base&, const problem&) {}
+    std::size_t width() const noexcept { return n; }
+    const auto& query_rows() const noexcept { return q; }
+    const auto& key_rows() const noexcept { return k; }
+    const strided_view<Acc>& key_grads() const noexcept { return to.dk; }
     strided_view<Acc> query_grads() const { return to.dq; }
     void reduce_row(std::size_t, std::size_t, std::size_t, std::size_t) {}
     template <class G>
     void finish(const Base&, const problem&, const backward_schedule&, G&) {}
   };
 
-  /// One per thread.
-  class grad_tiles {
-   public:
-    grad_tiles(const Base& base, const problem& pr, grads& g, const backward_schedule& bs, Acc scale)
-        : base_(base), g_(g), dot_(pr.q_dim, bs), scale_(scale) {}
-
-    void begin_task() {}
-    void load_keys(std::size_t b, std::size_t hk, std::size_t j0, std::size_t cols) {
-      dot_.load_keys(base_.k.view, b, hk, j0, cols);
-    }
-    void load_queries(std::size_t b, std::size_t h, std::size_t i0, std::size_t rows, std::size_t) {
-      dot_.load_queries(base_.q.view, b, h, i0, rows);
-      rows_ = rows;
-    }
-    /// scale · Q·Kᵀ, rows of the tile (register blocks outside range are 0).
-    template <class Range>
-    void scores(std::size_t, std::size_t colsp, Acc* s, std::size_t lds, Range range) {
-      dot_.product(colsp, s, lds, range);
-      for (std::size_t r = 0; r < rows_; ++r) kernel::scale_row(s + r * lds, colsp, scale_);
-    }
-    /// Q·Kᵀ through an epilogue (whole tiles of plain products).
-    template <class Epi>
-    void product(std::size_t colsp, Acc* s, std::size_t lds, const Epi& epi) {
-      dot_.product(colsp, s, lds, kernel::every_column{}, epi);
-    }
-    template <class RowRange, class KeyRange>
-    void gradients(const Acc* ds, std::size_t lds, std::size_t cols, std::size_t, Acc* dq, RowRange rows,
-                   KeyRange keys) {
-      dot_.gradients(ds, lds, cols, dq, rows, keys);
-    }
-    void store_keys(std::size_t b, std::size_t hk, std::size_t j0, std::size_t cols) {
-      dot_.store_keys(g_.to.dk, b, hk, j0, cols);
-    }
-    void end_task(std::size_t) {}
-
-   private:
-    const Base& base_;
-    grads& g_;
-    dot_grads<Acc> dot_;
-    Acc scale_;
-    std::size_t rows_ = 0;
-  };
+  using grad_tiles = row_grad_tiles<Acc, grads>;
 };
 
 }  // namespace xattn

@@ -26,7 +26,7 @@
 #include "dot_features.hpp"
 #include "dot_identity.hpp"
 #include "dot_pairs.hpp"
-#include "dot_rotary.hpp"
+#include "dot_rows.hpp"
 #include "pair_features.hpp"
 #include "pair_raw.hpp"
 #include "tensor_scores.hpp"
@@ -45,8 +45,8 @@ auto select_path() {
     return std::type_identity<tensor_scores_path<Acc, Base>>{};
   } else {
     using P = typename Base::policy_type;
-    if constexpr (rotates_v<Base>)  // rope on Q or K: rows turned as they are loaded and packed
-      return std::type_identity<dot_rotary_path<Acc, Base>>{};
+    if constexpr (rotates_v<Base> || is_sum_base_v<Base>)  // rope, sums: rows assembled as loaded and packed
+      return std::type_identity<dot_rows_path<Acc, Base, assembles_bf16_v<Acc, Base>>>{};
     else if constexpr (std::is_same_v<P, dot> && takes_bf16_pairs_v<Acc, Base>)
       return std::type_identity<dot_pairs_path<Acc, Base>>{};
     else if constexpr (std::is_same_v<P, dot>)  // identity projections: the keys are their own features
@@ -66,7 +66,8 @@ auto select_path() {
 template <class Acc, class Base>
 using path_t = typename decltype(detail::select_path<Acc, Base>())::type;
 
-/// Its name: "dot_identity", "dot_bf16", "dot_features", "pair_features", "pair_raw" or "tensor".
+/// Its name: "dot_identity", "dot_bf16", "dot_rotary", "dot_sum" (either with "_bf16"), "dot_features",
+/// "pair_features", "pair_raw" or "tensor".
 template <class Base, class Acc = float>
 inline constexpr std::string_view path_name_v = path_t<Acc, Base>::name;
 

@@ -12,6 +12,7 @@
 #include <boost/hana.hpp>
 
 #include <cmath>
+#include <tuple>
 
 namespace xattn {
 
@@ -26,6 +27,39 @@ struct policy_base {
   Q q;
   K k;
 };
+
+/// scores that are a sum of two products, s1 · Q·Kᵀ + s2 · Q2·K2ᵀ (multi-head latent attention):
+/// the first term fixes the sizes; the second has features of its own and key heads that divide
+/// the first's.
+template <class Q, class K, class Q2, class K2>
+struct sum_base : policy_base<dot, Q, K> {
+  Q2 q2;
+  K2 k2;
+  double s1 = 1, s2 = 1;
+};
+
+template <class Base>
+inline constexpr bool is_sum_base_v = false;
+template <class Q, class K, class Q2, class K2>
+inline constexpr bool is_sum_base_v<sum_base<Q, K, Q2, K2>> = true;
+
+/// One product of a base's scores: its operands and its own scale.
+template <class Q, class K>
+struct score_term {
+  const Q& q;
+  const K& k;
+  double scale;
+};
+
+/// The products a dot base sums: one, or the two of a sum_base.
+template <class Base>
+auto score_terms(const Base& b) {
+  if constexpr (is_sum_base_v<Base>)
+    return hana::make_tuple(score_term<decltype(b.q), decltype(b.k)>{b.q, b.k, b.s1},
+                            score_term<decltype(b.q2), decltype(b.k2)>{b.q2, b.k2, b.s2});
+  else
+    return hana::make_tuple(score_term<decltype(b.q), decltype(b.k)>{b.q, b.k, 1.0});
+}
 
 /// scores given directly as a tensor (d2l's masked_softmax(X, valid_lens)).
 template <class X>
@@ -86,6 +120,17 @@ inline constexpr bool is_dot_product_v<product_node<Q, trans_node<K>>> = (is_ter
                                                                           is_rotary_v<Q>)&&(is_terminal_v<K> ||
                                                                                             is_rotary_v<K>);
 
+/// One side of a sum of products: Q * trans(K), scaled or not.
+template <class E>
+inline constexpr bool is_score_term_v = is_dot_product_v<E>;
+template <class E>
+inline constexpr bool is_score_term_v<scale_node<E>> = is_score_term_v<E>;
+
+template <class E>
+inline constexpr bool is_sum_node_v = false;
+template <class L, class R>
+inline constexpr bool is_sum_node_v<sum_node<L, R>> = is_score_term_v<L>&& is_score_term_v<R>;
+
 template <class E>
 inline constexpr bool is_score_node_v = false;
 template <class P, class Q, class K>
@@ -109,7 +154,7 @@ inline constexpr bool is_mask_node_v<mask_node<E, M>> = true;
 /// scores := Q * trans(K) | score(policy, Q, K) | X | scores * c | modify(scores, op)
 template <class E>
 constexpr bool is_scores() {
-  if constexpr (is_terminal_v<E> || is_dot_product_v<E> || is_score_node_v<E>)
+  if constexpr (is_terminal_v<E> || is_dot_product_v<E> || is_score_node_v<E> || is_sum_node_v<E>)
     return true;
   else if constexpr (is_scale_node_v<E> || is_modify_node_v<E>)
     return is_scores<std::decay_t<decltype(std::declval<E>().arg)>>();
@@ -153,11 +198,12 @@ constexpr bool check_grammar() {
                 "  attention := weights * V\n"
                 "  weights   := softmax(masked) | softmax(masked, sinks(t)) | dropout(softmax(...), p, seed)\n"
                 "  masked    := scores | mask(masked, mask_policy)\n"
-                "  scores    := Q * trans(K) | score(policy, Q, K) | X\n"
+                "  scores    := Q * trans(K) | score(policy, Q, K) | X | term + term\n"
                 "             | scores / c | scores * c | c * scores | scores + bias(t)\n"
                 "             | softcap(scores, c) | alibi(scores, slopes) | modify(scores, op)\n"
                 "  Q, K, V, X := ref(tensor) or heads(tensor, H); c a number;\n"
-                "  in Q * trans(K) also rope(Q, positions[, options]).\n"
+                "  in Q * trans(K) also rope(Q, positions[, options]);\n"
+                "  term := Q * trans(K), scaled or not (a sum of two products, each with its own K heads).\n"
                 "Scaling and score modifiers go inside mask(...), masks inside softmax(...).");
   return detail::in_grammar_v<E>;
 }
@@ -195,6 +241,18 @@ auto add_op(P p, Op op) {
   return plan<decltype(p.base), decltype(ops), decltype(p.masks)>{std::move(p.base), p.scale, std::move(ops), {}};
 }
 
+/// A side of a sum: its operands and the product of its scales.
+template <class E>
+auto term_of(const E& e) {
+  if constexpr (is_scale_node_v<E>) {
+    auto t = term_of(e.arg);
+    std::get<2>(t) *= e.factor;
+    return t;
+  } else {
+    return std::tuple{e.lhs, e.rhs.arg, 1.0};
+  }
+}
+
 /// scores without masks: base, scale and modifiers.
 template <class E>
 auto plan_scores(const E& e) {
@@ -203,6 +261,12 @@ auto plan_scores(const E& e) {
   } else if constexpr (is_dot_product_v<E>) {
     return start(
         policy_base<dot, std::decay_t<decltype(e.lhs)>, std::decay_t<decltype(e.rhs.arg)>>{{}, e.lhs, e.rhs.arg});
+  } else if constexpr (is_sum_node_v<E>) {
+    const auto [q1, k1, s1] = term_of(e.lhs);
+    const auto [q2, k2, s2] = term_of(e.rhs);
+    using base_t = sum_base<std::decay_t<decltype(q1)>, std::decay_t<decltype(k1)>, std::decay_t<decltype(q2)>,
+                            std::decay_t<decltype(k2)>>;
+    return start(base_t{{{}, q1, k1}, q2, k2, s1, s2});
   } else if constexpr (is_score_node_v<E>) {
     return start(
         policy_base<std::decay_t<decltype(e.policy)>, std::decay_t<decltype(e.q)>, std::decay_t<decltype(e.k)>>{
@@ -236,11 +300,14 @@ auto plan_masked(const E& e) {
 
 }  // namespace detail
 
-/// Whether a plan base's scores turn Q or K by rotary embeddings (rope).
+/// Whether a plan base's scores turn Q or K by rotary embeddings (rope), in any term.
 template <class Base>
 constexpr bool rotates() {
   if constexpr (Base::tensor_scores)
     return false;
+  else if constexpr (is_sum_base_v<Base>)
+    return is_rotary_v<decltype(Base::q)> || is_rotary_v<decltype(Base::k)> || is_rotary_v<decltype(Base::q2)> ||
+           is_rotary_v<decltype(Base::k2)>;
   else
     return is_rotary_v<std::decay_t<decltype(std::declval<Base>().q)>> ||
            is_rotary_v<std::decay_t<decltype(std::declval<Base>().k)>>;

@@ -67,6 +67,42 @@ problem from_base(const Base& base) {
   return pr;
 }
 
+/// The rotary embeddings of a dot base's operands, and the second term of a sum against the first.
+template <class Base>
+void check_terms(const Base& base, const problem& pr) {
+  const auto rotary_check = [](const auto& t, std::size_t batch, std::size_t seq, const char* who) {
+    if constexpr (is_rotary_v<std::decay_t<decltype(t)>>) t.rot.check(batch, seq, t.view.at.shape[3], who);
+  };
+  if constexpr (is_sum_base_v<Base>) {
+    check_size(base.q2, "queries Q2");
+    check_size(base.k2, "keys K2");
+    const auto& q = base.q2.view.at.shape;
+    const auto& k = base.k2.view.at.shape;
+    const auto shapes = [&] {
+      return "Q1 " + shape_of(base.q) + ", K1 " + shape_of(base.k) + ", Q2 " + shape_of(base.q2) + ", K2 " +
+             shape_of(base.k2);
+    };
+    const char* sum = "Q1 * trans(K1) + Q2 * trans(K2)";
+    if (q[0] != pr.batch || k[0] != pr.batch) fail(sum, ": the terms have different batch sizes: ", shapes());
+    if (q[2] != pr.q_len) fail(sum, ": Q2 has ", q[2], " queries but Q1 has ", pr.q_len, ": ", shapes());
+    if (k[2] != pr.kv_len) fail(sum, ": K2 has ", k[2], " keys but K1 has ", pr.kv_len, ": ", shapes());
+    if (q[1] != pr.q_heads) fail(sum, ": Q2 has ", q[1], " heads but Q1 has ", pr.q_heads, ": ", shapes());
+    if (k[1] == 0 || pr.kv_heads % k[1] != 0)
+      fail(sum, ": K2's ", k[1], " heads must divide K1's ", pr.kv_heads,
+           " (each key head is shared by whole groups of query heads): ", shapes());
+    if (q[3] != k[3]) fail(sum, ": Q2 has ", q[3], " features but K2 has ", k[3], ": ", shapes());
+    if (!std::isfinite(base.s1) || !std::isfinite(base.s2))
+      fail(sum, ": each term's scale must be finite, got ", base.s1, " and ", base.s2);
+    rotary_check(base.q, pr.batch, pr.q_len, "Q1");
+    rotary_check(base.k, pr.batch, pr.kv_len, "K1");
+    rotary_check(base.q2, pr.batch, pr.q_len, "Q2");
+    rotary_check(base.k2, pr.batch, pr.kv_len, "K2");
+  } else {
+    rotary_check(base.q, pr.batch, pr.q_len, "Q");
+    rotary_check(base.k, pr.batch, pr.kv_len, "K");
+  }
+}
+
 template <class V>
 void add_values(problem& pr, const V& v, const std::string& keys) {
   check_size(v, "values V");
@@ -93,10 +129,7 @@ problem resolve(const P& p) {
   if (p.drop.p > 0 && std::max({pr.batch, pr.q_heads, pr.q_len, pr.kv_len}) > 0xffffffffu)
     fail("dropout: batch, heads and sequence lengths must be below 2^32 (the Philox counter words)");
   p.sinks.check(pr);
-  if constexpr (rotates_v<std::decay_t<decltype(p.base)>>) {
-    if constexpr (is_rotary_v<std::decay_t<decltype(p.base.q)>>) p.base.q.rot.check(pr.batch, pr.q_len, pr.q_dim, "Q");
-    if constexpr (is_rotary_v<std::decay_t<decltype(p.base.k)>>) p.base.k.rot.check(pr.batch, pr.kv_len, pr.k_dim, "K");
-  }
+  if constexpr (!decltype(p.base)::tensor_scores) detail::check_terms(p.base, pr);
   if constexpr (P::has_values) {
     if constexpr (decltype(p.base)::tensor_scores)
       detail::add_values(pr, p.v, "(scores " + detail::shape_of(p.base.x) + ")");

@@ -128,6 +128,7 @@ namespace detail {
 
 inline constexpr double default_serial_below_flop = double(1u << 22);  // waking a team ~ 40 us here
 inline constexpr std::size_t max_decode_rows = 16;                     // rows per key head read keys in place at most
+inline constexpr std::size_t max_group_rows = 256;                     // a grouped tile's rows at most
 inline constexpr std::size_t min_chunk_keys = 1024;                    // keys per decoding chunk at least
 inline constexpr std::size_t max_key_chunks = 8;
 
@@ -197,11 +198,16 @@ inline forward_schedule resolve_forward(const schedule& requested, const problem
   r.chunk_keys = round_up(blocks_of(pr.kv_len, r.key_chunks), r.block_k);
   r.key_chunks = std::max<std::size_t>(1, blocks_of(pr.kv_len, r.chunk_keys));
   // Grouped-query decoding: the query heads of a group read the same keys and values, so they are
-  // the rows of one tile and each key is loaded once for all of them.
+  // the rows of one tile and each key is loaded once for all of them -- also for a group too large
+  // to be bound by reading (MQA, absorbed MLA: 128 heads on one key head), whose rows would
+  // otherwise each stream every key.
   const std::size_t group = pr.kv_heads > 0 ? pr.q_heads / pr.kv_heads : 1;
-  if (kind == pass_kind::attention && r.keys == key_reads::in_place && group > 1) {
+  if (kind == pass_kind::attention && group > 1 && pr.q_len <= max_decode_rows &&
+      (r.keys == key_reads::in_place || (r.keys != key_reads::none && group * pr.q_len <= max_group_rows))) {
     r.group_rows = group;
-    r.block_q = group * pr.q_len;  // at most max_decode_rows: decoding
+    r.block_q = group * pr.q_len;
+    // each key block serves one task: packed when that task reaches it, it is used from cache
+    if (r.keys == key_reads::panels) r.keys = key_reads::per_head;
     r.q_blocks = 1;
     r.tasks = pr.batch * pr.kv_heads * r.key_chunks;
   } else {

@@ -13,6 +13,18 @@ namespace detail {
 template <class T>
 using value_of = typename std::decay_t<T>::value_type;
 
+/// The value types of a dot base's operands (both terms of a sum).
+template <class Base>
+struct operand_values {
+  template <class... Extra>
+  using acc = accumulator_t<value_of<decltype(Base::q)>, value_of<decltype(Base::k)>, Extra...>;
+};
+template <class Q, class K, class Q2, class K2>
+struct operand_values<sum_base<Q, K, Q2, K2>> {
+  template <class... Extra>
+  using acc = accumulator_t<value_of<Q>, value_of<K>, value_of<Q2>, value_of<K2>, Extra...>;
+};
+
 template <class Plan>
 auto pick_accumulator() {
   using base = decltype(std::declval<Plan>().base);
@@ -24,11 +36,9 @@ auto pick_accumulator() {
       return std::type_identity<accumulator_t<value_of<decltype(std::declval<base>().x)>>>{};
   } else if constexpr (Plan::has_values) {
     return std::type_identity<
-        accumulator_t<value_of<decltype(std::declval<base>().q)>, value_of<decltype(std::declval<base>().k)>,
-                      value_of<decltype(std::declval<Plan>().v)>>>{};
+        typename operand_values<base>::template acc<value_of<decltype(std::declval<Plan>().v)>>>{};
   } else {
-    return std::type_identity<
-        accumulator_t<value_of<decltype(std::declval<base>().q)>, value_of<decltype(std::declval<base>().k)>>>{};
+    return std::type_identity<typename operand_values<base>::template acc<>>{};
   }
 }
 

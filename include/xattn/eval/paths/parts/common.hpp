@@ -13,12 +13,12 @@
 
 namespace xattn {
 
-/// Where the backward writes, in kernel coordinates: dQ (B, Hq, Sq, Dq), dK (B, Hkv, Skv, Dk), or
-/// for scores given as a tensor X, dX (B, Hq, Sq, Skv). A view of what the base does not have is
-/// empty.
+/// Where the backward writes, in kernel coordinates: dQ (B, Hq, Sq, Dq), dK (B, Hkv, Skv, Dk), for
+/// a sum of products also the second term's dQ2 and dK2, or for scores given as a tensor X, dX
+/// (B, Hq, Sq, Skv). A view of what the base does not have is empty.
 template <class Acc>
 struct gradient_targets {
-  strided_view<Acc> dq{}, dk{}, dx{};
+  strided_view<Acc> dq{}, dk{}, dx{}, dq2{}, dk2{};
 };
 
 /// The facts of a path scoring rows of n features in Acc by the microkernels.
