@@ -70,6 +70,8 @@ verdict check_grad(const E& e, out_layout l, const reference_result& fwd, const 
   if (v.ok && want.dx.size()) v = compare_grad("dx", g.dx, want.dx, false, score_tol);
   if (v.ok && want.dq.size()) v = compare_grad("dq", g.dq, want.dq, packed, score_tol);
   if (v.ok && want.dk.size()) v = compare_grad("dk", g.dk, want.dk, packed, score_tol);
+  if (v.ok && want.dq2.size()) v = compare_grad("dq2", g.dq2, want.dq2, false, score_tol);
+  if (v.ok && want.dk2.size()) v = compare_grad("dk2", g.dk2, want.dk2, false, score_tol);
   for (std::size_t n_b = 0; v.ok && n_b < want.dbias.size(); ++n_b) {
     double biggest = 0, worst = 0;
     for (double x : want.dbias[n_b]) biggest = std::max(biggest, std::abs(x));

@@ -20,6 +20,60 @@ struct tensor_scores {
   }
 };
 
+/// Random rotary options for rows of d >= 2 features: either style, all or the first few features
+/// (partial rotary), the default frequencies at some base or a table of them.
+inline rope_options random_rope(std::size_t d, testing::rng& r) {
+  rope_options o;
+  o.style = r.coin() ? rope_style::half : rope_style::interleaved;
+  o.dims = d % 2 == 0 && r.coin() ? 0 : 2 * r.size(1, d / 2);  // 0 (all) needs an even d
+  o.base = float(r.uniform(100, 1e6));
+  if (r.coin(0.2)) o.inv_freq = r.vector<float>((o.dims ? o.dims : d) / 2, 1e-4, 1.5);
+  return o;
+}
+
+/// Positions of S rows in a batch of B: (S) or (B, S), anywhere up to 2^20.
+inline xt::xarray<std::int64_t> random_positions(std::size_t batch, std::size_t seq, testing::rng& r) {
+  xt::xarray<std::int64_t> p = xt::xarray<std::int64_t>::from_shape(r.coin() ? std::vector<std::size_t>{seq}
+                                                                             : std::vector<std::size_t>{batch, seq});
+  const std::size_t start = r.size(0, 1u << 20);
+  const bool shuffled = r.coin(0.3);
+  std::size_t k = 0;
+  for (auto& x : p) x = std::int64_t(shuffled ? r.size(0, 1u << 20) : start + k++ % seq);
+  return p;
+}
+
+/// rope(Q, positions, options) * trans(rope(K, ...)): both rotated, or one of them, by random
+/// options (the same for both, as a model rotates); needs Dq = Dk >= 2.
+struct rope_scores {
+  static constexpr bool same_dim = true;
+  template <class Q, class K>
+  auto operator()(Q q, K k, const testing::case_sizes& s, testing::rng& r) const {
+    const rope_options o = random_rope(s.Dq, r);
+    auto qr = rope(q, random_positions(s.B, s.Sq, r), o);
+    auto kr = rope(k, random_positions(s.B, s.Skv, r), r.coin(0.8) ? o : random_rope(s.Dq, r));
+    return qr * trans(kr) / std::sqrt(double(s.Dq));
+  }
+};
+
+/// Q * trans(K) + rope(Q2) * trans(rope(K2)) with each term's own scale: K2's heads one or K's,
+/// Q2 and K2 of a few features of their own (MLA's decoupled rotary part), owned by the terminals.
+struct sum_scores {
+  static constexpr bool same_dim = true;
+  template <class Q, class K>
+  auto operator()(Q q, K k, const testing::case_sizes& s, testing::rng& r) const {
+    using T = typename Q::value_type;
+    using TK = typename K::value_type;
+    const std::size_t d2 = 2 * r.size(1, 8), hk2 = r.coin() ? 1 : s.Hkv;
+    auto q2 = ref(r.tensor<T>({s.B, s.Hq(), s.Sq, d2}));
+    auto k2 = ref(r.tensor<TK>({s.B, hk2, s.Skv, d2}));
+    const rope_options o = random_rope(d2, r);
+    const double s1 = r.uniform(0.2, 1), s2 = r.uniform(0.2, 1);
+    return (q * trans(k) * s1 +
+            rope(q2, random_positions(s.B, s.Sq, r), o) * trans(rope(k2, random_positions(s.B, s.Skv, r), o)) * s2) /
+           std::sqrt(double(s.Dq + d2));
+  }
+};
+
 /// A bool mask hiding whole query rows (and random keys elsewhere), under bottom-right causal,
 /// which hides the first Sq - Skv rows on its own when Sq > Skv.
 struct dead_rows {

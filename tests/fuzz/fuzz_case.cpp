@@ -85,6 +85,7 @@ fuzz_case draw_case(testing::rng& r, std::uint64_t run_seed, std::uint64_t index
   s.Sq = seq_len(r, 130);
   s.Skv = seq_len(r, 300);
   s.Dq = head_dim(r);
+  if (rotates_rows(c.scorer)) s.Dq = std::max<std::size_t>(s.Dq, 2);
   s.Dk = needs_same_dim(c.scorer) ? s.Dq : head_dim(r);
   s.Dv = head_dim(r);
   fit_budget(s);
