@@ -57,6 +57,9 @@ class additive_attention : public d2l_module<T> {
   template <class Q, class K, class V, class Lens = none_t>
   xt::xtensor<T, 3> forward(const Q& queries, const K& keys, const V& values, const Lens& valid_lens = none,
                             bool training = false) {
+    static_assert(detail::tensor_inputs<Q, K, V>,
+                  "xattn::nn: d2l modules take tensors (batch, seq, size), not attention expressions such as "
+                  "rope(...); for rotary embeddings or sinks write the expression, or use dsl::decoder_attention");
     const char* who = "additive_attention.forward";
     detail::require_d2l_operand<T>(queries, who, "queries", "(batch, queries, query_size)");
     detail::require_d2l_operand<T>(keys, who, "keys", "(batch, kv, key_size)");

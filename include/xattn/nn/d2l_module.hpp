@@ -42,6 +42,10 @@ auto owned_lengths(const Lens& valid_lens) {
     return lengths(valid_lens);
 }
 
+/// d2l's modules read tensors; an attention expression (rope(...), heads(...)) is not one.
+template <class... E>
+inline constexpr bool tensor_inputs = (!xattn::expression<E> && ...);
+
 template <class T, class E>
 void require_d2l_operand(const E& x, const char* who, const char* what, const char* axes) {
   static_assert(std::is_same_v<std::remove_cv_t<typename E::value_type>, T>,

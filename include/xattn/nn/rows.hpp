@@ -3,6 +3,7 @@
 // containers (and views with unit inner stride and evenly spaced rows) are read in place; any
 // other expression is evaluated once into owned storage.
 #include "../error.hpp"
+#include "../expr/base.hpp"
 
 #include <xtensor/xtensor.hpp>
 #include <xtensor/xutils.hpp>
@@ -42,9 +43,9 @@ bool flat_rows(const E& x, std::size_t& ld) {
 
 }  // namespace detail
 
-/// View x, of rank 2 (seq, width) or 3 (batch, seq, width), as rows; `what` names the argument.
+/// rows_of for an xtensor expression.
 template <class T, class E>
-row_block<T> rows_of(const E& x, const char* what) {
+row_block<T> rows_of_tensor(const E& x, const char* what) {
   using D = std::decay_t<E>;
   row_block<T> b;
   b.user_shape.assign(x.shape().begin(), x.shape().end());
@@ -67,6 +68,21 @@ row_block<T> rows_of(const E& x, const char* what) {
   b.data = b.owned.data();
   b.ld = b.width;
   return b;
+}
+
+/// View x, of rank 2 (seq, width) or 3 (batch, seq, width), as rows; `what` names the argument.
+template <class T, class E>
+row_block<T> rows_of(const E& x, const char* what) {
+  // The modules project their inputs themselves, so rope(...) or heads(...) of an input would act
+  // before the projections: the rotated layer is dsl::decoder_attention, or an expression.
+  static_assert(!xattn::expression<E>,
+                "xattn::nn: module inputs are tensors of rows, (seq, size) or (batch, seq, size), not attention "
+                "expressions such as rope(...) or heads(...); for rotary embeddings or sinks after the projections "
+                "use dsl::decoder_attention (dsl/modules/decoder_attention.hpp) or write the expression");
+  if constexpr (!xattn::expression<E>)
+    return rows_of_tensor<T>(x, what);
+  else
+    return {};
 }
 
 }  // namespace xattn::nn
