@@ -83,8 +83,6 @@ constexpr bool branch_masks(std::size_t m) {
 constexpr bool allowed(element e, terminal t, std::size_t s, std::size_t m) {
   const bool is_double = e == element::f64;
   if (is_16bit(e)) {
-    // bfloat16 rows rotated on vdpbf16ps are rounded once more: test_sum.cpp states that bound
-    if (rotates_rows(s) && e != element::f16) return false;
     if (t != terminal::rank0) return s == dot && m == causal_masks;
     return s == dot || (e != element::mixed && s != tensor && (m == no_masks || m == causal_masks));
   }
