@@ -35,8 +35,19 @@ inline void rope_angles(std::int64_t pos, const float* inv_freq, std::size_t hal
 template <class X, class T>
 void rope_row(const X* x, std::ptrdiff_t xs, std::size_t n, std::size_t dims, rope_style style, const float* cos,
               const float* sin, T c, T* out) {
-  const auto at = [&](std::size_t d) { return T(x[std::ptrdiff_t(d) * xs]); };
   const std::size_t half = dims / 2;
+  if (xs == 1 && style == rope_style::half) {  // contiguous halves: a loop the compiler vectorises
+    const X* xb = x + half;
+    T* ob = out + half;
+    for (std::size_t k = 0; k < half; ++k) {
+      const T a = T(x[k]), b = T(xb[k]), ck = T(cos[k]), sk = T(sin[k]);
+      out[k] = c * (a * ck - b * sk);
+      ob[k] = c * (b * ck + a * sk);
+    }
+    for (std::size_t d = dims; d < n; ++d) out[d] = c * T(x[d]);
+    return;
+  }
+  const auto at = [&](std::size_t d) { return T(x[std::ptrdiff_t(d) * xs]); };
   for (std::size_t k = 0; k < half; ++k) {
     const std::size_t a = style == rope_style::half ? k : 2 * k, b = style == rope_style::half ? k + half : 2 * k + 1;
     const T xa = at(a), xb = at(b), ck = T(cos[k]), sk = T(sin[k]);
@@ -52,6 +63,15 @@ template <class T>
 void rope_row_transposed(T* g, std::ptrdiff_t gs, std::size_t dims, rope_style style, const float* cos,
                          const float* sin) {
   const std::size_t half = dims / 2;
+  if (gs == 1 && style == rope_style::half) {
+    T* gb = g + half;
+    for (std::size_t k = 0; k < half; ++k) {
+      const T ck = T(cos[k]), sk = T(sin[k]), va = g[k], vb = gb[k];
+      g[k] = va * ck + vb * sk;
+      gb[k] = vb * ck - va * sk;
+    }
+    return;
+  }
   for (std::size_t k = 0; k < half; ++k) {
     const std::size_t a = style == rope_style::half ? k : 2 * k, b = style == rope_style::half ? k + half : 2 * k + 1;
     T& ga = g[std::ptrdiff_t(a) * gs];
