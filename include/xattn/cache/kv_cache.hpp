@@ -1,0 +1,207 @@
+#pragma once
+// A paged key/value cache for decoding and serving (vLLM's PagedAttention layout): each sequence
+// is a list of pages of page_size tokens; a page holds every head's rows of its tokens. Pages come
+// from one pool, are shared between forks by reference count, and never move once written, so
+// appending to one sequence leaves every other (and every stored row) in place.
+#include "options.hpp"
+#include "page_format.hpp"
+#include "page_pool.hpp"
+#include "row_source.hpp"
+
+#include <xtensor/xtensor.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace xattn {
+
+template <class KT, class VT = KT>
+class kv_cache {
+  static_assert(is_cache_element_v<KT> && is_cache_element_v<VT>,
+                "xattn: kv_cache<K, V> elements are float, bfloat16, float16 or std::int8_t");
+
+ public:
+  using key_type = KT;
+  using value_type = VT;
+
+  explicit kv_cache(const kv_cache_options& o)
+      : opt_((detail::check_cache_options(o), o)),
+        kf_{o.head_dim, o.page_size},
+        vf_{o.head_dim, o.page_size},
+        pool_(o.kv_heads * (kf_.head_bytes() + vf_.head_bytes()), (o.max_tokens + o.page_size - 1) / o.page_size) {
+    pool_.reserve_free();
+  }
+
+  const kv_cache_options& options() const noexcept { return opt_; }
+  std::size_t free_pages() const noexcept { return pool_.free_pages(); }
+  std::size_t max_pages() const noexcept { return pool_.max_pages(); }
+
+  /// A new, empty sequence.
+  sequence_id add_sequence() {
+    const sequence_id id = new_slot();
+    slots_[id.slot].live = true;
+    return id;
+  }
+
+  /// A sequence holding a's tokens, sharing its pages (a prefix shared between continuations or
+  /// beams); whichever of them appends first into the shared partial page copies it.
+  sequence_id fork(sequence_id a) {
+    check(a, "kv_cache.fork");
+    auto pages = slots_[a.slot].pages;  // copied before a new slot may move slots_
+    const std::size_t len = slots_[a.slot].length;
+    const sequence_id id = new_slot();
+    slot& s = slots_[id.slot];
+    s.pages = std::move(pages);
+    s.length = len;
+    s.live = true;
+    for (const auto p : s.pages) pool_.retain(p);
+    return id;
+  }
+
+  /// Its pages go back to the pool (those no fork still holds); the id is invalid from now on.
+  void release(sequence_id a) {
+    check(a, "kv_cache.release");
+    slot& s = slots_[a.slot];
+    for (const auto p : s.pages) pool_.release(p);
+    s = slot{{}, 0, s.generation + 1, false};
+    free_slots_.push_back(a.slot);
+  }
+
+  std::size_t length(sequence_id a) const {
+    check(a, "kv_cache.length");
+    return slots_[a.slot].length;
+  }
+
+  /// Appends n tokens: k_rows (kv_heads, n, head_dim) and v_rows likewise, converted (or
+  /// quantized) as they are written. On any error nothing changes.
+  template <class KR, class VR>
+  void append(sequence_id a, const KR& k_rows, const VR& v_rows) {
+    const char* who = "kv_cache.append";
+    check(a, who);
+    const auto k = detail::rows_to_append(k_rows, "kv_cache.append: k_rows");
+    const auto v = detail::rows_to_append(v_rows, "kv_cache.append: v_rows");
+    check_rows(k.view.at.shape, "k_rows");
+    check_rows(v.view.at.shape, "v_rows");
+    const std::size_t n = k.view.at.shape[1];
+    if (v.view.at.shape[1] != n)
+      fail(who, ": k_rows ", shape_str(k.view.at.shape), " and v_rows ", shape_str(v.view.at.shape),
+           " hold different numbers of tokens");
+    if constexpr (page_format<KT>::quantized) check_finite(k.view, "k_rows");
+    if constexpr (page_format<VT>::quantized) check_finite(v.view, "v_rows");
+    if (n == 0) return;
+
+    slot& s = slots_[a.slot];
+    const std::size_t ps = opt_.page_size, used = s.length % ps, room = used ? ps - used : 0;
+    const bool copy_last = used && pool_.refs(s.pages.back()) > 1;
+    const std::size_t fresh = n > room ? (n - room + ps - 1) / ps : 0;
+    s.pages.reserve(s.pages.size() + fresh);
+    auto got = pool_.acquire(fresh + (copy_last ? 1 : 0), who);  // the last call that can fail
+    if (copy_last) {  // copy on write: the partial page is shared with a fork
+      const std::uint32_t mine = got.back();
+      got.pop_back();
+      std::memcpy(pool_.page(mine), pool_.page(s.pages.back()), page_bytes());
+      pool_.release(s.pages.back());
+      s.pages.back() = mine;
+    }
+    s.pages.insert(s.pages.end(), got.begin(), got.end());
+    for (std::size_t t = 0; t < n; ++t) {
+      const std::size_t pos = s.length + t;
+      std::byte* page = pool_.page(s.pages[pos / ps]);
+      for (std::size_t h = 0; h < opt_.kv_heads; ++h) {
+        kf_.write(key_head(page, h), pos % ps, k.view.data + k.view.at(h, t, 0), k.view.inner_stride());
+        vf_.write(value_head(page, h), pos % ps, v.view.data + v.view.at(h, t, 0), v.view.inner_stride());
+      }
+    }
+    s.length += n;
+  }
+
+  /// The pages of a sequence, in token order (the last may be partly filled).
+  const std::vector<std::uint32_t>& pages(sequence_id a) const {
+    check(a, "kv_cache.pages");
+    return slots_[a.slot].pages;
+  }
+  /// Head h's key (value) rows in page p.
+  page_rows<KT> key_page(std::uint32_t p, std::size_t h) const noexcept { return kf_.view(key_head(pool_.page(p), h)); }
+  page_rows<VT> value_page(std::uint32_t p, std::size_t h) const noexcept {
+    return vf_.view(value_head(pool_.page(p), h));
+  }
+
+  /// A sequence's keys (values) as stored, dequantized to float: (kv_heads, length, head_dim).
+  xt::xtensor<float, 3> stored_keys(sequence_id a) const { return gather(a, true); }
+  xt::xtensor<float, 3> stored_values(sequence_id a) const { return gather(a, false); }
+
+ private:
+  struct slot {
+    std::vector<std::uint32_t> pages;
+    std::size_t length = 0;
+    std::uint32_t generation = 0;
+    bool live = false;
+  };
+
+  std::size_t page_bytes() const noexcept { return opt_.kv_heads * (kf_.head_bytes() + vf_.head_bytes()); }
+  std::byte* key_head(std::byte* page, std::size_t h) const noexcept { return page + h * kf_.head_bytes(); }
+  const std::byte* key_head(const std::byte* page, std::size_t h) const noexcept { return page + h * kf_.head_bytes(); }
+  std::byte* value_head(std::byte* page, std::size_t h) const noexcept {
+    return page + opt_.kv_heads * kf_.head_bytes() + h * vf_.head_bytes();
+  }
+  const std::byte* value_head(const std::byte* page, std::size_t h) const noexcept {
+    return page + opt_.kv_heads * kf_.head_bytes() + h * vf_.head_bytes();
+  }
+
+  sequence_id new_slot() {
+    if (free_slots_.empty()) {
+      if (slots_.size() >= UINT32_MAX) fail("kv_cache.add_sequence: 2^32 - 1 sequences are live");
+      slots_.emplace_back();
+      free_slots_.reserve(slots_.capacity());  // so that release never allocates
+      return {std::uint32_t(slots_.size() - 1), 0};
+    }
+    const std::uint32_t i = free_slots_.back();
+    free_slots_.pop_back();
+    return {i, slots_[i].generation};
+  }
+
+  void check(sequence_id a, const char* who) const {
+    if (a.slot >= slots_.size() || !slots_[a.slot].live || slots_[a.slot].generation != a.generation)
+      fail(who, ": sequence ", a.slot, " (generation ", a.generation, ") is not in this cache or was released");
+  }
+
+  void check_rows(const std::array<std::size_t, 3>& sh, const char* what) const {
+    if (sh[0] != opt_.kv_heads || sh[2] != opt_.head_dim)
+      fail("kv_cache.append: ", what, " has shape ", shape_str(sh), " but the cache holds (kv_heads, n, head_dim) = (",
+           opt_.kv_heads, ", n, ", opt_.head_dim, ")");
+  }
+
+  template <class T>
+  static void check_finite(const strided_view<const T, 3>& x, const char* what) {
+    for (std::size_t h = 0; h < x.at.shape[0]; ++h)
+      for (std::size_t t = 0; t < x.at.shape[1]; ++t)
+        for (std::size_t d = 0; d < x.at.shape[2]; ++d)
+          if (!std::isfinite(double(x(h, t, d))))
+            fail("kv_cache.append: ", what, "(", h, ", ", t, ", ", d, ") = ", double(x(h, t, d)),
+                 " cannot be quantized to int8");
+  }
+
+  xt::xtensor<float, 3> gather(sequence_id a, bool keys) const {
+    check(a, keys ? "kv_cache.stored_keys" : "kv_cache.stored_values");
+    const slot& s = slots_[a.slot];
+    xt::xtensor<float, 3> out = xt::xtensor<float, 3>::from_shape({opt_.kv_heads, s.length, opt_.head_dim});
+    for (std::size_t h = 0; h < opt_.kv_heads; ++h)
+      for (std::size_t t = 0; t < s.length; ++t) {
+        const std::uint32_t p = s.pages[t / opt_.page_size];
+        for (std::size_t d = 0; d < opt_.head_dim; ++d)
+          out(h, t, d) = keys ? key_page(p, h).at(t % opt_.page_size, d) : value_page(p, h).at(t % opt_.page_size, d);
+      }
+    return out;
+  }
+
+  kv_cache_options opt_;
+  page_format<KT> kf_;
+  page_format<VT> vf_;
+  detail::page_pool pool_;
+  std::vector<slot> slots_;
+  std::vector<std::uint32_t> free_slots_;
+};
+
+}  // namespace xattn

@@ -1,0 +1,83 @@
+#pragma once
+// How one token's row of one head is stored in a page, per element type: float, bfloat16 and
+// float16 rows as they are (converted on write), int8 rows as llama.cpp's q8_0 stores them: one
+// float scale per group of 32 features, each feature round(x · (1 / scale)) with scale = max|x| / 127
+// (rounded half away from zero, as q8_0 does).
+#include "../bfloat16.hpp"
+#include "../float16.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+namespace xattn {
+
+template <class T>
+inline constexpr bool is_cache_element_v = std::is_same_v<T, float> || std::is_same_v<T, bfloat16> ||
+                                           std::is_same_v<T, float16> || std::is_same_v<T, std::int8_t>;
+
+/// Features per int8 scale.
+inline constexpr std::size_t quant_group = 32;
+
+/// One page's rows of one head: page_size rows of `dim` elements, row r at rows + r * dim; for
+/// int8, row r's scales at scales + r * groups (groups = ceil(dim / 32)), else scales is null.
+template <class T>
+struct page_rows {
+  const T* rows = nullptr;
+  const float* scales = nullptr;
+  std::size_t dim = 0, groups = 0;
+
+  /// Feature d of row r, dequantized.
+  float at(std::size_t r, std::size_t d) const noexcept {
+    if constexpr (std::is_same_v<T, std::int8_t>)
+      return float(rows[r * dim + d]) * scales[r * groups + d / quant_group];
+    else
+      return float(rows[r * dim + d]);
+  }
+};
+
+/// The bytes of one head's part of a page, and writing a row into it.
+template <class T>
+struct page_format {
+  static_assert(is_cache_element_v<T>, "xattn: kv_cache elements are float, bfloat16, float16 or std::int8_t");
+  static constexpr bool quantized = std::is_same_v<T, std::int8_t>;
+
+  std::size_t dim = 0, page_size = 0;
+
+  std::size_t groups() const noexcept { return quantized ? (dim + quant_group - 1) / quant_group : 0; }
+  /// Bytes of one head's rows in a page, scales included, rounded up to 64 (each head's rows start
+  /// on a cache line).
+  std::size_t head_bytes() const noexcept {
+    const std::size_t b = page_size * dim * sizeof(T) + page_size * groups() * sizeof(float);
+    return (b + 63) / 64 * 64;
+  }
+  page_rows<T> view(const std::byte* head) const noexcept {
+    const T* rows = reinterpret_cast<const T*>(head);
+    const float* scales = quantized ? reinterpret_cast<const float*>(head + page_size * dim * sizeof(T)) : nullptr;
+    return {rows, scales, dim, groups()};
+  }
+  /// Row r of the head at `head` := x (dim values `xs` apart, any element type).
+  template <class X>
+  void write(std::byte* head, std::size_t r, const X* x, std::ptrdiff_t xs) const noexcept {
+    T* out = reinterpret_cast<T*>(head) + r * dim;
+    if constexpr (quantized) {
+      float* scale = reinterpret_cast<float*>(head + page_size * dim * sizeof(T)) + r * groups();
+      for (std::size_t g = 0; g * quant_group < dim; ++g) {
+        const std::size_t lo = g * quant_group, hi = std::min(dim, lo + quant_group);
+        float amax = 0;
+        for (std::size_t d = lo; d < hi; ++d) amax = std::max(amax, std::abs(float(x[std::ptrdiff_t(d) * xs])));
+        const float s = amax / 127.0f, inv = s > 0 ? 1.0f / s : 0.0f;
+        scale[g] = s;
+        for (std::size_t d = lo; d < hi; ++d)
+          out[d] = std::int8_t(std::clamp(std::round(float(x[std::ptrdiff_t(d) * xs]) * inv), -127.0f, 127.0f));
+      }
+    } else {
+      using wide = std::conditional_t<std::is_same_v<X, double>, double, float>;  // one rounding, to T
+      for (std::size_t d = 0; d < dim; ++d) out[d] = T(wide(x[std::ptrdiff_t(d) * xs]));
+    }
+  }
+};
+
+}  // namespace xattn

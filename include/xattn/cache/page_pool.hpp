@@ -1,0 +1,77 @@
+#pragma once
+// Fixed-size pages handed out by index and shared by reference count. Storage grows in slabs as
+// pages are first used, so a large pool costs nothing until filled, and a page never moves.
+#include "../error.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <new>
+#include <stdexcept>
+#include <vector>
+
+namespace xattn::detail {
+
+class page_pool {
+ public:
+  page_pool() = default;
+  page_pool(std::size_t page_bytes, std::size_t max_pages)
+      : page_bytes_((page_bytes + 63) / 64 * 64),
+        max_pages_(max_pages),
+        per_slab_(std::max<std::size_t>(1, std::min<std::size_t>(max_pages, (std::size_t(1) << 22) / page_bytes_))) {}
+
+  std::size_t max_pages() const noexcept { return max_pages_; }
+  /// Pages not held by any sequence: released ones and those never used.
+  std::size_t free_pages() const noexcept { return free_.size() + (max_pages_ - used_); }
+  std::uint32_t refs(std::uint32_t p) const noexcept { return refs_[p]; }
+
+  std::byte* page(std::uint32_t p) noexcept { return slabs_[p / per_slab_].get() + (p % per_slab_) * page_bytes_; }
+  const std::byte* page(std::uint32_t p) const noexcept {
+    return slabs_[p / per_slab_].get() + (p % per_slab_) * page_bytes_;
+  }
+
+  /// n pages, each with one reference, or nothing at all (std::length_error naming `who` when the
+  /// pool has fewer free; std::bad_alloc from a slab leaves the pool as it was).
+  std::vector<std::uint32_t> acquire(std::size_t n, const char* who) {
+    if (n > free_pages())
+      throw std::length_error(std::string("xattn: ") + who + ": needs " + std::to_string(n) + " pages but " +
+                              std::to_string(free_pages()) + " of the pool's " + std::to_string(max_pages_) +
+                              " are free");
+    std::vector<std::uint32_t> got;
+    got.reserve(n);
+    const std::size_t reused = std::min(n, free_.size()), fresh = n - reused;
+    const std::size_t need_slabs = (used_ + fresh + per_slab_ - 1) / per_slab_;
+    if (need_slabs > slabs_.size()) {
+      slabs_.reserve(need_slabs);
+      refs_.reserve(std::min(max_pages_, need_slabs * per_slab_));
+      while (slabs_.size() < need_slabs)  // a throw here leaves only unused slabs behind
+        slabs_.emplace_back(new (std::align_val_t{64}) std::byte[per_slab_ * page_bytes_]);
+    }
+    for (std::size_t i = 0; i < reused; ++i) got.push_back(free_[free_.size() - 1 - i]);
+    free_.resize(free_.size() - reused);
+    for (std::size_t i = 0; i < fresh; ++i) {
+      got.push_back(std::uint32_t(used_++));
+      refs_.push_back(0);
+    }
+    for (const auto p : got) refs_[p] = 1;
+    return got;
+  }
+
+  void retain(std::uint32_t p) noexcept { ++refs_[p]; }
+  /// Drops one reference; the page is free when none is left. free_ has room: reserved in acquire.
+  void release(std::uint32_t p) {
+    if (--refs_[p] == 0) free_.push_back(p);
+  }
+  /// Room for every page in the free list, so that release never allocates.
+  void reserve_free() { free_.reserve(max_pages_); }
+
+ private:
+  struct aligned_delete {
+    void operator()(std::byte* p) const noexcept { ::operator delete[](p, std::align_val_t{64}); }
+  };
+  std::size_t page_bytes_ = 0, max_pages_ = 0, per_slab_ = 1, used_ = 0;
+  std::vector<std::unique_ptr<std::byte[], aligned_delete>> slabs_;
+  std::vector<std::uint32_t> refs_, free_;
+};
+
+}  // namespace xattn::detail

@@ -1,0 +1,197 @@
+// kv_cache storage: rows read back as written (converted, or quantized as llama.cpp's q8_0),
+// pages shared by forks and copied on write, released to the pool, and every failed call leaving
+// the cache as it was.
+#include "support/random.hpp"
+
+#include <catch2/catch.hpp>
+#include <xattn/cache.hpp>
+#include <xtensor/xview.hpp>
+
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+
+using namespace xattn;
+
+namespace {
+
+/// Everything a caller can observe of a sequence.
+template <class C>
+auto snapshot(const C& c, sequence_id s) {
+  return std::make_tuple(c.length(s), c.pages(s), xt::xtensor<float, 3>(c.stored_keys(s)),
+                         xt::xtensor<float, 3>(c.stored_values(s)));
+}
+
+template <class T>
+xt::xtensor<float, 3> rounded(const xt::xtensor<float, 3>& x) {
+  xt::xtensor<float, 3> r = x;
+  for (auto& v : r) v = float(T(v));
+  return r;
+}
+
+/// q8_0 as llama.cpp's quantize_row_q8_0_ref writes it: d = amax / 127, q = roundf(x * (1 / d)).
+xt::xtensor<float, 3> q8_0(const xt::xtensor<float, 3>& x) {
+  xt::xtensor<float, 3> r = x;
+  const std::size_t dim = x.shape()[2];
+  for (std::size_t h = 0; h < x.shape()[0]; ++h)
+    for (std::size_t t = 0; t < x.shape()[1]; ++t)
+      for (std::size_t lo = 0; lo < dim; lo += 32) {
+        const std::size_t hi = std::min(dim, lo + 32);
+        float amax = 0;
+        for (std::size_t d = lo; d < hi; ++d) amax = std::max(amax, std::fabs(x(h, t, d)));
+        const float s = amax / 127.0f, id = s != 0 ? 1.0f / s : 0.0f;
+        for (std::size_t d = lo; d < hi; ++d) r(h, t, d) = std::roundf(x(h, t, d) * id) * s;
+      }
+  return r;
+}
+
+/// Same shape and values (outside Catch's decomposition, which would compare element-wise).
+bool same(const xt::xtensor<float, 3>& a, const xt::xtensor<float, 3>& b) { return a == b; }
+
+xt::xtensor<float, 3> tokens(const xt::xtensor<float, 3>& x, std::size_t lo, std::size_t hi) {
+  return xt::view(x, xt::all(), xt::range(std::ptrdiff_t(lo), std::ptrdiff_t(hi)), xt::all());
+}
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("kv_cache: rows appended in pieces read back as one sequence", "[cache]", float, bfloat16, float16,
+                   std::int8_t) {
+  testing::rng r(5);
+  const std::size_t heads = 3, dim = 40;  // 40: a full and a partial quantization group
+  kv_cache<TestType, float> c({.kv_heads = heads, .head_dim = dim, .page_size = 4, .max_tokens = 64});
+  const auto a = c.add_sequence(), b = c.add_sequence();
+  const xt::xtensor<float, 3> k = r.tensor<float>({heads, 11, dim}, -3, 3), v = r.tensor<float>({heads, 11, dim});
+  std::size_t at = 0;
+  for (const std::size_t n : {1, 3, 0, 5, 2}) {  // across page boundaries, an empty append too
+    const xt::xtensor<float, 3> kp = tokens(k, at, at + n), vp = tokens(v, at, at + n);
+    c.append(a, kp, vp);
+    c.append(b, kp, vp);  // interleaved: the two sequences' pages alternate in the pool
+    at += n;
+  }
+  REQUIRE(c.length(a) == 11);
+  CHECK(c.pages(a).size() == 3);
+  const xt::xtensor<float, 3> want = std::is_same_v<TestType, std::int8_t> ? q8_0(k) : rounded<TestType>(k);
+  CHECK(same(c.stored_keys(a), want));
+  CHECK(same(c.stored_keys(b), want));
+  CHECK(same(c.stored_values(a), v));
+  if constexpr (std::is_same_v<TestType, std::int8_t>) {
+    // the quantization error is at most half a step, max|x| / 254 per group of 32
+    const auto got = c.stored_keys(a);
+    for (std::size_t h = 0; h < heads; ++h)
+      for (std::size_t t = 0; t < 11; ++t)
+        for (std::size_t d = 0; d < dim; ++d) {
+          float amax = 0;
+          for (std::size_t e = d / 32 * 32; e < std::min(dim, d / 32 * 32 + 32); ++e)
+            amax = std::max(amax, std::fabs(k(h, t, e)));
+          CHECK(std::fabs(got(h, t, d) - k(h, t, d)) <= amax / 254 * (1 + 1e-6f));
+        }
+  }
+}
+
+TEST_CASE("kv_cache: int8 pages hold llama.cpp's q8_0 codes and one scale per 32 features") {
+  kv_cache<std::int8_t> c({.kv_heads = 1, .head_dim = 33, .page_size = 2, .max_tokens = 8});
+  xt::xtensor<float, 3> k = xt::zeros<float>({1, 1, 33});
+  k(0, 0, 0) = 2.54f, k(0, 0, 1) = -1.27f, k(0, 0, 2) = 0.005f, k(0, 0, 32) = -0.5f;  // last group: one feature
+  const auto a = c.add_sequence();
+  c.append(a, k, k);
+  const auto p = c.key_page(c.pages(a)[0], 0);
+  CHECK(p.scales[0] == 2.54f / 127.0f);
+  CHECK(p.rows[0] == 127);
+  CHECK(p.rows[1] == -64);  // -63.5 rounds away from zero, as roundf
+  CHECK(p.rows[2] == 0);
+  CHECK(p.scales[1] == 0.5f / 127.0f);
+  CHECK(p.rows[32] == -127);
+}
+
+TEST_CASE("kv_cache: a fork shares full pages and copies the partial one on its first append") {
+  testing::rng r(6);
+  kv_cache<float> c({.kv_heads = 2, .head_dim = 8, .page_size = 4, .max_tokens = 40});
+  const auto a = c.add_sequence();
+  const xt::xtensor<float, 3> prompt = r.tensor<float>({2, 6, 8});
+  c.append(a, prompt, prompt);
+  const std::size_t free0 = c.free_pages();
+  const auto f = c.fork(a);
+  CHECK(c.free_pages() == free0);  // nothing copied yet
+  CHECK(c.pages(f) == c.pages(a));
+  CHECK(c.length(f) == 6);
+  const xt::xtensor<float, 3> x = r.tensor<float>({2, 1, 8}), y = r.tensor<float>({2, 1, 8});
+  c.append(f, x, x);
+  CHECK(c.free_pages() == free0 - 1);     // the partial page, copied
+  CHECK(c.pages(f)[0] == c.pages(a)[0]);  // the full page, still shared
+  CHECK(c.pages(f)[1] != c.pages(a)[1]);
+  c.append(a, y, y);  // a's partial page is its own again: written in place
+  CHECK(c.free_pages() == free0 - 1);
+  CHECK(same(tokens(c.stored_keys(a), 0, 6), prompt));
+  CHECK(same(tokens(c.stored_keys(a), 6, 7), y));
+  CHECK(same(tokens(c.stored_keys(f), 0, 6), prompt));
+  CHECK(same(tokens(c.stored_keys(f), 6, 7), x));
+  // releasing a returns only its own partial page: the first stays with f
+  c.release(a);
+  CHECK(c.free_pages() == free0);
+  CHECK(same(c.stored_keys(f), xt::concatenate(xt::xtuple(prompt, x), 1)));
+  CHECK_THROWS_WITH(c.length(a), Catch::Contains("kv_cache.length: sequence 0") && Catch::Contains("released"));
+  const auto n = c.add_sequence();  // reuses a's slot, not a's id
+  CHECK(n.slot == a.slot);
+  CHECK_THROWS_AS(c.append(a, x, x), std::invalid_argument);
+  CHECK(c.length(n) == 0);
+  c.release(f);
+  CHECK(c.free_pages() == c.max_pages());
+}
+
+TEST_CASE("kv_cache: bad input is named and leaves the cache as it was") {
+  testing::rng r(7);
+  kv_cache<std::int8_t, bfloat16> c({.kv_heads = 2, .head_dim = 8, .page_size = 4, .max_tokens = 12});
+  const auto a = c.add_sequence(), b = c.fork(a);
+  const xt::xtensor<float, 3> k = r.tensor<float>({2, 5, 8});
+  c.append(a, k, k);
+  const auto before = snapshot(c, a);
+  const std::size_t free0 = c.free_pages();
+  const auto unchanged = [&] {
+    const bool intact = snapshot(c, a) == before;
+    CHECK(intact);
+    CHECK(c.free_pages() == free0);
+    CHECK(c.length(b) == 0);
+  };
+  CHECK_THROWS_WITH(
+      c.append(a, xt::xtensor<float, 3>(r.tensor<float>({3, 1, 8})), k),
+      "xattn: kv_cache.append: k_rows has shape (3,1,8) but the cache holds (kv_heads, n, head_dim) = (2, n, 8)");
+  unchanged();
+  CHECK_THROWS_WITH(c.append(a, k, xt::xtensor<float, 3>(r.tensor<float>({2, 5, 7}))),
+                    Catch::Contains("v_rows has shape (2,5,7)"));
+  unchanged();
+  CHECK_THROWS_WITH(c.append(a, k, xt::xtensor<float, 3>(r.tensor<float>({2, 4, 8}))),
+                    Catch::Contains("k_rows (2,5,8) and v_rows (2,4,8) hold different numbers of tokens"));
+  unchanged();
+  xt::xtensor<float, 3> inf = k;
+  inf(1, 2, 3) = std::numeric_limits<float>::infinity();
+  CHECK_THROWS_WITH(c.append(a, inf, k), Catch::Contains("k_rows(1, 2, 3) = inf cannot be quantized to int8"));
+  unchanged();
+  // 5 tokens hold 2 of the 3 pages; 8 more need 2 (3 + 8 = 11 > 8 tokens of room): the pool has 1
+  const xt::xtensor<float, 3> many = r.tensor<float>({2, 8, 8});
+  CHECK_THROWS_AS(c.append(a, many, many), std::length_error);
+  CHECK_THROWS_WITH(c.append(a, many, many), "xattn: kv_cache.append: needs 2 pages but 1 of the pool's 3 are free");
+  unchanged();
+  // the fork shares no page (it forked before any append): its first append takes the free page
+  CHECK_THROWS_WITH(c.append(b, many, many), Catch::Contains("needs 2 pages but 1"));
+  unchanged();
+  CHECK_THROWS_WITH(kv_cache<float>({.kv_heads = 0, .head_dim = 8}), "xattn: kv_cache: kv_heads must be > 0");
+  CHECK_THROWS_WITH(kv_cache<float>({.kv_heads = 1, .head_dim = 8, .page_size = 0}),
+                    "xattn: kv_cache: page_size must be > 0");
+}
+
+TEST_CASE("kv_cache: rows from ref(ptr, shape, strides), strided views and bfloat16 tensors") {
+  testing::rng r(8);
+  kv_cache<float> c({.kv_heads = 2, .head_dim = 4, .page_size = 3, .max_tokens = 30});
+  const xt::xtensor<float, 3> k = r.tensor<float>({2, 5, 4});
+  const xt::xtensor<float, 3> kt = xt::transpose(k, {1, 0, 2});  // (5, 2, 4) in memory
+  const auto a = c.add_sequence();
+  // the (2, 5, 4) rows of kt's memory, by strides
+  c.append(a, ref(kt.data(), {1, 2, 5, 4}, {40, 4, 8, 1}), xt::transpose(kt, {1, 0, 2}));
+  CHECK(same(c.stored_keys(a), k));
+  CHECK(same(c.stored_values(a), k));
+  const xt::xtensor<bfloat16, 3> kb = xt::cast<bfloat16>(k);
+  c.append(a, kb, kb);
+  CHECK(same(tokens(c.stored_keys(a), 5, 10), rounded<bfloat16>(k)));
+  CHECK_THROWS_WITH(c.append(a, ref(k.data(), {2, 2, 5, 4}, {40, 20, 4, 1}), k),
+                    Catch::Contains("a ref() of 2 batches"));
+}
