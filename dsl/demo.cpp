@@ -2,7 +2,9 @@
 // GCC 12 sometimes reports a false -Wrestrict inside std::string::insert once xtensor's printer
 // (xio.hpp) is inlined (GCC PR 105651; seen on one CI build of this file, not reproducible on the
 // next): ignored for the whole file, before the standard headers, where the diagnostic points.
+#if !defined(__clang__)  // a GCC-only warning
 #pragma GCC diagnostic ignored "-Wrestrict"
+#endif
 #include "catalogue/band_mask.hpp"
 #include "catalogue/causal_alibi.hpp"
 #include "catalogue/cosine_temperature.hpp"

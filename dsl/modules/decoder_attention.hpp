@@ -77,7 +77,7 @@ class decoder_attention {
     const auto g = grad(e, attended_, d_att);  // dq, dk, dv in the packed (B, S, H * D) shapes
     if (o_.sinks) sink_grad_ += g.dsinks;
     xt::xtensor<T, 3> dx = xt::zeros<T>(x_.shape()), part = xt::xtensor<T, 3>::from_shape(x_.shape());
-    const auto back = [&](nn::linear<T>& w, const auto& d) {
+    const auto back = [&](xattn::nn::linear<T>& w, const auto& d) {
       w.backward(x_.data(), rows, o_.dim, d.data(), w.out_features(), part.data());
       dx += part;
     };
@@ -87,15 +87,15 @@ class decoder_attention {
     return dx;
   }
 
-  nn::linear<T>& q_proj() noexcept { return wq_; }
-  nn::linear<T>& k_proj() noexcept { return wk_; }
-  nn::linear<T>& v_proj() noexcept { return wv_; }
-  nn::linear<T>& o_proj() noexcept { return wo_; }
+  xattn::nn::linear<T>& q_proj() noexcept { return wq_; }
+  xattn::nn::linear<T>& k_proj() noexcept { return wk_; }
+  xattn::nn::linear<T>& v_proj() noexcept { return wv_; }
+  xattn::nn::linear<T>& o_proj() noexcept { return wo_; }
   /// The sink logits (heads), -inf without sinks; set them in place.
   xt::xtensor<T, 1>& sink_logits() noexcept { return sinks_; }
   const xt::xtensor<T, 1>& sink_grad() const noexcept { return sink_grad_; }
   void zero_grad() {
-    for (nn::linear<T>* w : {&wq_, &wk_, &wv_, &wo_}) w->zero_grad();
+    for (xattn::nn::linear<T>* w : {&wq_, &wk_, &wv_, &wo_}) w->zero_grad();
     sink_grad_ = xt::zeros<T>({o_.heads});
   }
 
@@ -103,14 +103,14 @@ class decoder_attention {
   /// The window's left reach: keys i - window < j <= i.
   std::int64_t left() const noexcept { return o_.window == xattn::unbounded ? xattn::unbounded : o_.window - 1; }
 
-  static xt::xtensor<T, 3> project(const nn::linear<T>& w, const xt::xtensor<T, 3>& x) {
+  static xt::xtensor<T, 3> project(const xattn::nn::linear<T>& w, const xt::xtensor<T, 3>& x) {
     xt::xtensor<T, 3> y = xt::xtensor<T, 3>::from_shape({x.shape()[0], x.shape()[1], w.out_features()});
     w.apply(x.data(), x.shape()[0] * x.shape()[1], x.shape()[2], y.data(), w.out_features());
     return y;
   }
 
   decoder_attention_options o_;
-  nn::linear<T> wq_, wk_, wv_, wo_;
+  xattn::nn::linear<T> wq_, wk_, wv_, wo_;
   xt::xtensor<T, 1> sinks_, sink_grad_ = xt::zeros<T>({o_.heads});
   xt::xtensor<T, 3> x_, q_, k_, v_;
   xattn::partial_attention<xt::xtensor<T, 3>, xt::xtensor<T, 3>> attended_;

@@ -14,15 +14,15 @@ using namespace xattn;
 // and the worker's value tile wrapped to 0 elements and the kernel wrote through a null pointer
 // (SIGSEGV); with B = Sq = 2^32 the first allocation threw std::bad_alloc. In a child process.
 TEST_CASE("E29 operand sizes whose products overflow size_t", "[errors][regression]") {
-  const std::size_t huge_d = std::size_t(1) << 62, huge_s = std::size_t(1) << 32;
-  const auto wrap = hardening::isolated([huge_d] {
+  constexpr std::size_t huge_d = std::size_t(1) << 62, huge_s = std::size_t(1) << 32;
+  const auto wrap = hardening::isolated([] {
     std::vector<float> buf(64, 0.5f);
     auto Q = ref(buf.data(), {4, 1, 1, 1}, {0, 0, 0, 0});
     auto K = ref(buf.data(), {4, 1, 1, 1}, {0, 0, 0, 0});
     auto V = ref(buf.data(), {4, 1, 1, huge_d}, {0, 0, 0, 0});  // stride 0: every element is buf[0]
     eval(softmax(Q * trans(K)) * V, {64, 128, 1});
   });
-  const auto huge = hardening::isolated([huge_s] {
+  const auto huge = hardening::isolated([] {
     std::vector<float> buf(64, 0.5f);
     auto Q = ref(buf.data(), {huge_s, 1, huge_s, 1}, {0, 0, 0, 0});
     auto K = ref(buf.data(), {huge_s, 1, 4, 1}, {0, 0, 1, 0});

@@ -45,7 +45,8 @@ TEMPLATE_TEST_CASE("pv_tile_transposed accumulates Pᵀ V into O", "[kernel]", f
 TEMPLATE_TEST_CASE("tile products restricted to ranges skip excluded keys, same bits", "[kernel]", float, double) {
   using T = TestType;
   testing::rng r(15);
-  for (auto [rows, n] : {std::tuple{40u, 13u}, {144u, 64u}, {21u, 130u}}) {
+  for (const auto& sizes : {std::pair{40u, 13u}, {144u, 64u}, {21u, 130u}}) {
+    const std::size_t rows = sizes.first, n = sizes.second;  // not bindings: lambdas capture them
     const std::size_t cols = rows, colsp = padded<T>(cols), lds = colsp + 3, np = padded<T>(n);
     std::vector<std::size_t> lo(rows, 0), hi(rows);
     for (std::size_t i = 0; i < rows; ++i) hi[i] = i == 3 ? 0 : i + 1;

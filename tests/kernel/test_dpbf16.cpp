@@ -28,8 +28,9 @@ std::vector<S> random_rows(testing::rng& r, std::size_t count) {
 
 TEMPLATE_TEST_CASE("pack_kt_pairs interleaves feature pairs of 64-key strips", "[kernel][bf16]", bfloat16, float) {
   testing::rng r(41);
-  for (auto [cols, n] : {std::pair{1u, 1u}, {16u, 32u}, {37u, 40u}, {130u, 64u}, {64u, 17u}, {80u, 96u}})
+  for (const auto& size_pair : {std::pair{1u, 1u}, {16u, 32u}, {37u, 40u}, {130u, 64u}, {64u, 17u}, {80u, 96u}})
     for (std::ptrdiff_t dstride : {1, 3}) {
+      const std::size_t cols = size_pair.first, n = size_pair.second;  // not bindings: lambdas capture them
       const auto k = random_rows<TestType>(r, cols * n * std::size_t(dstride));
       const std::size_t size = kernel::packed_pairs_size(cols, n);
       std::vector<bfloat16> kt(size + 1, bfloat16(99.0f));
@@ -46,8 +47,9 @@ TEMPLATE_TEST_CASE("pack_kt_pairs interleaves feature pairs of 64-key strips", "
 
 TEST_CASE("pack_v_pairs interleaves the values of key pairs", "[kernel][bf16]") {
   testing::rng r(42);
-  for (auto [keys, dv] : {std::pair{1u, 1u}, {7u, 32u}, {64u, 64u}, {33u, 40u}, {10u, 128u}})
+  for (const auto& size_pair : {std::pair{1u, 1u}, {7u, 32u}, {64u, 64u}, {33u, 40u}, {10u, 128u}})
     for (std::ptrdiff_t stride : {1, 2}) {
+      const std::size_t keys = size_pair.first, dv = size_pair.second;
       const std::size_t dvp = (dv + 15) / 16 * 16, size = (keys + keys % 2) * dvp;
       const auto v = random_rows<bfloat16>(r, keys * dv * std::size_t(stride));
       std::vector<bfloat16> vp(size + 1, bfloat16(99.0f));
@@ -68,8 +70,9 @@ TEMPLATE_TEST_CASE("vdpbf16ps tiles: Q Kᵀ, P rounded to bf16, P·V", "[kernel]
     WARN("this build has no AVX512-BF16: the vdpbf16ps tiles are not compiled");
   } else {
     testing::rng r(43);
-    for (auto [rows, cols, n] :
+    for (const auto& sizes :
          {std::tuple{1u, 1u, 1u}, {6u, 64u, 64u}, {7u, 37u, 13u}, {13u, 130u, 64u}, {5u, 200u, 128u}}) {
+      const std::size_t rows = std::get<0>(sizes), cols = std::get<1>(sizes), n = std::get<2>(sizes);
       // scores: bf16 products are exact, so only fp32's summation differs from the double loop
       const auto q = random_rows<bfloat16>(r, rows * n), k = random_rows<bfloat16>(r, cols * n);
       const std::size_t ldq = n + n % 2, colsp = (cols + 15) / 16 * 16, lds = colsp + 16;
@@ -130,8 +133,9 @@ TEMPLATE_TEST_CASE("qk_direct_pairs: bf16 queries times bf16 key rows in place, 
     testing::rng r(44);
     // rows around the 4-row blocks (a full 4 x 4 block is summed by one tree), keys around the
     // 4-key blocks, features around the 32 per vdpbf16ps (the rest loads as zero)
-    for (auto [rows, cols, n] :
+    for (const auto& sizes :
          {std::tuple{1u, 1u, 1u}, {4u, 8u, 128u}, {4u, 9u, 33u}, {5u, 7u, 31u}, {8u, 25u, 64u}, {3u, 4u, 100u}}) {
+      const std::size_t rows = std::get<0>(sizes), cols = std::get<1>(sizes), n = std::get<2>(sizes);
       const auto q = random_rows<bfloat16>(r, rows * n), k = random_rows<bfloat16>(r, cols * n);
       const std::size_t lds = cols + 3;
       std::vector<TestType> s(rows * lds, -7.0f);

@@ -8,6 +8,7 @@
 #include <xattn/eval/oracle/reference.hpp>
 
 #include <catch2/catch.hpp>
+#include <xtensor/xview.hpp>
 
 #include <cmath>
 #include <vector>

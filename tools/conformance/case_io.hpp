@@ -146,8 +146,9 @@ class case_reader {
     const auto& types = field(j, "attribute_types", "");
     if (!attrs.is_object() || !types.is_object()) fail("case.json: 'attributes' and 'attribute_types' must be objects");
     for (const auto& [key, value] : attrs.items()) {
-      const auto spec =
-          std::find_if(schema.attrs.begin(), schema.attrs.end(), [&](const auto& a) { return a.first == key; });
+      const auto spec = std::find_if(schema.attrs.begin(), schema.attrs.end(), [name = key](const auto& a) {
+        return a.first == name;
+      });  // clang 14: no binding captures
       if (spec == schema.attrs.end()) fail("unknown attribute '" + key + "' for " + op_);
       const auto t = types.find(key);
       if (t == types.end() || !t->is_string()) fail("attribute '" + key + "' has no type in attribute_types");

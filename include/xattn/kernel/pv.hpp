@@ -6,7 +6,9 @@
 
 #pragma GCC diagnostic push  // GCC PR 105593, see simd/compat.hpp
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#if !defined(__clang__)  // a GCC-only warning
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 
 namespace xattn::kernel {
 
@@ -166,8 +168,8 @@ template <bool PT, class Acc, class V, class Range>
 void pv_tile_rows(const Acc* p, std::size_t ldp, std::size_t rows, const V* v, std::size_t ldv, std::size_t keys,
                   Acc* o, std::size_t ldo, std::size_t dv_padded, Range range) {
   by_row_blocks<Acc>(rows, [&](auto R, std::size_t r) {
-    const auto [lo, hi] = range(r, R);
-    const std::size_t j1 = std::min(hi, keys);
+    const auto bounds = range(r, R);  // named, not bound: lambdas below capture lo (clang 14 cannot)
+    const std::size_t lo = bounds.first, j1 = std::min(bounds.second, keys);
     if (lo < j1)
       pv_micro_rows<decltype(R)::value, PT>(p + p_at<PT>(r, lo, ldp), ldp, v + lo * ldv, ldv, j1 - lo, o + r * ldo, ldo,
                                             dv_padded);
@@ -182,8 +184,8 @@ void pv_strips_rows(const Acc* p, std::size_t ldp, std::size_t rows, const V* v,
                     std::size_t keys, Acc* o, std::size_t ldo, std::size_t dv_padded, Range range) {
   constexpr std::size_t w = simd::width<Acc>, C = blocking<Acc>::vecs, sw = strip_width<Acc>;
   by_row_blocks<Acc>(rows, [&](auto R, std::size_t r) {
-    const auto [lo, hi] = range(r, R);
-    const std::size_t j1 = std::min(hi, keys);
+    const auto bounds = range(r, R);  // named, not bound: lambdas below capture lo (clang 14 cannot)
+    const std::size_t lo = bounds.first, j1 = std::min(bounds.second, keys);
     if (lo >= j1) return;
     const Acc* pr = p + p_at<PT>(r, lo, ldp);
     const auto block = [&](auto cvecs, std::size_t c) {  // columns [c, c + CC·w), in strip c / sw

@@ -9,7 +9,9 @@
 
 #pragma GCC diagnostic push  // GCC PR 105593, see simd/compat.hpp
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#if !defined(__clang__)  // a GCC-only warning
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 
 namespace xattn::kernel {
 

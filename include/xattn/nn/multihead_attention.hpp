@@ -251,6 +251,7 @@ class multihead_attention {
     }();
     const saved* s = st.get();  // the closure lives in *st: a raw pointer, no ownership cycle
     auto expr = [s, H, Hkv, root, p, key, mk] {
+      (void)mk;  // only its type is used without a mask
       auto sc = heads(s->qp, H) * trans(heads(s->kp, Hkv)) / root;
       auto w = [&] {
         if constexpr (is_none_v<decltype(mk)>)

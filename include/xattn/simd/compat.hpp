@@ -17,7 +17,9 @@
 
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#if !defined(__clang__)  // a GCC-only warning
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 
 // Included inside the pragmas too: where xsimd's functions are not inlined (-O0, -Og) the warning
 // is reported in their own bodies.

@@ -127,7 +127,9 @@ class backward_worker {
   /// rows as tile_rows gives them, for dP.
   std::pair<const Acc*, std::size_t> value_gradient(std::size_t b, std::size_t h, std::size_t i0, std::size_t rows,
                                                     std::size_t cols, const Acc* z) {
-    const auto [d_out, ldd] = tile_rows(io_.d_out, b, h, i0, rows, pr_.v_dim, dvp_, do_.data());
+    const auto rows_at = tile_rows(io_.d_out, b, h, i0, rows, pr_.v_dim, dvp_, do_.data());
+    const Acc* d_out = rows_at.first;
+    const std::size_t ldd = rows_at.second;
     kernel::pack_strips<Acc>([&](std::size_t r) { return d_out + r * ldd; }, rows, pr_.v_dim, 1, dos_.data(), bq_ * sw);
     transposed_by_strips(z, lds_, cols, dos_.data(), bq_ * sw, rows, dv_.data(), dvp_, dvp_, ranges_.keys());
     return {d_out, ldd};

@@ -194,7 +194,7 @@ void check_gradient_input(const X& x, const std::vector<std::size_t>& want, cons
 /// Zeroed on the backward's threads: the first touch of a fresh allocation is a pass over memory
 /// worth sharing.
 template <class R>
-layout<4> zero_gradient(R& r, form how, const std::array<std::size_t, 4>& shape, int threads) {
+layout<4> zero_gradient(R& r, form how, const std::array<std::size_t, 4>& shape, [[maybe_unused]] int threads) {
   layout<4> at;
   std::tie(r, at) = allocate_in<R>(how, shape);
   using T = typename R::value_type;
