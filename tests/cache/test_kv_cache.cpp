@@ -101,6 +101,14 @@ TEST_CASE("kv_cache: int8 pages hold llama.cpp's q8_0 codes and one scale per 32
   CHECK(p.rows[2] == 0);
   CHECK(p.scales[1] == 0.5f / 127.0f);
   CHECK(p.rows[32] == -127);
+  // rows of 3 x 5 bytes: the scales still start aligned, and every token reads back
+  testing::rng r(9);
+  kv_cache<std::int8_t> odd({.kv_heads = 2, .head_dim = 5, .page_size = 3, .max_tokens = 12});
+  const xt::xtensor<float, 3> x = r.tensor<float>({2, 7, 5});
+  const auto b = odd.add_sequence();
+  odd.append(b, x, x);
+  CHECK(reinterpret_cast<std::uintptr_t>(odd.key_page(odd.pages(b)[1], 1).scales) % alignof(float) == 0);
+  CHECK(same(odd.stored_values(b), q8_0(x)));
 }
 
 TEST_CASE("kv_cache: a fork shares full pages and copies the partial one on its first append") {

@@ -47,15 +47,15 @@ struct page_format {
   std::size_t dim = 0, page_size = 0;
 
   std::size_t groups() const noexcept { return quantized ? (dim + quant_group - 1) / quant_group : 0; }
-  /// Bytes of one head's rows in a page, scales included, rounded up to 64 (each head's rows start
-  /// on a cache line).
+  /// Bytes of one head's rows in a page, then of its scales, each rounded up to 64 (every head's
+  /// rows and scales start on a cache line, so the scales are aligned floats).
+  std::size_t rows_bytes() const noexcept { return (page_size * dim * sizeof(T) + 63) / 64 * 64; }
   std::size_t head_bytes() const noexcept {
-    const std::size_t b = page_size * dim * sizeof(T) + page_size * groups() * sizeof(float);
-    return (b + 63) / 64 * 64;
+    return rows_bytes() + (page_size * groups() * sizeof(float) + 63) / 64 * 64;
   }
   page_rows<T> view(const std::byte* head) const noexcept {
     const T* rows = reinterpret_cast<const T*>(head);
-    const float* scales = quantized ? reinterpret_cast<const float*>(head + page_size * dim * sizeof(T)) : nullptr;
+    const float* scales = quantized ? reinterpret_cast<const float*>(head + rows_bytes()) : nullptr;
     return {rows, scales, dim, groups()};
   }
   /// Row r of the head at `head` := x (dim values `xs` apart, any element type).
@@ -63,7 +63,7 @@ struct page_format {
   void write(std::byte* head, std::size_t r, const X* x, std::ptrdiff_t xs) const noexcept {
     T* out = reinterpret_cast<T*>(head) + r * dim;
     if constexpr (quantized) {
-      float* scale = reinterpret_cast<float*>(head + page_size * dim * sizeof(T)) + r * groups();
+      float* scale = reinterpret_cast<float*>(head + rows_bytes()) + r * groups();
       for (std::size_t g = 0; g * quant_group < dim; ++g) {
         const std::size_t lo = g * quant_group, hi = std::min(dim, lo + quant_group);
         float amax = 0;
