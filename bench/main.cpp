@@ -69,6 +69,7 @@ int main(int argc, char** argv) {
   xattn_bench::register_tile_ops();
   xattn_bench::register_backward();
   xattn_bench::register_mla();
+  xattn_bench::register_cache();
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;
