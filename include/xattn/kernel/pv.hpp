@@ -1,6 +1,7 @@
 #pragma once
 // O += P · V for one tile (pv_tile, its microkernel pv_micro): probabilities in the accumulator
-// type, values in any storage type, converted as they are loaded.
+// type, values in any storage type, converted as they are loaded. Value rows are read through an
+// accessor: rows ld apart (strided_rows), or any other placement such as a paged cache's.
 #include "blocking.hpp"
 #include "trace.hpp"
 
@@ -11,6 +12,17 @@
 #endif
 
 namespace xattn::kernel {
+
+/// Value rows ld elements apart: row j at v + j · ld.
+template <class V>
+struct strided_rows {
+  using element = V;
+  const V* v;
+  std::size_t ld;
+  const V* operator()(std::size_t j) const noexcept { return v + j * ld; }
+  /// The rows from key j0 on, from column c0 on.
+  strided_rows at(std::size_t j0, std::size_t c0) const noexcept { return {v + j0 * ld + c0, ld}; }
+};
 
 namespace detail {
 
@@ -24,9 +36,9 @@ constexpr std::size_t p_at(std::size_t r, std::size_t j, std::size_t ldp) noexce
 /// starts from zero and is added to o once: rounding error then grows with block_k, not with Skv.
 /// A row whose block sum is not finite is left untouched and flagged (bit r of the result): it may
 /// come from 0 * inf/NaN at a key the row gives weight 0, which pv_exact_row recomputes.
-template <std::size_t R, std::size_t CC, bool PT = false, class Acc, class V>
-inline unsigned pv_micro(const Acc* p, std::size_t ldp, const V* v, std::size_t ldv, std::size_t keys, Acc* o,
-                         std::size_t ldo) {
+template <std::size_t R, std::size_t CC, bool PT = false, class Acc, class Rows>
+inline unsigned pv_micro(const Acc* p, std::size_t ldp, const Rows& v, std::size_t keys, Acc* o, std::size_t ldo) {
+  using V = typename Rows::element;
   constexpr std::size_t w = simd::width<Acc>;
   batch<Acc> acc[R][CC];
   each<R * CC>([&](auto i) { acc[i / CC][i % CC] = batch<Acc>(Acc(0)); });
@@ -34,9 +46,10 @@ inline unsigned pv_micro(const Acc* p, std::size_t ldp, const V* v, std::size_t 
     if constexpr (R <= 4)  // few rows (decoding): values stream from memory, ask for those 16 keys ahead
       if (j + 16 < keys)
         for (std::size_t b = 0; b < CC * w * sizeof(V); b += 64)
-          __builtin_prefetch(reinterpret_cast<const char*>(v + (j + 16) * ldv) + b);
+          __builtin_prefetch(reinterpret_cast<const char*>(v(j + 16)) + b);
     batch<Acc> vv[CC];
-    each<CC>([&](auto c) { vv[c] = simd::load_as<Acc>(v + j * ldv + c * w); });
+    const V* row = v(j);
+    each<CC>([&](auto c) { vv[c] = simd::load_as<Acc>(row + c * w); });
     each<R>([&](auto r) {
       const batch<Acc> pr(p[p_at<PT>(r, j, ldp)]);
       each<CC>([&](auto c) { acc[r][c] = xsimd::fma(pr, vv[c], acc[r][c]); });
@@ -58,14 +71,13 @@ inline unsigned pv_micro(const Acc* p, std::size_t ldp, const V* v, std::size_t 
 /// o[:width] += sum over j with p[j] != 0 of p[j] * v[j, :width]: keys of weight exactly 0 are skipped,
 /// so an inf or NaN in V reaches only the rows that give its key weight (as in the reference).
 /// p's keys are ps apart (1, or ldp when p is stored transposed).
-template <class Acc, class V>
-inline void pv_exact_row(const Acc* p, std::size_t ps, const V* v, std::size_t ldv, std::size_t keys, Acc* o,
-                         std::size_t width) {
+template <class Acc, class Rows>
+inline void pv_exact_row(const Acc* p, std::size_t ps, const Rows& v, std::size_t keys, Acc* o, std::size_t width) {
   constexpr std::size_t w = simd::width<Acc>;
   for (std::size_t c = 0; c < width; c += w) {
     batch<Acc> acc(Acc(0));
     for (std::size_t j = 0; j < keys; ++j)
-      if (p[j * ps] != Acc(0)) acc = xsimd::fma(batch<Acc>(p[j * ps]), simd::load_as<Acc>(v + j * ldv + c), acc);
+      if (p[j * ps] != Acc(0)) acc = xsimd::fma(batch<Acc>(p[j * ps]), simd::load_as<Acc>(v(j) + c), acc);
     simd::store(o + c, simd::load(o + c) + acc);
   }
 }
@@ -87,17 +99,18 @@ inline void by_column_blocks(std::size_t dv_padded, F&& f) {
 /// pv_micro's loop continued: part[r, :CC·w] += sum_j p[r, j] * v[j, :] over keys [0, keys), the
 /// sums loaded from and stored back to part, so that a key range split into pieces accumulates
 /// exactly as one pass. Row j + ahead_keys is prefetched, ahead_bytes of it.
-template <std::size_t R, std::size_t CC, bool PT, class Acc, class V>
-inline void pv_micro_continue(const Acc* p, std::size_t ldp, const V* v, std::size_t ldv, std::size_t keys, Acc* part,
+template <std::size_t R, std::size_t CC, bool PT, class Acc, class Rows>
+inline void pv_micro_continue(const Acc* p, std::size_t ldp, const Rows& v, std::size_t keys, Acc* part,
                               std::size_t ldpart, std::size_t ahead_keys, std::size_t ahead_bytes) {
   constexpr std::size_t w = simd::width<Acc>;
   batch<Acc> acc[R][CC];
   each<R * CC>([&](auto i) { acc[i / CC][i % CC] = simd::load(part + i / CC * ldpart + i % CC * w); });
   for (std::size_t j = 0; j < keys; ++j) {
     for (std::size_t b = 0; b < ahead_bytes; b += 64)
-      __builtin_prefetch(reinterpret_cast<const char*>(v + (j + ahead_keys) * ldv) + b, 0, 1);
+      __builtin_prefetch(reinterpret_cast<const char*>(v(j + ahead_keys)) + b, 0, 1);
     batch<Acc> vv[CC];
-    each<CC>([&](auto c) { vv[c] = simd::in_register(simd::load_as<Acc>(v + j * ldv + c * w)); });
+    const auto* row = v(j);
+    each<CC>([&](auto c) { vv[c] = simd::in_register(simd::load_as<Acc>(row + c * w)); });
     each<R>([&](auto r) {
       const batch<Acc> pr(p[p_at<PT>(r, j, ldp)]);
       each<CC>([&](auto c) { acc[r][c] = xsimd::fma(pr, vv[c], acc[r][c]); });
@@ -115,9 +128,10 @@ inline constexpr std::size_t stream_keys = 16, stream_cols = 256;
 /// pieces. Used where pv_micro_rows would take several column passes over all the keys, each
 /// reading one cache line per value row at a stride, which keeps decoding's streamed K and V far
 /// below the memory's read bandwidth.
-template <std::size_t R, bool PT, class Acc, class V>
-inline void pv_streaming_rows(const Acc* p, std::size_t ldp, const V* v, std::size_t ldv, std::size_t keys, Acc* o,
-                              std::size_t ldo, std::size_t dv_padded) {
+template <std::size_t R, bool PT, class Acc, class Rows>
+inline void pv_streaming_rows(const Acc* p, std::size_t ldp, const Rows& v, std::size_t keys, Acc* o, std::size_t ldo,
+                              std::size_t dv_padded) {
+  using V = typename Rows::element;
   constexpr std::size_t w = simd::width<Acc>;
   alignas(64) Acc part[R * stream_cols];
   for (std::size_t c0 = 0; c0 < dv_padded; c0 += stream_cols) {
@@ -127,8 +141,8 @@ inline void pv_streaming_rows(const Acc* p, std::size_t ldp, const V* v, std::si
       const std::size_t kk = std::min(stream_keys, keys - j0),
                         ahead = j0 + 3 * stream_keys <= keys ? width * sizeof(V) : 0;
       by_column_blocks<R, Acc>(width, [&](auto cvecs, std::size_t c) {
-        pv_micro_continue<R, decltype(cvecs)::value, PT>(p + p_at<PT>(0, j0, ldp), ldp, v + j0 * ldv + c0 + c, ldv, kk,
-                                                         part + c, stream_cols, 2 * stream_keys, c == 0 ? ahead : 0);
+        pv_micro_continue<R, decltype(cvecs)::value, PT>(p + p_at<PT>(0, j0, ldp), ldp, v.at(j0, c0 + c), kk, part + c,
+                                                         stream_cols, 2 * stream_keys, c == 0 ? ahead : 0);
       });
     }
     by_column_blocks<R, Acc>(width, [&](auto cvecs, std::size_t c) {  // pv_micro's check, per column block
@@ -139,7 +153,7 @@ inline void pv_streaming_rows(const Acc* p, std::size_t ldp, const V* v, std::si
         batch<Acc> probe(Acc(0));
         each<CC>([&](auto i) { probe += simd::load(sums + i * w) - simd::load(sums + i * w); });
         if (xsimd::any(xsimd::isnan(probe)))
-          pv_exact_row(p + p_at<PT>(r, 0, ldp), PT ? ldp : 1, v + c0 + c, ldv, keys, out, CC * w);
+          pv_exact_row(p + p_at<PT>(r, 0, ldp), PT ? ldp : 1, v.at(0, c0 + c), keys, out, CC * w);
         else
           each<CC>([&](auto i) { simd::store(out + i * w, simd::load(out + i * w) + simd::load(sums + i * w)); });
       }
@@ -147,31 +161,31 @@ inline void pv_streaming_rows(const Acc* p, std::size_t ldp, const V* v, std::si
   }
 }
 
-template <std::size_t R, bool PT = false, class Acc, class V>
-inline void pv_micro_rows(const Acc* p, std::size_t ldp, const V* v, std::size_t ldv, std::size_t keys, Acc* o,
-                          std::size_t ldo, std::size_t dv_padded) {
+template <std::size_t R, bool PT = false, class Acc, class Rows>
+inline void pv_micro_rows(const Acc* p, std::size_t ldp, const Rows& v, std::size_t keys, Acc* o, std::size_t ldo,
+                          std::size_t dv_padded) {
   constexpr std::size_t w = simd::width<Acc>, one_pass = (R <= 2 ? 2 : 1) * blocking<Acc>::vecs * w;
   if constexpr (R <= 4)
     if (keys > 2 * stream_keys && dv_padded > one_pass)
-      return pv_streaming_rows<R, PT>(p, ldp, v, ldv, keys, o, ldo, dv_padded);
+      return pv_streaming_rows<R, PT>(p, ldp, v, keys, o, ldo, dv_padded);
   by_column_blocks<R, Acc>(dv_padded, [&](auto cvecs, std::size_t c0) {
     constexpr std::size_t CC = decltype(cvecs)::value;
-    const unsigned flagged = pv_micro<R, CC, PT>(p, ldp, v + c0, ldv, keys, o + c0, ldo);
+    const unsigned flagged = pv_micro<R, CC, PT>(p, ldp, v.at(0, c0), keys, o + c0, ldo);
     for (std::size_t r = 0; flagged != 0 && r < R; ++r)
       if (flagged & (1u << r))
-        pv_exact_row(p + p_at<PT>(r, 0, ldp), PT ? ldp : 1, v + c0, ldv, keys, o + r * ldo + c0, CC * w);
+        pv_exact_row(p + p_at<PT>(r, 0, ldp), PT ? ldp : 1, v.at(0, c0), keys, o + r * ldo + c0, CC * w);
   });
 }
 
 /// pv_tile and pv_tile_transposed: row blocks of the output, each over its keys range(r, R).
-template <bool PT, class Acc, class V, class Range>
-void pv_tile_rows(const Acc* p, std::size_t ldp, std::size_t rows, const V* v, std::size_t ldv, std::size_t keys,
-                  Acc* o, std::size_t ldo, std::size_t dv_padded, Range range) {
+template <bool PT, class Acc, class Rows, class Range>
+void pv_tile_rows(const Acc* p, std::size_t ldp, std::size_t rows, const Rows& v, std::size_t keys, Acc* o,
+                  std::size_t ldo, std::size_t dv_padded, Range range) {
   by_row_blocks<Acc>(rows, [&](auto R, std::size_t r) {
     const auto bounds = range(r, R);  // named, not bound: lambdas below capture lo (clang 14 cannot)
     const std::size_t lo = bounds.first, j1 = std::min(bounds.second, keys);
     if (lo < j1)
-      pv_micro_rows<decltype(R)::value, PT>(p + p_at<PT>(r, lo, ldp), ldp, v + lo * ldv, ldv, j1 - lo, o + r * ldo, ldo,
+      pv_micro_rows<decltype(R)::value, PT>(p + p_at<PT>(r, lo, ldp), ldp, v.at(lo, 0), j1 - lo, o + r * ldo, ldo,
                                             dv_padded);
   });
 }
@@ -190,11 +204,11 @@ void pv_strips_rows(const Acc* p, std::size_t ldp, std::size_t rows, const V* v,
     const Acc* pr = p + p_at<PT>(r, lo, ldp);
     const auto block = [&](auto cvecs, std::size_t c) {  // columns [c, c + CC·w), in strip c / sw
       constexpr std::size_t CC = decltype(cvecs)::value;
-      const V* vs = v + c / sw * strip_stride + lo * sw + c % sw;
-      const unsigned flagged = pv_micro<decltype(R)::value, CC, PT>(pr, ldp, vs, sw, j1 - lo, o + r * ldo + c, ldo);
+      const strided_rows<V> vs{v + c / sw * strip_stride + lo * sw + c % sw, sw};
+      const unsigned flagged = pv_micro<decltype(R)::value, CC, PT>(pr, ldp, vs, j1 - lo, o + r * ldo + c, ldo);
       for (std::size_t i = 0; flagged != 0 && i < R; ++i)
         if (flagged & (1u << i))
-          pv_exact_row(pr + p_at<PT>(i, 0, ldp), PT ? ldp : 1, vs, sw, j1 - lo, o + (r + i) * ldo + c, CC * w);
+          pv_exact_row(pr + p_at<PT>(i, 0, ldp), PT ? ldp : 1, vs, j1 - lo, o + (r + i) * ldo + c, CC * w);
     };
     std::size_t c = 0;
     for (; c + sw <= dv_padded; c += sw) block(std::integral_constant<std::size_t, C>{}, c);
@@ -211,7 +225,17 @@ template <class Acc, class V, class Range = every_column>
 void pv_tile(const Acc* p, std::size_t ldp, std::size_t rows, const V* v, std::size_t ldv, std::size_t keys, Acc* o,
              std::size_t ldo, std::size_t dv_padded, Range range = {}) {
   trace::note(tile_op::pv_tile);
-  detail::pv_tile_rows<false>(p, ldp, rows, v, ldv, keys, o, ldo, dv_padded, range);
+  detail::pv_tile_rows<false>(p, ldp, rows, strided_rows<V>{v, ldv}, keys, o, ldo, dv_padded, range);
+}
+
+/// pv_tile reading value row j through the accessor v (v(j): its first element; v.at(j0, c0): the
+/// rows from j0 on, columns from c0 on): rows in pages, for example. The same sums as pv_tile over
+/// the same values, bit for bit.
+template <class Acc, class Rows, class Range = every_column>
+void pv_tile_at(const Acc* p, std::size_t ldp, std::size_t rows, const Rows& v, std::size_t keys, Acc* o,
+                std::size_t ldo, std::size_t dv_padded, Range range = {}) {
+  trace::note(tile_op::pv_tile);
+  detail::pv_tile_rows<false>(p, ldp, rows, v, keys, o, ldo, dv_padded, range);
 }
 
 /// o[r, :] += sum_j p[j, r] * v[j, :]: pv_tile with p stored transposed (keys x rows, ldp apart),
@@ -221,7 +245,7 @@ void pv_tile(const Acc* p, std::size_t ldp, std::size_t rows, const V* v, std::s
 template <class Acc, class V, class Range = every_column>
 void pv_tile_transposed(const Acc* p, std::size_t ldp, std::size_t rows, const V* v, std::size_t ldv, std::size_t keys,
                         Acc* o, std::size_t ldo, std::size_t dv_padded, Range range = {}) {
-  detail::pv_tile_rows<true>(p, ldp, rows, v, ldv, keys, o, ldo, dv_padded, range);
+  detail::pv_tile_rows<true>(p, ldp, rows, strided_rows<V>{v, ldv}, keys, o, ldo, dv_padded, range);
 }
 
 /// pv_tile with v packed by pack_strips (strips strip_stride apart), the same bits: the forward's

@@ -45,17 +45,26 @@ struct row_map {
   std::size_t i(std::size_t r) const noexcept { return per_head ? r % per_head : i0 + r; }
 };
 
+namespace detail {
+
+/// The element type of a plan's values V (void without values).
+template <class Plan, bool = Plan::has_values>
+struct values_of {
+  using type = void;
+};
+template <class Plan>
+struct values_of<Plan, true> {
+  using type = std::remove_cv_t<std::remove_pointer_t<decltype(std::declval<const Plan&>().v.view.data)>>;
+};
+
+}  // namespace detail
+
 template <class Acc, class Path, class Plan, class Ops, class Masks>
 class fused_worker {
  public:
   static constexpr std::size_t w = simd::width<Acc>, sw = kernel::strip_width<Acc>;
   using keys_t = typename Path::keys;
-  using value_type = typename decltype([] {
-    if constexpr (Plan::has_values)
-      return std::type_identity<std::remove_cv_t<std::remove_pointer_t<decltype(std::declval<Plan>().v.view.data)>>>{};
-    else
-      return std::type_identity<void>{};
-  }())::type;
+  using value_type = typename detail::values_of<Plan>::type;
 
   fused_worker(const Plan& p, const problem& pr, const Ops& ops, const Masks& masks, const keys_t& keys,
                const forward_schedule& fs, bool fold_log2e)
@@ -196,8 +205,8 @@ class fused_worker {
           kernel::pv_tile_strips(probs, lds_, p.r1 - p.r0, value_strips(b, hk, j0), bk_ * sw, p.cols, o, dvp_, dvp_);
           break;
         default:
-          with_values(b, hk, j0, p.cols, [&](const auto* v_ptr, std::size_t ldv) {
-            kernel::pv_tile(probs, lds_, p.r1 - p.r0, v_ptr, ldv, p.cols, o, dvp_, dvp_);
+          with_values(b, hk, j0, p.cols, [&](const auto& v_rows) {
+            kernel::pv_tile_at(probs, lds_, p.r1 - p.r0, v_rows, p.cols, o, dvp_, dvp_);
           });
       }
     }
@@ -300,14 +309,20 @@ class fused_worker {
     });
   }
 
-  /// Decoding: f(V rows, row stride) over the V rows of the key block, as the schedule says: in
-  /// place (Acc, or 16-bit widened in registers, so a 16-bit KV cache is read once, at half the
-  /// bytes); converted into zero-padded rows once per head and thread (another type); or copied
-  /// into a tile per task (Acc in another layout).
+  /// Decoding: f(V rows from key j0 on, as an accessor for kernel::pv_tile_at) over the V rows of
+  /// the key block, as the schedule says: in place (Acc, or 16-bit widened in registers, so a
+  /// 16-bit KV cache is read once, at half the bytes; a cache's pages where they lie); converted
+  /// into zero-padded rows once per head and thread (another type); or copied into a tile per task
+  /// (Acc in another layout).
   template <class F>
   void with_values(std::size_t b, std::size_t hk, std::size_t j0, std::size_t cols, F&& f) {
     const auto& vv = p_.v.view;
-    if (values_ == value_reads::in_place) return f(vv.row(b, hk, j0), std::size_t(vv.at.stride[2]));
+    if (values_ == value_reads::in_place) {
+      if constexpr (requires { vv.rows(b, hk); })  // pages
+        return f(vv.rows(b, hk).at(j0, 0));
+      else
+        return f(kernel::strided_rows<value_type>{vv.row(b, hk, j0), std::size_t(vv.at.stride[2])});
+    }
     const auto convert = [&](std::size_t k0, std::size_t n, Acc* to) {
       for (std::size_t c = 0; c < n; ++c) {
         Acc* dst = to + c * dvp_;
@@ -317,12 +332,13 @@ class fused_worker {
     };
     if (values_ == value_reads::widened_per_head) {
       if (vh_.empty()) vh_ = head_blocks<Acc>((pr_.kv_len + bk_ - 1) / bk_, bk_ * dvp_);
-      return f(vh_.block(b, hk, j0 / bk_,
-                         [&](std::size_t kb, Acc* to) { convert(kb * bk_, std::min(bk_, pr_.kv_len - kb * bk_), to); }),
-               dvp_);
+      return f(kernel::strided_rows<Acc>{
+          vh_.block(b, hk, j0 / bk_,
+                    [&](std::size_t kb, Acc* to) { convert(kb * bk_, std::min(bk_, pr_.kv_len - kb * bk_), to); }),
+          dvp_});
     }
     convert(j0, cols, vb_.data());
-    f(static_cast<const Acc*>(vb_.data()), dvp_);
+    f(kernel::strided_rows<Acc>{vb_.data(), dvp_});
   }
 
   template <class Out>
