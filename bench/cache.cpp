@@ -3,13 +3,19 @@
 // float rows. Counters: us_per_row, the time per (sequence, head) row of keys and values, and
 // gbytes_per_s counting the bytes stored. Timed per step by hand (UseManualTime), so that emptying
 // the pool between runs of steps is not counted.
+// "cache_decode/<type>/<B>/<Hq>/<Hkv>/<Skv>/<D>/<threads>": one decoding step (a query per head)
+// over B sequences of Skv tokens read from the cache's pages; Skv "ragged" is 16 sequences of
+// seeded lengths in [128, 4096]. Counters gflops and gbytes_per_s (the key and value bytes stored).
 #include "common.hpp"
 #include "variants.hpp"
 
 #include <xattn/cache.hpp>
+#include <xattn/xattn.hpp>
 #include <xtensor/xtensor.hpp>
 
 #include <chrono>
+#include <cmath>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -56,12 +62,82 @@ void register_append(const char* type) {
       ->Unit(benchmark::kMicrosecond);
 }
 
+struct decode_shape {
+  std::size_t batch, q_heads, kv_heads, seq_kv, head_dim;  // seq_kv 0: ragged
+};
+
+/// The sequence lengths of a shape: all seq_kv, or the ragged batch's seeded lengths.
+std::vector<std::size_t> lengths_of(const decode_shape& s) {
+  if (s.seq_kv != 0) return std::vector<std::size_t>(s.batch, s.seq_kv);
+  std::mt19937_64 gen(2026);
+  std::uniform_int_distribution<std::size_t> len(128, 4096);
+  std::vector<std::size_t> l(s.batch);
+  for (auto& x : l) x = len(gen);
+  return l;
+}
+
+template <class T>
+void cache_decode(benchmark::State& state, const decode_shape& s, int threads) {
+  set_threads(threads);
+  const auto lens = lengths_of(s);
+  std::size_t tokens = 0;
+  for (auto l : lens) tokens += l;
+  constexpr std::size_t ps = 16;
+  xattn::kv_cache<T> cache({.kv_heads = s.kv_heads,
+                            .head_dim = s.head_dim,
+                            .page_size = ps,
+                            .max_tokens = tokens + s.batch * ps});  // each sequence's last page partly used
+  std::vector<xattn::sequence_id> batch;
+  for (std::size_t b = 0; b < s.batch; ++b) {
+    xt::xtensor<float, 3> k = xt::xtensor<float, 3>::from_shape({s.kv_heads, lens[b], s.head_dim}), v = k;
+    fill_uniform({k.data(), k.size()}, 10 + b);
+    fill_uniform({v.data(), v.size()}, 100 + b);
+    batch.push_back(cache.add_sequence());
+    cache.append(batch.back(), k, v);
+  }
+  xt::xtensor<float, 4> q = xt::xtensor<float, 4>::from_shape({s.batch, s.q_heads, 1, s.head_dim});
+  fill_uniform({q.data(), q.size()}, 1);
+  xt::xtensor<float, 4> o = xt::zeros<float>({s.batch, s.q_heads, std::size_t(1), s.head_dim});
+  const auto e =
+      softmax(xattn::ref(q) * trans(cache.keys(batch)) * (1.0f / std::sqrt(float(s.head_dim)))) * cache.values(batch);
+  const xattn::schedule sch{.threads = threads};
+  const double flop = 4.0 * double(s.q_heads * tokens * s.head_dim);
+  const double seconds = run_timed(state, flop, [&] { xattn::eval_into(e, o, sch); });
+  state.counters["gbytes_per_s"] = 2.0 * double(tokens * s.kv_heads * s.head_dim * sizeof(T)) / seconds / 1e9;
+  const auto want = xattn::reference(e).output;  // double, on the values as stored
+  double worst = 0;
+  for (std::size_t i = 0; i < o.size(); ++i) worst = std::max(worst, std::abs(double(o.data()[i]) - want.data()[i]));
+  if (!(worst < 1e-5)) state.SkipWithError(("output differs from reference by " + std::to_string(worst)).c_str());
+}
+
+template <class T>
+void register_decode(const char* type, const decode_shape& s) {
+  for (int threads : thread_counts) {
+    std::string name = std::string("cache_decode/") + type;
+    for (std::size_t x : {s.batch, s.q_heads, s.kv_heads}) name += '/' + std::to_string(x);
+    name += s.seq_kv ? '/' + std::to_string(s.seq_kv) : std::string("/ragged");
+    name += '/' + std::to_string(s.head_dim) + '/' + std::to_string(threads);
+    benchmark::RegisterBenchmark(name.c_str(), [s, threads](benchmark::State& st) { cache_decode<T>(st, s, threads); })
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond);
+  }
+}
+
+template <class T>
+void register_decodes(const char* type) {
+  register_decode<T>(type, {1, 32, 32, 4096, 128});  // multi-head: every head's keys read once
+  register_decode<T>(type, {1, 32, 8, 8192, 128});   // grouped-query
+  register_decode<T>(type, {16, 32, 8, 0, 128});     // a ragged batch
+}
+
 }  // namespace
 
 void register_cache() {
   register_append<float>("float");
   register_append<xattn::bfloat16>("bfloat16");
   register_append<std::int8_t>("int8");
+  register_decodes<float>("float");
+  register_decodes<xattn::bfloat16>("bfloat16");
 }
 
 }  // namespace xattn_bench

@@ -3,6 +3,7 @@
 // is a list of pages of page_size tokens; a page holds every head's rows of its tokens. Pages come
 // from one pool, are shared between forks by reference count, and never move once written, so
 // appending to one sequence leaves every other (and every stored row) in place.
+#include "cache_ref.hpp"
 #include "options.hpp"
 #include "page_format.hpp"
 #include "page_pool.hpp"
@@ -10,7 +11,9 @@
 
 #include <xtensor/xtensor.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -101,14 +104,17 @@ class kv_cache {
     if (copy_last) {  // copy on write: the partial page is shared with a fork
       const std::uint32_t mine = got.back();
       got.pop_back();
-      std::memcpy(pool_.page(mine), pool_.page(s.pages.back()), page_bytes());
+      for (std::size_t h = 0; h < opt_.kv_heads; ++h) {
+        std::memcpy(key_head(mine, h), key_head(s.pages.back(), h), kf_.head_bytes());
+        std::memcpy(value_head(mine, h), value_head(s.pages.back(), h), vf_.head_bytes());
+      }
       pool_.release(s.pages.back());
       s.pages.back() = mine;
     }
     s.pages.insert(s.pages.end(), got.begin(), got.end());
     for (std::size_t t = 0; t < n; ++t) {
       const std::size_t pos = s.length + t;
-      std::byte* page = pool_.page(s.pages[pos / ps]);
+      const std::uint32_t page = s.pages[pos / ps];
       for (std::size_t h = 0; h < opt_.kv_heads; ++h) {
         kf_.write(key_head(page, h), pos % ps, k.view.data + k.view.at(h, t, 0), k.view.inner_stride());
         vf_.write(value_head(page, h), pos % ps, v.view.data + v.view.at(h, t, 0), v.view.inner_stride());
@@ -123,9 +129,28 @@ class kv_cache {
     return slots_[a.slot].pages;
   }
   /// Head h's key (value) rows in page p.
-  page_rows<KT> key_page(std::uint32_t p, std::size_t h) const noexcept { return kf_.view(key_head(pool_.page(p), h)); }
-  page_rows<VT> value_page(std::uint32_t p, std::size_t h) const noexcept {
-    return vf_.view(value_head(pool_.page(p), h));
+  page_rows<KT> key_page(std::uint32_t p, std::size_t h) const noexcept { return kf_.view(key_head(p, h)); }
+  page_rows<VT> value_page(std::uint32_t p, std::size_t h) const noexcept { return vf_.view(value_head(p, h)); }
+
+  /// The sequences of `batch` as the keys (values) of an attention expression: (B, kv_heads, the
+  /// longest length, head_dim), read from the pages in place; each batch row's keys end at its
+  /// sequence's length. A snapshot: later appends are not seen, and it must not outlive a release
+  /// of its sequences (their pages may then hold another sequence's tokens).
+  cache_ref<KT> keys(const std::vector<sequence_id>& batch) const { return terminal<KT>(batch, true); }
+  cache_ref<VT> values(const std::vector<sequence_id>& batch) const { return terminal<VT>(batch, false); }
+
+  /// The positions of each sequence's newest n tokens, (B, n): length - n + i. For rope() of the
+  /// queries that attend a batch of sequences (each at its own positions).
+  xt::xtensor<std::int64_t, 2> positions(const std::vector<sequence_id>& batch, std::size_t n) const {
+    xt::xtensor<std::int64_t, 2> pos = xt::xtensor<std::int64_t, 2>::from_shape({batch.size(), n});
+    for (std::size_t b = 0; b < batch.size(); ++b) {
+      const std::size_t len = length_in(batch[b], "kv_cache.positions");
+      if (n > len)
+        fail("kv_cache.positions: sequence ", b, " of the batch holds ", len, " tokens, fewer than the ", n,
+             " asked for");
+      for (std::size_t i = 0; i < n; ++i) pos(b, i) = std::int64_t(len - n + i);
+    }
+    return pos;
   }
 
   /// A sequence's keys (values) as stored, dequantized to float: (kv_heads, length, head_dim).
@@ -140,14 +165,60 @@ class kv_cache {
     bool live = false;
   };
 
-  std::size_t page_bytes() const noexcept { return opt_.kv_heads * (kf_.head_bytes() + vf_.head_bytes()); }
-  std::byte* key_head(std::byte* page, std::size_t h) const noexcept { return page + h * kf_.head_bytes(); }
-  const std::byte* key_head(const std::byte* page, std::size_t h) const noexcept { return page + h * kf_.head_bytes(); }
-  std::byte* value_head(std::byte* page, std::size_t h) const noexcept {
-    return page + opt_.kv_heads * kf_.head_bytes() + h * vf_.head_bytes();
+  std::size_t length_in(sequence_id a, const char* who) const {
+    check(a, who);
+    return slots_[a.slot].length;
   }
-  const std::byte* value_head(const std::byte* page, std::size_t h) const noexcept {
-    return page + opt_.kv_heads * kf_.head_bytes() + h * vf_.head_bytes();
+
+  template <class T>
+  cache_ref<T> terminal(const std::vector<sequence_id>& batch, bool keys) const {
+    const char* who = keys ? "kv_cache.keys" : "kv_cache.values";
+    if (batch.empty()) fail(who, ": the batch holds no sequences");
+    cache_ref<T> t;
+    std::size_t longest = 0;
+    const T* filler = nullptr;  // any stored page: the rows past a sequence's end point there (and are excluded)
+    for (const auto a : batch) {
+      t.lengths.push_back(length_in(a, who));
+      longest = std::max(longest, t.lengths.back());
+      if (!filler && t.lengths.back() > 0) filler = head_rows<T>(slots_[a.slot].pages[0], keys);
+    }
+    const std::size_t ps = opt_.page_size, per_row = std::max<std::size_t>(1, (longest + ps - 1) / ps),
+                      head = keys ? kf_.head_bytes() : vf_.head_bytes();
+    auto table = std::make_shared<std::vector<const T*>>(batch.size() * per_row, filler);
+    for (std::size_t b = 0; b < batch.size(); ++b) {
+      const auto& own = slots_[batch[b].slot].pages;
+      for (std::size_t p = 0; p < own.size(); ++p) (*table)[b * per_row + p] = head_rows<T>(own[p], keys);
+    }
+    paged_view<T>& v = t.view;
+    v.at = {{batch.size(), opt_.kv_heads, longest, opt_.head_dim}, {0, 0, std::ptrdiff_t(opt_.head_dim), 1}};
+    v.pages = table->data();
+    v.data = v.pages[0];
+    v.per_row = per_row;
+    v.idx = page_index(ps);
+    v.head_stride = std::ptrdiff_t(pool_.part_stride(head) / sizeof(T));
+    v.page_elements = ((opt_.kv_heads - 1) * pool_.part_stride(head) + head) / sizeof(T);
+    t.owned = std::move(table);
+    return t;
+  }
+
+  /// Head 0's key (value) rows of page p.
+  template <class T>
+  const T* head_rows(std::uint32_t p, bool keys) const noexcept {
+    return reinterpret_cast<const T*>(keys ? key_head(p, 0) : value_head(p, 0));
+  }
+
+  // A page is kv_heads key parts then kv_heads value parts (page_pool::part).
+  std::byte* key_head(std::uint32_t p, std::size_t h) noexcept {
+    return pool_.part(p, h * kf_.head_bytes(), kf_.head_bytes());
+  }
+  const std::byte* key_head(std::uint32_t p, std::size_t h) const noexcept {
+    return pool_.part(p, h * kf_.head_bytes(), kf_.head_bytes());
+  }
+  std::byte* value_head(std::uint32_t p, std::size_t h) noexcept {
+    return pool_.part(p, opt_.kv_heads * kf_.head_bytes() + h * vf_.head_bytes(), vf_.head_bytes());
+  }
+  const std::byte* value_head(std::uint32_t p, std::size_t h) const noexcept {
+    return pool_.part(p, opt_.kv_heads * kf_.head_bytes() + h * vf_.head_bytes(), vf_.head_bytes());
   }
 
   sequence_id new_slot() {

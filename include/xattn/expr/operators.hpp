@@ -84,7 +84,7 @@ auto softcap(E e, double cap) {
 
 template <expression E>
 auto alibi(E e, std::vector<double> slopes) {
-  return modify(std::move(e), alibi_op{std::move(slopes)});
+  return modify(std::move(e), alibi_op{std::move(slopes), 0, {}});
 }
 
 template <expression E, class M>

@@ -139,4 +139,8 @@ inline constexpr bool is_terminal_v = false;
 template <class T, std::size_t R, bool P>
 inline constexpr bool is_terminal_v<tensor_ref<T, R, P>> = true;
 
+/// Terminals over a kv_cache's sequences (cache/cache_ref.hpp), whose keys end at each sequence's length.
+template <class E>
+inline constexpr bool is_cache_terminal_v = false;
+
 }  // namespace xattn

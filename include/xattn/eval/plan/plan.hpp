@@ -8,6 +8,7 @@
 #include "../../expr/tensor_ref.hpp"
 #include "../../policy/concepts.hpp"
 #include "../../policy/dot.hpp"
+#include "../../policy/masks/sequence_lengths.hpp"
 
 #include <boost/hana.hpp>
 
@@ -315,23 +316,56 @@ constexpr bool rotates() {
 template <class Base>
 inline constexpr bool rotates_v = rotates<Base>();
 
+namespace detail {
+
+/// Whether any operand of plan P is a batch of cache sequences.
+template <class P>
+constexpr bool reads_cache() {
+  using B = decltype(P::base);
+  bool any = false;
+  if constexpr (P::has_values) any = is_cache_terminal_v<decltype(P::v)>;
+  if constexpr (B::tensor_scores)
+    return any || is_cache_terminal_v<decltype(B::x)>;
+  else if constexpr (is_sum_base_v<B>)
+    return any || is_cache_terminal_v<decltype(B::k)> || is_cache_terminal_v<decltype(B::k2)>;
+  else
+    return any || is_cache_terminal_v<decltype(B::k)>;
+}
+
+/// The plan as the expression is written.
+template <class E>
+auto plan_of(const E& e) {
+  static_assert(in_grammar_v<E>, "xattn: make_plan needs an expression in the grammar (check_grammar)");
+  if constexpr (is_attention_v<E>) {
+    using V = std::decay_t<decltype(e.rhs)>;
+    const auto& sm = softmax_of(e.lhs);
+    auto p = plan_masked(sm.arg);
+    return plan<decltype(p.base), decltype(p.ops), decltype(p.masks), V, decltype(sm.sinks)>{
+        std::move(p.base), p.scale, std::move(p.ops), std::move(p.masks), e.rhs, dropout_of(e.lhs), sm.sinks};
+  } else if constexpr (is_weights_v<E>) {
+    const auto& sm = softmax_of(e);
+    auto p = plan_masked(sm.arg);
+    return plan<decltype(p.base), decltype(p.ops), decltype(p.masks), no_values, decltype(sm.sinks)>{
+        std::move(p.base), p.scale, std::move(p.ops), std::move(p.masks), {}, dropout_of(e), sm.sinks};
+  } else {
+    return plan_masked(e);
+  }
+}
+
+}  // namespace detail
+
 /// The plan of an attention, weights or scores expression (one in the grammar: check_grammar).
+/// Over a cache's sequences the keys past each one's end are excluded by the outermost mask.
 template <class E>
 auto make_plan(const E& e) {
-  static_assert(detail::in_grammar_v<E>, "xattn: make_plan needs an expression in the grammar (check_grammar)");
-  if constexpr (detail::is_attention_v<E>) {
-    using V = std::decay_t<decltype(e.rhs)>;
-    const auto& sm = detail::softmax_of(e.lhs);
-    auto p = detail::plan_masked(sm.arg);
-    return plan<decltype(p.base), decltype(p.ops), decltype(p.masks), V, decltype(sm.sinks)>{
-        std::move(p.base), p.scale, std::move(p.ops), std::move(p.masks), e.rhs, detail::dropout_of(e.lhs), sm.sinks};
-  } else if constexpr (detail::is_weights_v<E>) {
-    const auto& sm = detail::softmax_of(e);
-    auto p = detail::plan_masked(sm.arg);
-    return plan<decltype(p.base), decltype(p.ops), decltype(p.masks), no_values, decltype(sm.sinks)>{
-        std::move(p.base), p.scale, std::move(p.ops), std::move(p.masks), {}, detail::dropout_of(e), sm.sinks};
+  auto p = detail::plan_of(e);
+  using P = decltype(p);
+  if constexpr (detail::reads_cache<P>()) {
+    auto ms = hana::append(std::move(p.masks), sequence_lengths_mask{});
+    return plan<decltype(p.base), decltype(p.ops), decltype(ms), decltype(p.v), decltype(p.sinks)>{
+        std::move(p.base), p.scale, std::move(p.ops), std::move(ms), std::move(p.v), p.drop, std::move(p.sinks)};
   } else {
-    return detail::plan_masked(e);
+    return p;
   }
 }
 

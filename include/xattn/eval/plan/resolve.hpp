@@ -39,21 +39,37 @@ void validate_sizes(const P& p, std::size_t dq, std::size_t dk) {
          "; a policy that accepts different sizes declares validate(dq, dk)");
 }
 
+/// A cache terminal's sequence lengths become the problem's keys per batch row; every operand from
+/// a cache must hold the same sequences' lengths.
+template <class Tm>
+void take_lengths(problem& pr, const Tm& t, const char* what) {
+  if constexpr (is_cache_terminal_v<Tm>) {
+    if (pr.kv_lens.empty())
+      pr.kv_lens = t.lengths;
+    else if (pr.kv_lens != t.lengths)
+      fail(what, " ", shape_of(t), " come from cache sequences of other lengths than the keys': ", shape_str(t.lengths),
+           " against ", shape_str(pr.kv_lens));
+  }
+}
+
 template <class Base>
 problem from_base(const Base& base) {
   problem pr;
   if constexpr (Base::tensor_scores) {
     check_size(base.x, "scores X");
     const auto& s = base.x.view.at.shape;
-    pr = {s[0], s[1], s[1], s[2], s[3], 0, 0, 0, base.x.how == form::bsd ? 3u : 4u};
+    pr = {s[0], s[1], s[1], s[2], s[3], 0, 0, 0, base.x.how == form::bsd ? 3u : 4u, {}};
   } else {
     check_size(base.q, "queries Q");
     check_size(base.k, "keys K");
     const auto& q = base.q.view.at.shape;
     const auto& k = base.k.view.at.shape;
-    pr = {q[0], q[1], k[1], q[2], k[2], q[3], k[3], 0, base.q.how == form::bsd ? 3u : 4u};
+    pr = {q[0], q[1], k[1], q[2], k[2], q[3], k[3], 0, base.q.how == form::bsd ? 3u : 4u, {}};
     if (q[0] != k[0])
-      fail("queries and keys have different batch sizes: Q ", shape_of(base.q), ", K ", shape_of(base.k));
+      fail("queries and keys have different batch sizes: Q ", shape_of(base.q), ", K ", shape_of(base.k),
+           is_cache_terminal_v<std::decay_t<decltype(base.k)>> ? " (K: one batch row per cache sequence)" : "");
+    take_lengths(pr, base.k, "keys K");
+    if constexpr (is_sum_base_v<Base>) take_lengths(pr, base.k2, "keys K2");
     if (k[1] == 0 || q[1] % k[1] != 0)
       fail("the ", q[1], " query heads are not a multiple of the ", k[1],
            " key heads (grouped-query attention needs Hq = G * Hkv): Q ", shape_of(base.q), ", K ", shape_of(base.k));
@@ -113,6 +129,7 @@ void add_values(problem& pr, const V& v, const std::string& keys) {
   if (s[1] == 0 || pr.q_heads % s[1] != 0 || (pr.q_dim != 0 && s[1] != pr.kv_heads))
     fail("values V ", shape_of(v), " have ", s[1], " heads; they must match the ", pr.kv_heads, " key heads (keys ",
          keys, ")");
+  take_lengths(pr, v, "values V");
   pr.v_dim = s[3];
   if (pr.q_dim == 0) pr.kv_heads = s[1];  // scores given as a tensor: V's heads are the kv heads
 }

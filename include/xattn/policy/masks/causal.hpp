@@ -2,6 +2,7 @@
 // causal: query i sees key j iff j <= i + offset. top_left: offset 0 (PyTorch is_causal, ONNX
 // without cache); bottom_right: offset Skv - Sq (FlashAttention, decoding with a cache);
 // causal_offsets(o): one offset per batch (ONNX's nonpad_kv_seqlen[b] - Sq), possibly negative.
+// Over a cache's sequences, bottom_right aligns each batch row with its own sequence's length.
 // Masked keys are excluded; a row that sees nothing gets a zero output.
 #include "../../error.hpp"
 #include "../problem.hpp"
@@ -37,7 +38,9 @@ struct causal_mask {
     if (!per_batch.empty() && per_batch.size() != pr.batch)
       fail("causal_offsets(o): o has ", per_batch.size(), " entries but the batch is ", pr.batch);
     causal_mask b = *this;
-    b.shift = where == align::top_left ? 0 : std::int64_t(pr.kv_len) - std::int64_t(pr.q_len);
+    b.shift = where == align::top_left ? 0 : pr.bottom_right_shift(0);
+    if (per_batch.empty() && where == align::bottom_right && !pr.kv_lens.empty())  // each sequence its own
+      for (std::size_t n = 0; n < pr.batch; ++n) b.per_batch.push_back(pr.bottom_right_shift(n));
     return b;
   }
 };

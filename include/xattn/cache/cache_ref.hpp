@@ -1,0 +1,40 @@
+#pragma once
+// cache.keys(batch) and cache.values(batch): a batch of a kv_cache's sequences as a terminal of any
+// attention expression, (B, kv_heads, longest, head_dim), read in place from the pages. Each
+// sequence keeps its own length: planning excludes the keys past it (sequence_lengths_mask), and
+// bottom-right alignment (causal, window, ALiBi) is per sequence.
+#include "../expr/base.hpp"
+#include "../expr/tensor_ref.hpp"
+#include "../form.hpp"
+#include "../types.hpp"
+#include "paged_view.hpp"
+
+#include <memory>
+#include <vector>
+
+namespace xattn {
+
+template <class T>
+struct cache_ref : expr_base<cache_ref<T>> {
+  static_assert(is_element_v<T>, "xattn: cache terminals hold float, bfloat16 or float16 pages");
+  using value_type = T;
+  static constexpr std::size_t rank = 4;
+  static constexpr bool packed = false;
+
+  paged_view<T> view;
+  form how = form::bhsd;
+  std::shared_ptr<const void> owned;  // the page table
+  std::vector<std::size_t> lengths;   // each sequence's tokens
+
+  std::vector<std::size_t> user_shape() const {
+    const auto& s = view.at.shape;
+    return {s[0], s[1], s[2], s[3]};
+  }
+};
+
+template <class T>
+inline constexpr bool is_terminal_v<cache_ref<T>> = true;
+template <class T>
+inline constexpr bool is_cache_terminal_v<cache_ref<T>> = true;
+
+}  // namespace xattn

@@ -1,0 +1,91 @@
+#pragma once
+// A batch of a cache's sequences seen as (B, H, S, D) rows where they lie: row (b, h, j) is in page
+// j / page_size of sequence b, at row j % page_size of head h's part of it. It answers the same
+// questions a strided_view does (row, inner_stride, overlaps), so every score path packs or reads
+// its rows unchanged. Pages past a sequence's end point at another stored page: rows there are
+// never visible (the sequence lengths mask excludes them), only read when a key block is packed whole.
+#include "../layout.hpp"
+
+#include <bit>
+#include <cstddef>
+#include <utility>
+
+namespace xattn {
+
+/// Where key j is: page j / size, row j % size (a shift and a mask for powers of two).
+struct page_index {
+  std::size_t size = 1;
+  unsigned shift = 0;
+  bool pow2 = true;
+
+  explicit page_index(std::size_t page_size = 1) noexcept
+      : size(page_size), shift(unsigned(std::countr_zero(page_size))), pow2(std::has_single_bit(page_size)) {}
+  std::pair<std::size_t, std::size_t> operator()(std::size_t j) const noexcept {
+    if (pow2) return {j >> shift, j & (size - 1)};
+    return {j / size, j % size};
+  }
+};
+
+/// The value rows of one (sequence, head), from key j0 and column c0 on, for kernel::pv_tile_at.
+template <class T>
+struct paged_rows {
+  using element = T;
+  const T* const* pages;  // the sequence's pages (their head 0 rows)
+  page_index idx;
+  std::ptrdiff_t head_offset;  // elements from head 0's rows to this head's
+  std::size_t dim, j0 = 0, c0 = 0;
+
+  const T* operator()(std::size_t j) const noexcept {
+    const auto [p, r] = idx(j0 + j);
+    return pages[p] + head_offset + std::ptrdiff_t(r * dim + c0);
+  }
+  paged_rows at(std::size_t j, std::size_t c) const noexcept {
+    paged_rows r = *this;
+    r.j0 += j;
+    r.c0 += c;
+    return r;
+  }
+};
+
+template <class T>
+struct paged_view {
+  static constexpr bool paged = true;
+  const T* data = nullptr;          // the first page's rows: the element type, and where the pages begin
+  layout<4> at;                     // shape (B, H, S, D), S the longest sequence; stride[2] = D within a page
+  const T* const* pages = nullptr;  // batch row b's pages at pages + b * per_row (head 0's rows)
+  std::size_t per_row = 0;
+  page_index idx;
+  std::ptrdiff_t head_stride = 0;  // elements from one head's rows to the next one's in a page
+  std::size_t page_elements = 0;   // elements of T a page spans (for overlap checks)
+
+  const T* row(std::size_t b, std::size_t h, std::size_t j) const noexcept {
+    const auto [p, r] = idx(j);
+    return pages[b * per_row + p] + std::ptrdiff_t(h) * head_stride + std::ptrdiff_t(r * at.shape[3]);
+  }
+  paged_rows<T> rows(std::size_t b, std::size_t h) const noexcept {
+    return {pages + b * per_row, idx, std::ptrdiff_t(h) * head_stride, at.shape[3]};
+  }
+  const T& operator()(std::size_t b, std::size_t h, std::size_t j, std::size_t d) const noexcept {
+    return row(b, h, j)[d];
+  }
+  std::ptrdiff_t inner_stride() const noexcept { return 1; }
+  bool rows_contiguous() const noexcept { return true; }
+
+  /// Whether the bytes [lo, hi) intersect any page this view reads.
+  bool overlaps(const void* lo, const void* hi) const noexcept {
+    const auto* a = static_cast<const unsigned char*>(lo);
+    const auto* z = static_cast<const unsigned char*>(hi);
+    for (std::size_t n = 0; n < at.shape[0] * per_row; ++n) {
+      const auto* p = reinterpret_cast<const unsigned char*>(pages[n]);
+      if (p < z && a < p + page_elements * sizeof(T)) return true;
+    }
+    return false;
+  }
+};
+
+template <class V>
+inline constexpr bool is_paged_view_v = false;
+template <class T>
+inline constexpr bool is_paged_view_v<paged_view<T>> = true;
+
+}  // namespace xattn

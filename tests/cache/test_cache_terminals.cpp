@@ -1,0 +1,215 @@
+// Cache terminals: cache.keys(batch) and cache.values(batch) in attention expressions. A batch of
+// sequences of different lengths, read from their pages, gives bit for bit what the same values in
+// a padded contiguous tensor give with each row's length and alignment spelled out as masks, and
+// agrees with the double reference; prefill, chunked prefill, forks, GQA and bad input.
+#include "support/bitwise.hpp"
+#include "support/random.hpp"
+
+#include <catch2/catch.hpp>
+#include <xattn/cache.hpp>
+#include <xattn/xattn.hpp>
+#include <xtensor/xview.hpp>
+
+#include <cmath>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+using namespace xattn;
+using testing::bitwise_equal;
+using testing::max_abs_diff;
+
+namespace {
+
+/// The batch's keys (values) as stored, in a padded (B, H, longest, D) tensor of the page type.
+template <class T, class C>
+xt::xtensor<T, 4> padded(const C& c, const std::vector<sequence_id>& batch, bool keys) {
+  std::size_t longest = 0;
+  for (auto s : batch) longest = std::max(longest, c.length(s));
+  const auto& o = c.options();
+  xt::xtensor<T, 4> x = xt::zeros<T>({batch.size(), o.kv_heads, longest, o.head_dim});
+  for (std::size_t b = 0; b < batch.size(); ++b) {
+    const xt::xtensor<float, 3> s = keys ? c.stored_keys(batch[b]) : c.stored_values(batch[b]);
+    for (std::size_t h = 0; h < s.shape()[0]; ++h)
+      for (std::size_t t = 0; t < s.shape()[1]; ++t)
+        for (std::size_t d = 0; d < s.shape()[2]; ++d) x(b, h, t, d) = T(s(h, t, d));
+  }
+  return x;
+}
+
+template <class C>
+xt::xtensor<std::int64_t, 1> lengths_of(const C& c, const std::vector<sequence_id>& batch) {
+  xt::xtensor<std::int64_t, 1> l = xt::xtensor<std::int64_t, 1>::from_shape({batch.size()});
+  for (std::size_t b = 0; b < batch.size(); ++b) l(b) = std::int64_t(c.length(batch[b]));
+  return l;
+}
+
+/// Each sequence's offset for bottom-right alignment of n newest queries: length - n.
+xt::xtensor<std::int64_t, 1> offsets(const xt::xtensor<std::int64_t, 1>& lens, std::size_t n) {
+  xt::xtensor<std::int64_t, 1> o = lens;
+  for (auto& v : o) v -= std::int64_t(n);
+  return o;
+}
+
+template <class T>
+void append_random(kv_cache<T>& c, sequence_id s, std::size_t n, testing::rng& r) {
+  const auto& o = c.options();
+  c.append(s, r.tensor<float>({o.kv_heads, n, o.head_dim}), r.tensor<float>({o.kv_heads, n, o.head_dim}));
+}
+
+double tolerance_for(std::size_t bytes) { return bytes == 4 ? 2e-6 : 2e-5; }
+
+}  // namespace
+
+TEST_CASE("cache terminals: the issue's decode step compiles and runs as written", "[cache]") {
+  testing::rng r(11);
+  kv_cache<bfloat16> cache({.kv_heads = 2, .head_dim = 32, .page_size = 16, .max_tokens = 1 << 12});
+  auto a = cache.add_sequence();
+  auto b = cache.add_sequence();
+  cache.append(a, r.tensor<float>({2, 40, 32}), r.tensor<float>({2, 40, 32}));
+  cache.append(b, r.tensor<float>({2, 7, 32}), r.tensor<float>({2, 7, 32}));
+  auto c = cache.fork(a);
+  cache.append(c, r.tensor<float>({2, 3, 32}), r.tensor<float>({2, 3, 32}));
+  std::vector<sequence_id> batch{a, b, c};
+  auto K = cache.keys(batch), V = cache.values(batch);
+  xt::xtensor<float, 4> q = r.tensor<float>({3, 4, 1, 32});
+  auto e = softmax(mask(ref(q) * trans(K) / std::sqrt(32.0f), causal(align::bottom_right))) * V;
+  auto out = eval(e);
+  REQUIRE(out.shape() == std::array<std::size_t, 4>{3, 4, 1, 32});
+  CHECK(max_abs_diff(out, reference(e).output) < 2e-5);
+  CHECK_THAT(explain(e).text,
+             Catch::Contains("K bfloat16 (3,2,43,32) in pages of 16 tokens, sequences of (40,7,43) tokens") &&
+                 Catch::Contains("sequence_lengths_mask (excludes; classify skips blocks"));
+  CHECK(cache.length(a) == 40);
+  CHECK(cache.length(c) == 43);
+  cache.release(b);
+  CHECK_THROWS_WITH(cache.keys(batch), Catch::Contains("kv_cache.keys: sequence 1") &&
+                                           Catch::Contains("is not in this cache or was released"));
+}
+
+TEMPLATE_TEST_CASE("cache terminals: a ragged batch is bit for bit the padded tensor with its lengths as masks",
+                   "[cache]", float, bfloat16, float16) {
+  testing::rng r(21);
+  const std::size_t hkv = 2, group = GENERATE(1, 4), dim = GENERATE(16, 128), ps = GENERATE(4, 6, 16);
+  kv_cache<TestType> cache({.kv_heads = hkv, .head_dim = dim, .page_size = ps, .max_tokens = 4096});
+  auto a = cache.add_sequence(), b = cache.add_sequence();
+  append_random(cache, a, 700, r);  // several key blocks, and a decoding split
+  append_random(cache, b, 9, r);
+  auto c = cache.fork(a);  // shares a's pages, then copies the partial one on its first append
+  append_random(cache, c, 5, r);
+  auto e0 = cache.add_sequence();
+  append_random(cache, e0, 1, r);
+  const std::vector<sequence_id> batch{a, b, c, e0};
+  const auto lens = lengths_of(cache, batch);
+  const auto K = cache.keys(batch), V = cache.values(batch);
+  const auto kp = padded<TestType>(cache, batch, true), vp = padded<TestType>(cache, batch, false);
+  const float scale = 1 / std::sqrt(float(dim));
+  INFO("group " << group << ", dim " << dim << ", page_size " << ps);
+
+  for (const std::size_t n : {std::size_t(1), std::size_t(3)}) {
+    INFO(n << " new queries per sequence");
+    const xt::xtensor<float, 4> q = r.tensor<float>({4, hkv * group, n, dim});
+    const auto paged = softmax(mask(ref(q) * trans(K) * scale, causal(align::bottom_right))) * V;
+    const auto dense = softmax(mask(mask(ref(q) * trans(ref(kp)) * scale, causal_offsets(offsets(lens, n))),
+                                    lengths(lens, masked_rows::zero))) *
+                       ref(vp);
+    const auto out = eval(paged);
+    CHECK(bitwise_equal(out, eval(dense)));
+    CHECK(max_abs_diff(out, reference(paged).output) < tolerance_for(sizeof(TestType)));
+    CHECK(max_abs_diff(out, reference(dense).output) < tolerance_for(sizeof(TestType)));
+
+    const auto [o2, lse] = eval_with_lse(paged);
+    const auto [o3, lse_dense] = eval_with_lse(dense);
+    CHECK(bitwise_equal(o2, out));
+    CHECK(bitwise_equal(lse, lse_dense));
+
+    // every mask and modifier sees each sequence's own positions
+    const auto alibi_slopes = alibi_op::standard_slopes(hkv * group);
+    xt::xtensor<float, 1> sink_logits = r.vector<float>(hkv * group);
+    const auto windowed =
+        softmax(mask(softcap(alibi(ref(q) * trans(K) * scale, alibi_slopes), 5.0), window(20, 0, align::bottom_right)),
+                sinks(sink_logits)) *
+        V;
+    CHECK(max_abs_diff(eval(windowed), reference(windowed).output) < tolerance_for(sizeof(TestType)));
+  }
+}
+
+TEST_CASE("cache terminals: a prompt appended whole or in chunks attends as one causal prefill", "[cache]") {
+  testing::rng r(31);
+  const std::size_t hkv = 2, hq = 4, dim = 32, len = 70;
+  const xt::xtensor<float, 3> keys = r.tensor<float>({hkv, len, dim}), values = r.tensor<float>({hkv, len, dim});
+  const xt::xtensor<float, 4> q = r.tensor<float>({1, hq, len, dim});
+  kv_cache<float> cache({.kv_heads = hkv, .head_dim = dim, .page_size = 8, .max_tokens = 1024});
+  const float scale = 1 / std::sqrt(float(dim));
+
+  auto whole = cache.add_sequence();
+  cache.append(whole, keys, values);
+  const auto prefill = softmax(mask(ref(q) * trans(cache.keys({whole})) * scale, causal())) * cache.values({whole});
+  const xt::xtensor<float, 4> kd = xt::view(keys, xt::newaxis(), xt::all(), xt::all(), xt::all());
+  const xt::xtensor<float, 4> vd = xt::view(values, xt::newaxis(), xt::all(), xt::all(), xt::all());
+  const auto dense = softmax(mask(ref(q) * trans(ref(kd)) * scale, causal())) * ref(vd);
+  const xt::xtensor<float, 4> out = eval(prefill);
+  CHECK(bitwise_equal(out, eval(dense)));
+
+  // chunked: each piece appended, then its queries attend everything before them and themselves
+  auto chunked = cache.add_sequence();
+  for (std::size_t lo = 0; lo < len;) {
+    const std::size_t hi = std::min(len, lo + 16 + lo % 7);
+    cache.append(chunked, xt::view(keys, xt::all(), xt::range(lo, hi), xt::all()),
+                 xt::view(values, xt::all(), xt::range(lo, hi), xt::all()));
+    const xt::xtensor<float, 4> qc = xt::view(q, xt::all(), xt::all(), xt::range(lo, hi), xt::all());
+    const auto step = softmax(mask(ref(qc) * trans(cache.keys({chunked})) * scale, causal(align::bottom_right))) *
+                      cache.values({chunked});
+    const xt::xtensor<float, 4> got = eval(step);
+    const xt::xtensor<float, 4> want = xt::view(out, xt::all(), xt::all(), xt::range(lo, hi), xt::all());
+    INFO("chunk [" << lo << ", " << hi << ")");
+    CHECK(max_abs_diff(got, want) < 1e-6);
+    lo = hi;
+  }
+  CHECK(cache.length(chunked) == len);
+}
+
+TEST_CASE("cache terminals: keys and rope positions per sequence", "[cache]") {
+  testing::rng r(41);
+  kv_cache<float> cache({.kv_heads = 1, .head_dim = 8, .page_size = 4, .max_tokens = 64});
+  auto a = cache.add_sequence(), b = cache.add_sequence();
+  append_random(cache, a, 10, r);
+  append_random(cache, b, 3, r);
+  const auto pos = cache.positions({a, b}, 2);
+  CHECK(pos == xt::xtensor<std::int64_t, 2>{{8, 9}, {1, 2}});
+  CHECK_THROWS_WITH(cache.positions({a, b}, 4),
+                    "xattn: kv_cache.positions: sequence 1 of the batch holds 3 tokens, fewer than the 4 asked for");
+  const xt::xtensor<float, 4> q = r.tensor<float>({2, 1, 2, 8});
+  const auto e = softmax(ref(q) * trans(cache.keys({a, b}))) * cache.values({a, b});
+  const auto roped = softmax(rope(ref(q), pos) * trans(cache.keys({a, b}))) * cache.values({a, b});
+  CHECK(max_abs_diff(eval(e), reference(e).output) < 1e-6);
+  CHECK(max_abs_diff(eval(roped), reference(roped).output) < 1e-6);
+  // weights over the longest sequence: zero past each sequence's end
+  const auto w = eval(softmax(ref(q) * trans(cache.keys({a, b}))));
+  REQUIRE(w.shape() == std::array<std::size_t, 4>{2, 1, 2, 10});
+  for (std::size_t j = 3; j < 10; ++j) CHECK(w(1, 0, 0, j) == 0.0f);
+}
+
+TEST_CASE("cache terminals: bad input is refused with the shapes named", "[cache]") {
+  testing::rng r(51);
+  kv_cache<float> cache({.kv_heads = 2, .head_dim = 8, .page_size = 4, .max_tokens = 64});
+  auto a = cache.add_sequence(), b = cache.add_sequence();
+  append_random(cache, a, 5, r);
+  append_random(cache, b, 6, r);
+  const std::vector<sequence_id> batch{a, b};
+  const xt::xtensor<float, 4> q3 = r.tensor<float>({3, 2, 1, 8});
+  CHECK_THROWS_WITH(eval(softmax(ref(q3) * trans(cache.keys(batch))) * cache.values(batch)),
+                    Catch::Contains("queries and keys have different batch sizes: Q (3,2,1,8), K (2,2,6,8)") &&
+                        Catch::Contains("one batch row per cache sequence"));
+  const xt::xtensor<float, 4> q = r.tensor<float>({2, 2, 1, 8});
+  CHECK_THROWS_WITH(
+      eval(softmax(ref(q) * trans(cache.keys(batch))) * cache.values({b, a})),
+      Catch::Contains(
+          "values V (2,2,6,8) come from cache sequences of other lengths than the keys': (6,5) against (5,6)"));
+  CHECK_THROWS_WITH(cache.keys({}), "xattn: kv_cache.keys: the batch holds no sequences");
+  auto empty = cache.add_sequence();
+  CHECK_THROWS_WITH(
+      eval(softmax(ref(xt::xtensor<float, 4>(r.tensor<float>({1, 2, 1, 8}))) * trans(cache.keys({empty}))) *
+           cache.values({empty})),
+      Catch::Contains("there are no keys"));
+}
