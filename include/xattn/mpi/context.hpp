@@ -54,7 +54,7 @@ constexpr bool check_ring_expression() {
   static_assert(!rotates_v<std::decay_t<decltype(std::declval<Plan>().base)>>,
                 "xattn: mpi::context does not take rope(Q, positions) or rope(K, positions) yet: rotate Q and K "
                 "before the ring, or evaluate in one process");
-  static_assert(!detail::reads_cache<Plan>(),
+  static_assert(!reads_cache_v<Plan>,
                 "xattn: mpi::context does not take keys or values from a kv_cache yet: a ring passes contiguous "
                 "key blocks; evaluate a cache's sequences in one process");
   static_assert(!is_sum_base_v<std::decay_t<decltype(std::declval<Plan>().base)>>,

@@ -162,7 +162,7 @@ constexpr bool check_backward() {
   using Acc = accumulator_of_t<Plan>;
   static_assert(Plan::has_values,
                 "xattn: grad(e, f, d_out) needs an attention expression softmax(...) * V (f = eval_with_lse(e))");
-  static_assert(!detail::reads_cache<Plan>(),
+  static_assert(!reads_cache_v<Plan>,
                 "xattn: grad(e, f, d_out): keys and values read from a kv_cache are for inference; to train, "
                 "attend ref() tensors of the same rows (cache.stored_keys(id), cache.stored_values(id))");
   using base_t = decltype(std::declval<Plan>().base);

@@ -318,20 +318,6 @@ inline constexpr bool rotates_v = rotates<Base>();
 
 namespace detail {
 
-/// Whether any operand of plan P is a batch of cache sequences.
-template <class P>
-constexpr bool reads_cache() {
-  using B = decltype(P::base);
-  bool any = false;
-  if constexpr (P::has_values) any = is_cache_terminal_v<decltype(P::v)>;
-  if constexpr (B::tensor_scores)
-    return any || is_cache_terminal_v<decltype(B::x)>;
-  else if constexpr (is_sum_base_v<B>)
-    return any || is_cache_terminal_v<decltype(B::k)> || is_cache_terminal_v<decltype(B::k2)>;
-  else
-    return any || is_cache_terminal_v<decltype(B::k)>;
-}
-
 /// The plan as the expression is written.
 template <class E>
 auto plan_of(const E& e) {
@@ -354,13 +340,34 @@ auto plan_of(const E& e) {
 
 }  // namespace detail
 
+namespace detail {
+
+template <class P>
+constexpr bool reads_cache() {
+  using B = decltype(P::base);
+  bool any = false;
+  if constexpr (P::has_values) any = is_cache_terminal_v<decltype(P::v)>;
+  if constexpr (B::tensor_scores)
+    return any || is_cache_terminal_v<decltype(B::x)>;
+  else if constexpr (is_sum_base_v<B>)
+    return any || is_cache_terminal_v<decltype(B::k)> || is_cache_terminal_v<decltype(B::k2)>;
+  else
+    return any || is_cache_terminal_v<decltype(B::k)>;
+}
+
+}  // namespace detail
+
+/// Whether any operand of plan P is a batch of cache sequences.
+template <class P>
+inline constexpr bool reads_cache_v = detail::reads_cache<P>();
+
 /// The plan of an attention, weights or scores expression (one in the grammar: check_grammar).
 /// Over a cache's sequences the keys past each one's end are excluded by the outermost mask.
 template <class E>
 auto make_plan(const E& e) {
   auto p = detail::plan_of(e);
   using P = decltype(p);
-  if constexpr (detail::reads_cache<P>()) {
+  if constexpr (reads_cache_v<P>) {
     auto ms = hana::append(std::move(p.masks), sequence_lengths_mask{});
     return plan<decltype(p.base), decltype(p.ops), decltype(ms), decltype(p.v), decltype(p.sinks)>{
         std::move(p.base), p.scale, std::move(p.ops), std::move(ms), std::move(p.v), p.drop, std::move(p.sinks)};
