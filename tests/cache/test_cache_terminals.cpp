@@ -13,6 +13,7 @@
 #include <cmath>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 using namespace xattn;
@@ -63,22 +64,22 @@ double tolerance_for(std::size_t bytes) { return bytes == 4 ? 2e-6 : 2e-5; }
 
 TEST_CASE("cache terminals: the issue's decode step compiles and runs as written", "[cache]") {
   testing::rng r(11);
-  kv_cache<bfloat16> cache({.kv_heads = 2, .head_dim = 32, .page_size = 16, .max_tokens = 1 << 12});
+  kv_cache<std::int8_t> cache({.kv_heads = 8, .head_dim = 128, .page_size = 16, .max_tokens = 1 << 20});
   auto a = cache.add_sequence();
   auto b = cache.add_sequence();
-  cache.append(a, r.tensor<float>({2, 40, 32}), r.tensor<float>({2, 40, 32}));
-  cache.append(b, r.tensor<float>({2, 7, 32}), r.tensor<float>({2, 7, 32}));
+  cache.append(a, r.tensor<float>({8, 40, 128}), r.tensor<float>({8, 40, 128}));
+  cache.append(b, r.tensor<float>({8, 7, 128}), r.tensor<float>({8, 7, 128}));
   auto c = cache.fork(a);
-  cache.append(c, r.tensor<float>({2, 3, 32}), r.tensor<float>({2, 3, 32}));
+  cache.append(c, r.tensor<float>({8, 3, 128}), r.tensor<float>({8, 3, 128}));
   std::vector<sequence_id> batch{a, b, c};
   auto K = cache.keys(batch), V = cache.values(batch);
-  xt::xtensor<float, 4> q = r.tensor<float>({3, 4, 1, 32});
-  auto e = softmax(mask(ref(q) * trans(K) / std::sqrt(32.0f), causal(align::bottom_right))) * V;
+  xt::xtensor<float, 4> q = r.tensor<float>({3, 32, 1, 128});
+  auto e = softmax(mask(ref(q) * trans(K) / std::sqrt(128.0f), causal(align::bottom_right))) * V;
   auto out = eval(e);
-  REQUIRE(out.shape() == std::array<std::size_t, 4>{3, 4, 1, 32});
-  CHECK(max_abs_diff(out, reference(e).output) < 2e-5);
+  REQUIRE(out.shape() == std::array<std::size_t, 4>{3, 32, 1, 128});
+  CHECK(max_abs_diff(out, reference(e).output) < 2e-6);  // the kernel's error on the values as stored
   CHECK_THAT(explain(e).text,
-             Catch::Contains("K bfloat16 (3,2,43,32) in pages of 16 tokens, sequences of (40,7,43) tokens") &&
+             Catch::Contains("K int8 (q8_0) (3,8,43,128) in pages of 16 tokens, sequences of (40,7,43) tokens") &&
                  Catch::Contains("sequence_lengths_mask (excludes; classify skips blocks"));
   CHECK(cache.length(a) == 40);
   CHECK(cache.length(c) == 43);
@@ -88,7 +89,10 @@ TEST_CASE("cache terminals: the issue's decode step compiles and runs as written
 }
 
 TEMPLATE_TEST_CASE("cache terminals: a ragged batch is bit for bit the padded tensor with its lengths as masks",
-                   "[cache]", float, bfloat16, float16) {
+                   "[cache]", float, bfloat16, float16, std::int8_t) {
+  // int8 pages against float tensors of the dequantized values: dequantizing in registers gives
+  // the very floats the tensors hold
+  using dense_t = std::conditional_t<std::is_same_v<TestType, std::int8_t>, float, TestType>;
   testing::rng r(21);
   const std::size_t hkv = 2, group = GENERATE(1, 4), dim = GENERATE(16, 128), ps = GENERATE(4, 6, 16);
   kv_cache<TestType> cache({.kv_heads = hkv, .head_dim = dim, .page_size = ps, .max_tokens = 4096});
@@ -102,7 +106,7 @@ TEMPLATE_TEST_CASE("cache terminals: a ragged batch is bit for bit the padded te
   const std::vector<sequence_id> batch{a, b, c, e0};
   const auto lens = lengths_of(cache, batch);
   const auto K = cache.keys(batch), V = cache.values(batch);
-  const auto kp = padded<TestType>(cache, batch, true), vp = padded<TestType>(cache, batch, false);
+  const auto kp = padded<dense_t>(cache, batch, true), vp = padded<dense_t>(cache, batch, false);
   const float scale = 1 / std::sqrt(float(dim));
   INFO("group " << group << ", dim " << dim << ", page_size " << ps);
 
@@ -115,8 +119,8 @@ TEMPLATE_TEST_CASE("cache terminals: a ragged batch is bit for bit the padded te
                        ref(vp);
     const auto out = eval(paged);
     CHECK(bitwise_equal(out, eval(dense)));
-    CHECK(max_abs_diff(out, reference(paged).output) < tolerance_for(sizeof(TestType)));
-    CHECK(max_abs_diff(out, reference(dense).output) < tolerance_for(sizeof(TestType)));
+    CHECK(max_abs_diff(out, reference(paged).output) < tolerance_for(sizeof(dense_t)));
+    CHECK(max_abs_diff(out, reference(dense).output) < tolerance_for(sizeof(dense_t)));
 
     const auto [o2, lse] = eval_with_lse(paged);
     const auto [o3, lse_dense] = eval_with_lse(dense);
@@ -130,7 +134,7 @@ TEMPLATE_TEST_CASE("cache terminals: a ragged batch is bit for bit the padded te
         softmax(mask(softcap(alibi(ref(q) * trans(K) * scale, alibi_slopes), 5.0), window(20, 0, align::bottom_right)),
                 sinks(sink_logits)) *
         V;
-    CHECK(max_abs_diff(eval(windowed), reference(windowed).output) < tolerance_for(sizeof(TestType)));
+    CHECK(max_abs_diff(eval(windowed), reference(windowed).output) < tolerance_for(sizeof(dense_t)));
   }
 }
 
@@ -212,4 +216,50 @@ TEST_CASE("cache terminals: bad input is refused with the shapes named", "[cache
       eval(softmax(ref(xt::xtensor<float, 4>(r.tensor<float>({1, 2, 1, 8}))) * trans(cache.keys({empty}))) *
            cache.values({empty})),
       Catch::Contains("there are no keys"));
+}
+
+TEST_CASE("cache terminals: int8 pages move a decoding step by less than the quantization bound", "[cache]") {
+  // Against the unquantized inputs: a value row moves by at most half a step, max|v| / 254 per
+  // group of 32; a score by at most scale · Σ_d |q_d| · (its key's half step), and a change of at
+  // most δ in every score moves the weights by at most e^(2δ) - 1 relative, so an output by at
+  // most max|Δv| + (e^(2δ) - 1) · max|v|. (docs/numerics.md quotes the figures this prints.)
+  testing::rng r(61);
+  const std::size_t hkv = 8, group = 4, dim = 128, len = 2048;
+  const xt::xtensor<float, 3> k = r.tensor<float>({hkv, len, dim}), v = r.tensor<float>({hkv, len, dim});
+  const xt::xtensor<float, 4> q = r.tensor<float>({1, hkv * group, 1, dim});
+  const float scale = 1 / std::sqrt(float(dim));
+  kv_cache<std::int8_t> c8({.kv_heads = hkv, .head_dim = dim, .page_size = 16, .max_tokens = len});
+  kv_cache<float> c32({.kv_heads = hkv, .head_dim = dim, .page_size = 16, .max_tokens = len});
+  const auto s8 = c8.add_sequence(), s32 = c32.add_sequence();
+  c8.append(s8, k, v);
+  c32.append(s32, k, v);
+  const auto e8 = softmax(ref(q) * trans(c8.keys({s8})) * scale) * c8.values({s8});
+  const auto e32 = softmax(ref(q) * trans(c32.keys({s32})) * scale) * c32.values({s32});
+  const xt::xtensor<float, 4> o8 = eval(e8), o32 = eval(e32);
+  const double kernel_error = max_abs_diff(o8, reference(e8).output), quantization_error = max_abs_diff(o8, o32);
+
+  const auto half_steps = [&](const xt::xtensor<float, 3>& x) {  // per (head, token, group): amax / 254
+    double worst = 0;
+    for (std::size_t h = 0; h < hkv; ++h)
+      for (std::size_t t = 0; t < len; ++t)
+        for (std::size_t g = 0; g < dim; g += 32) {
+          double amax = 0;
+          for (std::size_t d = g; d < g + 32; ++d) amax = std::max(amax, double(std::fabs(x(h, t, d))));
+          worst = std::max(worst, amax / 254);
+        }
+    return worst;
+  };
+  double q1 = 0;
+  for (std::size_t h = 0; h < hkv * group; ++h) {
+    double l1 = 0;
+    for (std::size_t d = 0; d < dim; ++d) l1 += std::fabs(q(0, h, 0, d));
+    q1 = std::max(q1, l1);
+  }
+  const double delta = scale * q1 * half_steps(k), vmax = xt::amax(xt::abs(v))();
+  const double bound = half_steps(v) + std::expm1(2 * delta) * vmax;
+  INFO("int8 pages, (1, 32 heads, 8 kv heads, 2048 keys, 128): kernel error "
+       << kernel_error << ", quantization error " << quantization_error << ", bound " << bound);
+  CHECK(kernel_error < 2e-6);
+  CHECK(quantization_error > 0);
+  CHECK(quantization_error < bound);
 }

@@ -195,6 +195,10 @@ class kv_cache {
     v.data = v.pages[0];
     v.per_row = per_row;
     v.idx = page_index(ps);
+    const auto in = [&](const auto& f) {
+      return page_rows_at<T>{opt_.head_dim, f.groups(), std::ptrdiff_t(f.rows_bytes())};
+    };
+    v.in = keys ? in(kf_) : in(vf_);
     v.head_stride = std::ptrdiff_t(pool_.part_stride(head) / sizeof(T));
     v.page_elements = ((opt_.kv_heads - 1) * pool_.part_stride(head) + head) / sizeof(T);
     t.owned = std::move(table);

@@ -5,6 +5,7 @@
 // (rounded half away from zero, as q8_0 does).
 #include "../bfloat16.hpp"
 #include "../float16.hpp"
+#include "../simd/compat.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -38,6 +39,32 @@ struct page_rows {
   }
 };
 
+namespace detail {
+
+/// q8_0 of 32 contiguous floats into out; returns the scale. The same bits as the scalar loop of
+/// page_format::write: amax by max, one division, products by 1 / scale, rounded half away from
+/// zero (trunc, then the exact remainder decides).
+inline float quantize_group(const float* x, std::int8_t* out) noexcept {
+  using B = simd::batch<float>;
+  constexpr std::size_t w = simd::width<float>, n = quant_group / w;
+  B v[n], m(0.0f);
+  for (std::size_t i = 0; i < n; ++i) {
+    v[i] = simd::load(x + i * w);
+    m = xsimd::max(m, xsimd::abs(v[i]));
+  }
+  const float amax = simd::hmax(m), s = amax / 127.0f, inv = s > 0 ? 1.0f / s : 0.0f;
+  alignas(64) float q[quant_group];
+  for (std::size_t i = 0; i < n; ++i) {
+    const B y = v[i] * B(inv), t = xsimd::trunc(y);
+    const B r = xsimd::select(xsimd::abs(y - t) >= B(0.5f), t + xsimd::copysign(B(1.0f), y), t);
+    xsimd::min(xsimd::max(r, B(-127.0f)), B(127.0f)).store_aligned(q + i * w);
+  }
+  for (std::size_t d = 0; d < quant_group; ++d) out[d] = std::int8_t(q[d]);
+  return s;
+}
+
+}  // namespace detail
+
 /// The bytes of one head's part of a page, and writing a row into it.
 template <class T>
 struct page_format {
@@ -66,6 +93,11 @@ struct page_format {
       float* scale = reinterpret_cast<float*>(head + rows_bytes()) + r * groups();
       for (std::size_t g = 0; g * quant_group < dim; ++g) {
         const std::size_t lo = g * quant_group, hi = std::min(dim, lo + quant_group);
+        if constexpr (std::is_same_v<X, float>)
+          if (xs == 1 && hi - lo == quant_group) {  // a whole group of contiguous floats: in registers
+            scale[g] = detail::quantize_group(x + lo, out + lo);
+            continue;
+          }
         float amax = 0;
         for (std::size_t d = lo; d < hi; ++d) amax = std::max(amax, std::abs(float(x[std::ptrdiff_t(d) * xs])));
         const float s = amax / 127.0f, inv = s > 0 ? 1.0f / s : 0.0f;

@@ -4,10 +4,13 @@
 // questions a strided_view does (row, inner_stride, overlaps), so every score path packs or reads
 // its rows unchanged. Pages past a sequence's end point at another stored page: rows there are
 // never visible (the sequence lengths mask excludes them), only read when a key block is packed whole.
+#include "../kernel/q8_row.hpp"
 #include "../layout.hpp"
 
 #include <bit>
 #include <cstddef>
+#include <cstdint>
+#include <type_traits>
 #include <utility>
 
 namespace xattn {
@@ -26,6 +29,25 @@ struct page_index {
   }
 };
 
+/// Where a page's rows of one head are, and their int8 scales: row r at rows + r · dim, its
+/// scales (int8 only) scales_offset bytes after the rows' start, groups per row.
+template <class T>
+struct page_rows_at {
+  static constexpr bool quantized = std::is_same_v<T, std::int8_t>;
+  std::size_t dim = 0, groups = 0;
+  std::ptrdiff_t scales_offset = 0;
+
+  /// Row r of the head part at `rows`: a pointer, or for int8 a kernel::q8_row from column c on.
+  auto row(const T* rows, std::size_t r, std::size_t c = 0) const noexcept {
+    if constexpr (quantized)
+      return kernel::q8_row{
+          rows + r * dim,
+          reinterpret_cast<const float*>(reinterpret_cast<const char*>(rows) + scales_offset) + r * groups, c};
+    else
+      return rows + (r * dim + c);
+  }
+};
+
 /// The value rows of one (sequence, head), from key j0 and column c0 on, for kernel::pv_tile_at.
 template <class T>
 struct paged_rows {
@@ -33,11 +55,12 @@ struct paged_rows {
   const T* const* pages;  // the sequence's pages (their head 0 rows)
   page_index idx;
   std::ptrdiff_t head_offset;  // elements from head 0's rows to this head's
-  std::size_t dim, j0 = 0, c0 = 0;
+  page_rows_at<T> in;
+  std::size_t j0 = 0, c0 = 0;
 
-  const T* operator()(std::size_t j) const noexcept {
+  auto operator()(std::size_t j) const noexcept {
     const auto [p, r] = idx(j0 + j);
-    return pages[p] + head_offset + std::ptrdiff_t(r * dim + c0);
+    return in.row(pages[p] + head_offset, r, c0);
   }
   paged_rows at(std::size_t j, std::size_t c) const noexcept {
     paged_rows r = *this;
@@ -57,16 +80,19 @@ struct paged_view {
   page_index idx;
   std::ptrdiff_t head_stride = 0;  // elements from one head's rows to the next one's in a page
   std::size_t page_elements = 0;   // elements of T a page spans (for overlap checks)
+  page_rows_at<T> in;
 
-  const T* row(std::size_t b, std::size_t h, std::size_t j) const noexcept {
+  /// Row j of head h of batch row b: a pointer, or for int8 pages a kernel::q8_row.
+  auto row(std::size_t b, std::size_t h, std::size_t j) const noexcept {
     const auto [p, r] = idx(j);
-    return pages[b * per_row + p] + std::ptrdiff_t(h) * head_stride + std::ptrdiff_t(r * at.shape[3]);
+    return in.row(pages[b * per_row + p] + std::ptrdiff_t(h) * head_stride, r);
   }
   paged_rows<T> rows(std::size_t b, std::size_t h) const noexcept {
-    return {pages + b * per_row, idx, std::ptrdiff_t(h) * head_stride, at.shape[3]};
+    return {pages + b * per_row, idx, std::ptrdiff_t(h) * head_stride, in};
   }
-  const T& operator()(std::size_t b, std::size_t h, std::size_t j, std::size_t d) const noexcept {
-    return row(b, h, j)[d];
+  /// Element (b, h, j, d) (dequantized for int8).
+  decltype(auto) operator()(std::size_t b, std::size_t h, std::size_t j, std::size_t d) const noexcept {
+    return row(b, h, j)[std::ptrdiff_t(d)];
   }
   std::ptrdiff_t inner_stride() const noexcept { return 1; }
   bool rows_contiguous() const noexcept { return true; }

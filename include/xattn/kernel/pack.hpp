@@ -2,6 +2,7 @@
 // Keys transposed into the strips the score microkernel reads (see blocking.hpp), converted from
 // their storage type to the panel's element type on the way.
 #include "blocking.hpp"
+#include "q8_row.hpp"
 #include "trace.hpp"
 #include "transpose.hpp"
 
@@ -39,7 +40,7 @@ void pack_kt(RowFn row, std::size_t cols, std::size_t n, std::ptrdiff_t dstride,
     }
   }
   for (; c < cols; ++c) {
-    const auto* r = row(c);
+    const auto r = row(c);
     P* dst = kt + c / sw * sw * n + c % sw;
     for (std::size_t d = 0; d < n; ++d) dst[d * sw] = P(r[std::ptrdiff_t(d) * dstride]);
   }
@@ -57,7 +58,7 @@ void pack_strips(RowFn row, std::size_t rows, std::size_t n, std::ptrdiff_t dstr
   constexpr std::size_t sw = strip_width<Acc>;
   const std::size_t whole = dstride == 1 ? n / sw : 0;  // strips copied a batch at a time
   for (std::size_t i = 0; i < rows; ++i) {
-    const auto* x = row(i);
+    const auto x = row(i);
     for (std::size_t s = 0; s < whole; ++s) {
       P* dst = out + s * strip_stride + i * sw;
       if constexpr (std::is_same_v<P, Acc>)

@@ -3,6 +3,7 @@
 // type, values in any storage type, converted as they are loaded. Value rows are read through an
 // accessor: rows ld apart (strided_rows), or any other placement such as a paged cache's.
 #include "blocking.hpp"
+#include "q8_row.hpp"
 #include "trace.hpp"
 
 #pragma GCC diagnostic push  // GCC PR 105593, see simd/compat.hpp
@@ -45,10 +46,9 @@ inline unsigned pv_micro(const Acc* p, std::size_t ldp, const Rows& v, std::size
   for (std::size_t j = 0; j < keys; ++j) {
     if constexpr (R <= 4)  // few rows (decoding): values stream from memory, ask for those 16 keys ahead
       if (j + 16 < keys)
-        for (std::size_t b = 0; b < CC * w * sizeof(V); b += 64)
-          __builtin_prefetch(reinterpret_cast<const char*>(v(j + 16)) + b);
+        for (std::size_t b = 0; b < CC * w * sizeof(V); b += 64) __builtin_prefetch(address_of(v(j + 16)) + b);
     batch<Acc> vv[CC];
-    const V* row = v(j);
+    const auto row = v(j);
     each<CC>([&](auto c) { vv[c] = simd::load_as<Acc>(row + c * w); });
     each<R>([&](auto r) {
       const batch<Acc> pr(p[p_at<PT>(r, j, ldp)]);
@@ -106,10 +106,9 @@ inline void pv_micro_continue(const Acc* p, std::size_t ldp, const Rows& v, std:
   batch<Acc> acc[R][CC];
   each<R * CC>([&](auto i) { acc[i / CC][i % CC] = simd::load(part + i / CC * ldpart + i % CC * w); });
   for (std::size_t j = 0; j < keys; ++j) {
-    for (std::size_t b = 0; b < ahead_bytes; b += 64)
-      __builtin_prefetch(reinterpret_cast<const char*>(v(j + ahead_keys)) + b, 0, 1);
+    for (std::size_t b = 0; b < ahead_bytes; b += 64) __builtin_prefetch(address_of(v(j + ahead_keys)) + b, 0, 1);
     batch<Acc> vv[CC];
-    const auto* row = v(j);
+    const auto row = v(j);
     each<CC>([&](auto c) { vv[c] = simd::in_register(simd::load_as<Acc>(row + c * w)); });
     each<R>([&](auto r) {
       const batch<Acc> pr(p[p_at<PT>(r, j, ldp)]);

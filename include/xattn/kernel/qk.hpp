@@ -3,6 +3,7 @@
 // qk_micro), or reading key rows where they lie (qk_direct, for decoding). Queries come in the
 // accumulator type Acc; keys in any storage type, converted as they are loaded.
 #include "blocking.hpp"
+#include "q8_row.hpp"
 #include "trace.hpp"
 
 #include <algorithm>
@@ -132,12 +133,12 @@ inline void store_sums(const batch<Acc> (&acc)[R][4], Acc scale, bool has_tail, 
     if (i % 4 < kept) s[i / 4 * lds + i % 4] = tail(i, out[i]) * scale;
 }
 
-/// s[r, t] for R rows and the 4 keys k[0..3] (key rows of any storage type), the first `kept`
-/// written: each key chunk is loaded once for the R rows, 4·R independent FMA chains. Per (row,
-/// key) the lanes accumulate the chunks in order, then hsum, then the scalar tail: the same sums
-/// however rows are blocked.
+/// s[r, t] for R rows and the 4 keys k[0..3] (key rows of any storage type: pointers, or q8_row
+/// handles), the first `kept` written: each key chunk is loaded once for the R rows, 4·R
+/// independent FMA chains. Per (row, key) the lanes accumulate the chunks in order, then hsum, then
+/// the scalar tail: the same sums however rows are blocked.
 template <std::size_t R, class Acc, class K>
-inline void qk_direct_micro(const Acc* q, std::size_t ldq, const K* const* k, std::size_t n, Acc* s, std::size_t lds,
+inline void qk_direct_micro(const Acc* q, std::size_t ldq, const K* k, std::size_t n, Acc* s, std::size_t lds,
                             std::size_t kept) {
   constexpr std::size_t w = simd::width<Acc>;
   batch<Acc> acc[R][4];
@@ -159,19 +160,19 @@ inline void qk_direct_micro(const Acc* q, std::size_t ldq, const K* const* k, st
 }
 
 /// micro(R, r, k, s_block, kept) over the query rows in blocks of up to rmax and the keys in
-/// blocks of 4 (k: their row pointers, a short last block repeating a key; s_block: where the
+/// blocks of 4 (k: their rows as row(c) gives them, a short last block repeating a key; s_block: where the
 /// block's scores go, kept of its keys written). Keys stream from memory: the rows of the block 16
 /// keys ahead are prefetched into L2 (into L1, they stream more slowly).
 template <std::size_t rmax, class Acc, class RowFn, class Micro>
 void direct_blocks(std::size_t rows, RowFn row, std::size_t cols, std::size_t row_bytes, Acc* s, std::size_t lds,
                    Micro micro) {
-  using K = std::remove_cv_t<std::remove_pointer_t<decltype(row(0))>>;
+  using K = decltype(row(0));
   for (std::size_t c = 0; c < cols; c += 4) {
-    const K* k[4];
+    K k[4];
     for (std::size_t t = 0; t < 4; ++t) k[t] = row(std::min(c + t, cols - 1));
     if (c + 16 < cols)
       for (std::size_t t = c + 16; t < std::min(c + 20, cols); ++t) {
-        const char* ahead = reinterpret_cast<const char*>(row(t));
+        const char* ahead = address_of(row(t));
         for (std::size_t b = 0; b < row_bytes; b += 64) __builtin_prefetch(ahead + b, 0, 1);
       }
     const std::size_t kept = std::min<std::size_t>(4, cols - c);
@@ -202,9 +203,9 @@ void qk_direct(const Acc* q, std::size_t ldq, std::size_t rows, RowFn row, std::
                std::size_t lds) {
   trace::note(tile_op::qk_direct);
   constexpr std::size_t rmax = sizeof(batch<Acc>) >= 64 ? 4 : 2;
-  using K = std::remove_cv_t<std::remove_pointer_t<decltype(row(0))>>;
-  detail::direct_blocks<rmax>(rows, row, cols, n * sizeof(K), s, lds,
-                              [&](auto R, std::size_t r, const K* const* k, Acc* sb, std::size_t kept) {
+  using K = decltype(row(0));
+  detail::direct_blocks<rmax>(rows, row, cols, n * sizeof(row_element_t<K>), s, lds,
+                              [&](auto R, std::size_t r, const K* k, Acc* sb, std::size_t kept) {
                                 detail::qk_direct_micro<decltype(R)::value>(q + r * ldq, ldq, k, n, sb, lds, kept);
                               });
 }

@@ -4,6 +4,7 @@
 // out of a task (scaled_copy, finalize_row).
 #include "blocking.hpp"
 #include "exp.hpp"
+#include "q8_row.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -79,6 +80,19 @@ void scaled_copy(const Src* src, std::ptrdiff_t src_stride, std::size_t n, C c, 
     }
   }
   for (; d < n; ++d) dst[std::ptrdiff_t(d) * dst_stride] = Dst(C(src[std::ptrdiff_t(d) * src_stride]) * c);
+}
+
+/// scaled_copy from a q8_0 row (always contiguous: src_stride is 1), dequantized.
+template <class Dst, class C>
+void scaled_copy(const q8_row& src, std::ptrdiff_t, std::size_t n, C c, Dst* dst, std::ptrdiff_t dst_stride) {
+  std::size_t d = 0;
+  if constexpr (std::is_same_v<Dst, C>)
+    if (dst_stride == 1) {
+      constexpr std::size_t w = simd::width<C>;
+      const batch<C> cv(c);
+      for (; d + w <= n; d += w) simd::store(dst + d, simd::load_as<C>(src + d) * cv);
+    }
+  for (; d < n; ++d) dst[std::ptrdiff_t(d) * dst_stride] = Dst(C(src[std::ptrdiff_t(d)]) * c);
 }
 
 /// s[0, n) *= log2 e (n a multiple of the batch size): natural scores to the softmax's base 2.

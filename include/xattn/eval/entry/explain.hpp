@@ -57,6 +57,8 @@ std::string element_name() {
     return "double";
   else if constexpr (std::is_same_v<T, bfloat16>)
     return "bfloat16";
+  else if constexpr (std::is_same_v<T, std::int8_t>)
+    return "int8 (q8_0)";
   else
     return "float16";
 }

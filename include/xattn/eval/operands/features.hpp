@@ -52,7 +52,7 @@ struct row_features {
 /// Projects a raw row through f(span<const S> x, span<S> out) -> term, converting the row from its
 /// storage (stride apart) to S first; scratch is the caller's per-thread buffer.
 template <class S, class E, class F>
-S project_row(const E* src, std::ptrdiff_t stride, std::size_t d, std::vector<S>& scratch, S* out, std::size_t n,
+S project_row(const E& src, std::ptrdiff_t stride, std::size_t d, std::vector<S>& scratch, S* out, std::size_t n,
               F&& f) {
   scratch.resize(d);
   kernel::scaled_copy(src, stride, d, S(1), scratch.data(), 1);

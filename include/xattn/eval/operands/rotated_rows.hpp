@@ -67,7 +67,7 @@ class rotated_rows {
 
   /// out[0, n) = c · (row i of head (b, h)), rotated.
   void load(const Term& t, std::size_t b, std::size_t h, std::size_t i, Acc c, Acc* out) const {
-    const auto* x = t.view.row(b, h, i);
+    const auto x = t.view.row(b, h, i);
     if constexpr (rotates)
       kernel::rope_row(x, t.view.inner_stride(), n_, dims_, t.rot.options.style, cos_of(b, i), sin_of(b, i), c, out);
     else

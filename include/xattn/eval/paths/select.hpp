@@ -84,7 +84,9 @@ value_facts values_facts(const Plan& p, const problem& pr) {
     const auto& vv = p.v.view;
     f.same_type = std::is_same_v<V, Acc>;
     f.bf16_pairs = takes_value_pairs_v<Acc, V>;
-    f.in_place_ok = (std::is_same_v<V, Acc> || simd::widens16_v<Acc, V>)&&vv.inner_stride() == 1 &&
+    // int8 (a cache's q8_0 pages): dequantized in registers as loaded
+    f.in_place_ok = (std::is_same_v<V, Acc> || simd::widens16_v<Acc, V> ||
+                     std::is_same_v<V, std::int8_t>)&&vv.inner_stride() == 1 &&
                     pr.v_dim % simd::width<Acc> == 0 && vv.at.stride[2] >= std::ptrdiff_t(pr.v_dim);
   }
   return f;

@@ -1,0 +1,78 @@
+#pragma once
+// An int8 row quantized as llama.cpp's q8_0 (one float scale per 32 features), read by the same
+// kernels as rows of floats: a row handle with the operations they use on row pointers (+ d, [d]),
+// and simd::load_as, which dequantizes a batch in registers.
+#include "../simd/compat.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+namespace xattn::kernel {
+
+struct q8_row {
+  static constexpr std::size_t group = 32;  // features per scale
+  const std::int8_t* q = nullptr;           // the row's first feature
+  const float* scale = nullptr;             // the row's first scale
+  std::size_t col = 0;                      // the feature this handle starts at
+
+  float operator[](std::ptrdiff_t d) const noexcept {
+    const std::size_t i = col + std::size_t(d);
+    return float(q[i]) * scale[i / group];
+  }
+  q8_row operator+(std::size_t d) const noexcept { return {q, scale, col + d}; }
+};
+
+/// The storage element a row handle reads (what a row's bytes are counted in).
+template <class R>
+struct row_element {
+  using type = std::remove_cv_t<std::remove_pointer_t<R>>;
+};
+template <>
+struct row_element<q8_row> {
+  using type = std::int8_t;
+};
+template <class R>
+using row_element_t = typename row_element<R>::type;
+
+/// Where a row starts in memory (what prefetches are given).
+template <class P>
+inline const char* address_of(const P* p) noexcept {
+  return reinterpret_cast<const char*>(p);
+}
+inline const char* address_of(const q8_row& r) noexcept { return reinterpret_cast<const char*>(r.q + r.col); }
+
+}  // namespace xattn::kernel
+
+#pragma GCC diagnostic push  // GCC PR 105593, see simd/compat.hpp
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#if !defined(__clang__)  // a GCC-only warning
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+namespace xattn::simd {
+
+/// One batch of T from a q8_0 row, dequantized: the int8 lanes widened and converted in registers
+/// and multiplied by their group's scale (a batch starting on a multiple of its width never
+/// straddles two groups of 32).
+template <class T>
+inline batch<T> load_as(const kernel::q8_row& r) noexcept {
+  constexpr std::size_t w = width<T>;
+  const std::int8_t* p = r.q + r.col;
+  if constexpr (std::is_same_v<T, float> && avx2_or_avx512) {
+    if (r.col % w == 0) {
+      const batch<T> s(r.scale[r.col / kernel::q8_row::group]);
+      if constexpr (w == 16)
+        return batch<T>(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)p)))) * s;
+      else
+        return batch<T>(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)p)))) * s;
+    }
+  }
+  alignas(64) std::array<T, w> lanes;
+  for (std::size_t i = 0; i < w; ++i) lanes[i] = T(r[std::ptrdiff_t(i)]);
+  return batch<T>::load_aligned(lanes.data());
+}
+
+}  // namespace xattn::simd
+
+#pragma GCC diagnostic pop
