@@ -18,6 +18,8 @@
 #include <cmath>
 #include <cstdint>
 #include <optional>
+#include <utility>
+#include <vector>
 
 namespace xattn::onnx {
 
@@ -28,6 +30,10 @@ struct attention_inputs {  // row-major; a float mask is an additive bias, held 
   std::optional<xt::xarray<bool>> attn_mask_bool;
   std::optional<xt::xarray<T>> past_key, past_value;
   std::optional<xt::xarray<std::int64_t>> nonpad_kv_seqlen;
+  // With attention_attrs::share_past_present_buffer (ONNX Runtime's GroupQueryAttention option):
+  // past_key / past_value are (B, kv_heads, capacity, head_size) buffers holding past_seqlens[b]
+  // valid tokens of each batch row; the new keys and values are written into them in place.
+  std::optional<xt::xarray<std::int64_t>> past_seqlens;
 };
 
 struct attention_attrs {
@@ -37,6 +43,10 @@ struct attention_attrs {
   std::optional<float> scale;
   float softcap = 0;
   std::optional<int> softmax_precision;
+  // An xattn extension (ONNX Runtime's GroupQueryAttention has it as past_present_share_buffer):
+  // the present key and value are the past buffers themselves, each new token written once; call
+  // attention(inputs&, ...) with past_seqlens set, and advance past_seqlens yourself.
+  bool share_past_present_buffer = false;
 };
 
 template <class T = float>
@@ -58,8 +68,8 @@ xt::xarray<T> to_4d(const xt::xarray<T>& x, std::size_t h, const char* what) {
   return xt::transpose(r, {0, 2, 1, 3});
 }
 
-/// [past ; new] along the sequence axis (by view assignment: xt::concatenate needs T + T, which the
-/// storage-only 16-bit types do not have).
+/// [past ; new] along the sequence axis: present_key / present_value, each written once, a block
+/// of rows per (batch, head) (xarrays are row-major: both parts are runs of whole rows).
 template <class T>
 xt::xarray<T> concat_cache(const std::optional<xt::xarray<T>>& past, xt::xarray<T> now, const char* what) {
   if (!past) return now;
@@ -69,8 +79,12 @@ xt::xarray<T> concat_cache(const std::optional<xt::xarray<T>>& past, xt::xarray<
     fail("Attention: ", what, " has shape ", shape_str(p), " but the new entries are ", shape_str(n),
          " (need (B, kv_heads, past, head_size) matching them)");
   xt::xarray<T> out = xt::xarray<T>::from_shape({n[0], n[1], p[2] + n[2], n[3]});
-  xt::view(out, xt::all(), xt::all(), xt::range(0, p[2])) = *past;
-  xt::view(out, xt::all(), xt::all(), xt::range(p[2], p[2] + n[2])) = now;
+  const std::size_t old_rows = p[2] * p[3], new_rows = n[2] * n[3];
+  T* to = out.data();
+  for (std::size_t bh = 0; bh < n[0] * n[1]; ++bh) {
+    to = std::copy_n(past->data() + bh * old_rows, old_rows, to);
+    to = std::copy_n(now.data() + bh * new_rows, new_rows, to);
+  }
   return out;
 }
 
@@ -90,9 +104,9 @@ xt::xarray<T> pad_keys(const xt::xarray<T>& m, std::size_t total, T excluded) {
   return out;
 }
 
-template <class T, class QT, class KT, class VT>
+template <class T, class QT, class KT, class VT, class M>
 attention_outputs<T> run(QT Q, KT K, VT V, double scale, const optional_softcap& cap, const optional_bias& bias,
-                         const attention_mask& m, int mode, bool want_qk) {
+                         const M& m, int mode, bool want_qk) {
   const auto base = Q * trans(K) * scale;
   const auto capped = modify(base, cap);
   const auto masked = mask(modify(capped, bias), m);
@@ -121,10 +135,94 @@ attention_outputs<T> run(QT Q, KT K, VT V, double scale, const optional_softcap&
 
 }  // namespace detail
 
+namespace detail {
+
+/// The new rows of batch row b written into the past buffer after its past_seqlens[b] tokens.
+template <class T>
+void write_into_past(xt::xarray<T>& past, const xt::xarray<T>& now, const xt::xarray<std::int64_t>& seqlens,
+                     const char* what) {
+  const auto& p = past.shape();
+  const auto& n = now.shape();
+  if (p.size() != 4 || p[0] != n[0] || p[1] != n[1] || p[3] != n[3])
+    fail("Attention: ", what, " has shape ", shape_str(p), " but the new entries are ", shape_str(n),
+         " (need (B, kv_heads, capacity, head_size) matching them)");
+  if (seqlens.dimension() != 1 || seqlens.shape()[0] != n[0])
+    fail("Attention: past_seqlens has shape ", shape_str(seqlens.shape()), " but must be (", n[0], ")");
+  for (std::size_t b = 0; b < n[0]; ++b)
+    if (seqlens(b) < 0 || std::size_t(seqlens(b)) + n[2] > p[2])
+      fail("Attention: past_seqlens[", b, "] = ", seqlens(b), " plus ", n[2], " new tokens do not fit the ", what,
+           " buffer of capacity ", p[2]);
+  for (std::size_t b = 0; b < n[0]; ++b)
+    for (std::size_t h = 0; h < n[1]; ++h)
+      std::copy_n(now.data() + (b * n[1] + h) * n[2] * n[3], n[2] * n[3],
+                  past.data() + ((b * p[1] + h) * p[2] + std::size_t(seqlens(b))) * p[3]);
+}
+
+}  // namespace detail
+
+template <class T>
+attention_outputs<T> attention(const attention_inputs<T>& in, const attention_attrs& at, bool want_present,
+                               bool want_qk);
+
+/// attention() whose inputs may be written: with at.share_past_present_buffer the new keys and
+/// values go into in.past_key / in.past_value in place (their present outputs stay empty: the
+/// present is the past buffer); otherwise as attention(const inputs&).
+template <class T>
+attention_outputs<T> attention(attention_inputs<T>& in, const attention_attrs& at, bool want_present, bool want_qk) {
+  if (!at.share_past_present_buffer) return attention(std::as_const(in), at, want_present, want_qk);
+  using namespace detail;
+  if (!in.past_key || !in.past_value || !in.past_seqlens)
+    fail("Attention: share_past_present_buffer needs past_key, past_value and past_seqlens");
+  if (in.nonpad_kv_seqlen) fail("Attention: nonpad_kv_seqlen cannot be combined with past_key/past_value");
+  if (in.q.dimension() != 4 || in.k.dimension() != 4 || in.v.dimension() != 4)
+    fail("Attention: share_past_present_buffer takes 4-D Q, K and V, got Q ", shape_str(in.q.shape()));
+  // checked before anything is written: a failed call leaves the buffers as they were
+  const auto& n = in.k.shape();
+  for (const auto* x : {&*in.past_key, &*in.past_value}) {
+    const auto& p = x->shape();
+    if (p.size() != 4 || p[0] != n[0] || p[1] != n[1] || p[3] != n[3] || in.v.shape() != n)
+      fail("Attention: past buffer of shape ", shape_str(p), " and new keys ", shape_str(n), ", values ",
+           shape_str(in.v.shape()), " do not match (need (B, kv_heads, capacity, head_size))");
+  }
+  if (in.past_key->shape()[2] != in.past_value->shape()[2])
+    fail("Attention: past_key ", shape_str(in.past_key->shape()), " and past_value ", shape_str(in.past_value->shape()),
+         " have different capacities");
+  write_into_past(*in.past_key, in.k, *in.past_seqlens, "past_key");
+  write_into_past(*in.past_value, in.v, *in.past_seqlens, "past_value");
+  const std::size_t batch = in.q.shape()[0], sq = in.q.shape()[2], total = in.past_key->shape()[2];
+  const double scale = at.scale ? double(*at.scale) : 1.0 / std::sqrt(double(in.q.shape()[3]));
+  optional_bias bias;
+  attention_mask m;
+  if (in.attn_mask_float)
+    bias.bias = xattn::bias(pad_keys(*in.attn_mask_float, total, -std::numeric_limits<float>::infinity()));
+  if (in.attn_mask_bool) m.keep = bool_mask(pad_keys(*in.attn_mask_bool, total, false));
+  xt::xtensor<std::int64_t, 1> lens = xt::xtensor<std::int64_t, 1>::from_shape({batch});
+  std::vector<std::int64_t> off(batch);
+  for (std::size_t b = 0; b < batch; ++b) {
+    lens(b) = (*in.past_seqlens)(b) + std::int64_t(n[2]);
+    off[b] = lens(b) - std::int64_t(sq);
+  }
+  const optional_softcap cap{double(at.softcap)};
+  const auto go = [&](const auto& keys) {
+    return run<T>(ref(in.q), ref(*in.past_key), ref(*in.past_value), scale, cap, bias, keys, at.qk_matmul_output_mode,
+                  want_qk);
+  };
+  // Without a bool mask, the keys each row has are one of the DSL's own masks (row spans, skipped
+  // blocks): causal alone when is_causal (a row's last visible key is its sequence's last).
+  if (!in.attn_mask_bool) return at.is_causal ? go(causal_offsets(off)) : go(lengths(lens, masked_rows::zero));
+  m.nonpad = lengths(lens, masked_rows::zero);
+  if (at.is_causal) m.causal = causal_offsets(off);
+  return go(m);
+}
+
 template <class T>
 attention_outputs<T> attention(const attention_inputs<T>& in, const attention_attrs& at, bool want_present,
                                bool want_qk) {
   using namespace detail;
+  if (at.share_past_present_buffer)
+    fail(
+        "Attention: share_past_present_buffer writes into past_key / past_value: pass the inputs as a non-const "
+        "lvalue");
   const std::size_t rank = in.q.dimension();
   if ((rank != 3 && rank != 4) || in.k.dimension() != rank || in.v.dimension() != rank)
     fail("Attention: Q, K and V must all be 3-D or all 4-D, got Q ", shape_str(in.q.shape()), ", K ",
