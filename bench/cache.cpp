@@ -6,10 +6,16 @@
 // "cache_decode/<type>/<B>/<Hq>/<Hkv>/<Skv>/<D>/<threads>": one decoding step (a query per head)
 // over B sequences of Skv tokens read from the cache's pages; Skv "ragged" is 16 sequences of
 // seeded lengths in [128, 4096]. Counters gflops and gbytes_per_s (the key and value bytes stored).
+// "decode_loop/<how>/<type>/<Hq>/<Hkv>/<steps>/<D>/1": a whole token-by-token loop of one sequence
+// (append a token's keys and values, attend it), how = onnx (onnx::attention with past_key /
+// past_value, its present outputs fed back), onnx_shared (the same with share_past_present_buffer:
+// the new rows written into the past buffers in place), hand (a preallocated tensor, a row written per step,
+// the unused tail masked by lengths) or cache (a kv_cache). Counter tokens_per_s.
 #include "common.hpp"
 #include "variants.hpp"
 
 #include <xattn/cache.hpp>
+#include <xattn/onnx/attention.hpp>
 #include <xattn/xattn.hpp>
 #include <xtensor/xtensor.hpp>
 
@@ -22,6 +28,12 @@
 namespace xattn_bench {
 
 namespace {
+
+/// Bytes a cache stores per token and head, of keys or values: the row, and int8's scales.
+template <class T>
+constexpr std::size_t row_bytes(std::size_t dim) {
+  return dim * sizeof(T) + (std::is_same_v<T, std::int8_t> ? (dim + 31) / 32 * sizeof(float) : 0);
+}
 
 template <class T>
 void cache_append(benchmark::State& state, std::size_t sequences, std::size_t heads, std::size_t dim) {
@@ -48,7 +60,7 @@ void cache_append(benchmark::State& state, std::size_t sequences, std::size_t he
   // (rows / 1e6) per second, inverted: microseconds per row
   state.counters["us_per_row"] =
       benchmark::Counter(rows / 1e6, benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
-  const double stored = 2.0 * double(dim * sizeof(T) + (std::is_same_v<T, std::int8_t> ? (dim + 31) / 32 * 4 : 0));
+  const double stored = 2.0 * double(row_bytes<T>(dim));
   state.counters["gbytes_per_s"] = benchmark::Counter(rows * stored / 1e9, benchmark::Counter::kIsRate);
 }
 
@@ -103,7 +115,7 @@ void cache_decode(benchmark::State& state, const decode_shape& s, int threads) {
   const xattn::schedule sch{.threads = threads};
   const double flop = 4.0 * double(s.q_heads * tokens * s.head_dim);
   const double seconds = run_timed(state, flop, [&] { xattn::eval_into(e, o, sch); });
-  state.counters["gbytes_per_s"] = 2.0 * double(tokens * s.kv_heads * s.head_dim * sizeof(T)) / seconds / 1e9;
+  state.counters["gbytes_per_s"] = 2.0 * double(tokens * s.kv_heads * row_bytes<T>(s.head_dim)) / seconds / 1e9;
   const auto want = xattn::reference(e).output;  // double, on the values as stored
   double worst = 0;
   for (std::size_t i = 0; i < o.size(); ++i) worst = std::max(worst, std::abs(double(o.data()[i]) - want.data()[i]));
@@ -130,6 +142,101 @@ void register_decodes(const char* type) {
   register_decode<T>(type, {16, 32, 8, 0, 128});     // a ragged batch
 }
 
+enum class loop_kind { onnx, onnx_shared, hand, cache };
+
+template <class T>
+void decode_loop(benchmark::State& state, loop_kind how, std::size_t hq, std::size_t hkv, std::size_t steps,
+                 std::size_t dim) {
+  set_threads(1);
+  const xattn::schedule sch{.threads = 1};
+  const float scale = 1.0f / std::sqrt(float(dim));
+  xt::xtensor<float, 4> qf = xt::xtensor<float, 4>::from_shape({1, hq, 1, dim});
+  xt::xtensor<float, 3> kf = xt::xtensor<float, 3>::from_shape({hkv, steps, dim}), vf = kf;  // a token per step
+  fill_uniform({qf.data(), qf.size()}, 1);
+  fill_uniform({kf.data(), kf.size()}, 2);
+  fill_uniform({vf.data(), vf.size()}, 3);
+  const auto row = [&](const xt::xtensor<float, 3>& x, std::size_t t) {  // (1, Hkv, 1, D) of type T
+    xt::xarray<T> r = xt::xarray<T>::from_shape({1, hkv, 1, dim});
+    for (std::size_t h = 0; h < hkv; ++h)
+      for (std::size_t d = 0; d < dim; ++d) r(0, h, 0, d) = T(x(h, t, d));
+    return r;
+  };
+  std::vector<xt::xarray<T>> krows, vrows;
+  for (std::size_t t = 0; t < steps; ++t) krows.push_back(row(kf, t)), vrows.push_back(row(vf, t));
+  xt::xarray<T> q = xt::xarray<T>::from_shape({1, hq, 1, dim});
+  std::transform(qf.begin(), qf.end(), q.begin(), [](float x) { return T(x); });
+  xt::xtensor<float, 4> o = xt::zeros<float>({std::size_t(1), hq, std::size_t(1), dim});
+  double checksum = 0;
+  for (auto _ : state) {
+    if (how == loop_kind::onnx) {
+      xattn::onnx::attention_inputs<T> in;
+      in.q = q;
+      for (std::size_t t = 0; t < steps; ++t) {
+        in.k = krows[t];
+        in.v = vrows[t];
+        auto out = xattn::onnx::attention(in, {}, true, false);
+        in.past_key = std::move(out.present_key);
+        in.past_value = std::move(out.present_value);
+        checksum += double(out.y(0, 0, 0, 0));
+      }
+    } else if (how == loop_kind::onnx_shared) {
+      xattn::onnx::attention_inputs<T> in;
+      xattn::onnx::attention_attrs at;
+      at.share_past_present_buffer = true;
+      in.q = q;
+      in.past_key = xt::xarray<T>(xt::zeros<T>({std::size_t(1), hkv, steps, dim}));
+      in.past_value = in.past_key;
+      in.past_seqlens = xt::xarray<std::int64_t>({std::int64_t(0)});
+      for (std::size_t t = 0; t < steps; ++t) {
+        in.k = krows[t];
+        in.v = vrows[t];
+        const auto out = xattn::onnx::attention(in, at, true, false);
+        (*in.past_seqlens)(0) += 1;
+        checksum += double(out.y(0, 0, 0, 0));
+      }
+    } else if (how == loop_kind::hand) {
+      xt::xtensor<T, 4> kc = xt::zeros<T>({std::size_t(1), hkv, steps, dim}), vc = kc;
+      xt::xtensor<std::int64_t, 1> len = {0};
+      for (std::size_t t = 0; t < steps; ++t) {
+        for (std::size_t h = 0; h < hkv; ++h) {
+          std::copy_n(krows[t].data() + h * dim, dim, kc.data() + (h * steps + t) * dim);
+          std::copy_n(vrows[t].data() + h * dim, dim, vc.data() + (h * steps + t) * dim);
+        }
+        len(0) = std::int64_t(t + 1);
+        const auto step = softmax(mask(xattn::ref(q) * trans(xattn::ref(kc)) * scale,
+                                       xattn::lengths(len, xattn::masked_rows::zero))) *
+                          xattn::ref(vc);
+        xattn::eval_into(step, o, sch);
+        checksum += double(o(0, 0, 0, 0));
+      }
+    } else {
+      xattn::kv_cache<T> cache({.kv_heads = hkv, .head_dim = dim, .page_size = 16, .max_tokens = steps});
+      const auto s = cache.add_sequence();
+      for (std::size_t t = 0; t < steps; ++t) {
+        cache.append(s, xt::view(krows[t], 0), xt::view(vrows[t], 0));
+        xattn::eval_into(softmax(xattn::ref(q) * trans(cache.keys({s})) * scale) * cache.values({s}), o, sch);
+        checksum += double(o(0, 0, 0, 0));
+      }
+    }
+  }
+  benchmark::DoNotOptimize(checksum);
+  state.counters["tokens_per_s"] = benchmark::Counter(double(state.iterations() * steps), benchmark::Counter::kIsRate);
+}
+
+template <class T>
+void register_loops(const char* type) {
+  const std::size_t hq = 8, hkv = 8, steps = 256, dim = 64;
+  for (const auto& [how, name] : {std::pair{loop_kind::onnx, "onnx"}, std::pair{loop_kind::onnx_shared, "onnx_shared"},
+                                  std::pair{loop_kind::hand, "hand"}, std::pair{loop_kind::cache, "cache"}}) {
+    const std::string row = std::string("decode_loop/") + name + "/" + type + "/" + std::to_string(hq) + "/" +
+                            std::to_string(hkv) + "/" + std::to_string(steps) + "/" + std::to_string(dim) + "/1";
+    const loop_kind k = how;
+    benchmark::RegisterBenchmark(row.c_str(), [=](benchmark::State& st) { decode_loop<T>(st, k, hq, hkv, steps, dim); })
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond);
+  }
+}
+
 }  // namespace
 
 void register_cache() {
@@ -138,6 +245,9 @@ void register_cache() {
   register_append<std::int8_t>("int8");
   register_decodes<float>("float");
   register_decodes<xattn::bfloat16>("bfloat16");
+  register_decodes<std::int8_t>("int8");
+  register_loops<float>("float");
+  register_loops<xattn::bfloat16>("bfloat16");
 }
 
 }  // namespace xattn_bench
