@@ -45,8 +45,7 @@ inline unsigned pv_micro(const Acc* p, std::size_t ldp, const Rows& v, std::size
   each<R * CC>([&](auto i) { acc[i / CC][i % CC] = batch<Acc>(Acc(0)); });
   for (std::size_t j = 0; j < keys; ++j) {
     if constexpr (R <= 4)  // few rows (decoding): values stream from memory, ask for those 16 keys ahead
-      if (j + 16 < keys)
-        for (std::size_t b = 0; b < CC * w * sizeof(V); b += 64) __builtin_prefetch(address_of(v(j + 16)) + b);
+      if (j + 16 < keys) prefetch_row(v(j + 16), CC * w * sizeof(V));
     batch<Acc> vv[CC];
     const auto row = v(j);
     each<CC>([&](auto c) { vv[c] = simd::load_as<Acc>(row + c * w); });
@@ -106,7 +105,7 @@ inline void pv_micro_continue(const Acc* p, std::size_t ldp, const Rows& v, std:
   batch<Acc> acc[R][CC];
   each<R * CC>([&](auto i) { acc[i / CC][i % CC] = simd::load(part + i / CC * ldpart + i % CC * w); });
   for (std::size_t j = 0; j < keys; ++j) {
-    for (std::size_t b = 0; b < ahead_bytes; b += 64) __builtin_prefetch(address_of(v(j + ahead_keys)) + b, 0, 1);
+    prefetch_row<1>(v(j + ahead_keys), ahead_bytes);
     batch<Acc> vv[CC];
     const auto row = v(j);
     each<CC>([&](auto c) { vv[c] = simd::in_register(simd::load_as<Acc>(row + c * w)); });

@@ -161,20 +161,19 @@ inline void qk_direct_micro(const Acc* q, std::size_t ldq, const K* k, std::size
 
 /// micro(R, r, k, s_block, kept) over the query rows in blocks of up to rmax and the keys in
 /// blocks of 4 (k: their rows as row(c) gives them, a short last block repeating a key; s_block: where the
-/// block's scores go, kept of its keys written). Keys stream from memory: the rows of the block 16
-/// keys ahead are prefetched into L2 (into L1, they stream more slowly).
+/// block's scores go, kept of its keys written). Keys stream from memory: the rows of the block at
+/// least 16 keys and 4 KiB ahead are prefetched into L2 (into L1, they stream more slowly; short
+/// rows, as int8's, need more keys in flight to cover the memory's latency).
 template <std::size_t rmax, class Acc, class RowFn, class Micro>
 void direct_blocks(std::size_t rows, RowFn row, std::size_t cols, std::size_t row_bytes, Acc* s, std::size_t lds,
                    Micro micro) {
   using K = decltype(row(0));
+  const std::size_t ahead = std::max<std::size_t>(16, (4096 / std::max<std::size_t>(row_bytes, 1) + 3) / 4 * 4);
   for (std::size_t c = 0; c < cols; c += 4) {
     K k[4];
     for (std::size_t t = 0; t < 4; ++t) k[t] = row(std::min(c + t, cols - 1));
-    if (c + 16 < cols)
-      for (std::size_t t = c + 16; t < std::min(c + 20, cols); ++t) {
-        const char* ahead = address_of(row(t));
-        for (std::size_t b = 0; b < row_bytes; b += 64) __builtin_prefetch(ahead + b, 0, 1);
-      }
+    if (c + ahead < cols)
+      for (std::size_t t = c + ahead; t < std::min(c + ahead + 4, cols); ++t) prefetch_row<1>(row(t), row_bytes);
     const std::size_t kept = std::min<std::size_t>(4, cols - c);
     for (std::size_t r = 0; r < rows; r += rmax) {
       const std::size_t rr = std::min(rmax, rows - r);
