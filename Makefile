@@ -5,7 +5,7 @@ JOBS  ?= $(shell nproc)
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=Release
 PACKAGES := g++ cmake make libxtensor-dev libxsimd-dev libboost-dev catch2 libbenchmark-dev \
             libopenblas-dev libxtensor-blas-dev librandom123-dev libcli11-dev nlohmann-json3-dev \
-            libstb-dev gnuplot-nox clang-format libopenmpi-dev openmpi-bin
+            libstb-dev gnuplot-nox clang-format libopenmpi-dev openmpi-bin clang libomp-dev libclang-rt-14-dev
 
 .PHONY: deps configure build demo test bench fuzz goldens clean
 

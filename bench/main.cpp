@@ -70,6 +70,9 @@ int main(int argc, char** argv) {
   xattn_bench::register_backward();
   xattn_bench::register_mla();
   xattn_bench::register_cache();
+#if defined(XATTN_BENCH_C_API)
+  xattn_bench::register_c_api();
+#endif
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;

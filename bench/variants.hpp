@@ -41,6 +41,7 @@ inline void register_per_thread_count(std::string_view name, void (*body)(benchm
 
 void register_peak_fma();
 void register_cache();
+void register_c_api();
 void register_peak_bf16();
 void register_sixteen_bit();
 void register_peak_read();

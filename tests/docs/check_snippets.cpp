@@ -1,6 +1,6 @@
 // Keeps docs/*.md from rotting. For every fenced code block of every Markdown file:
 //
-//   ```cpp (or ```cmake): the line before must be   <!-- snippet: PATH#NAME -->   (or PATH alone
+//   ```cpp (or ```c, ```cmake): the line before must be   <!-- snippet: PATH#NAME -->   (or PATH alone
 //       for a whole file), PATH relative to the repository root. The block must equal the region
 //       of PATH between the lines "// [snippet NAME]" and "// [end NAME]" ("# ..." in CMake files),
 //       modulo common leading indentation and trailing blanks; marker lines of other regions inside
@@ -206,10 +206,10 @@ struct checker {
       }
       return error(where, fence_line, "no string literal in " + m[1].str() + " contains '" + m[2].str() + "'");
     }
-    if (lang != "cpp" && lang != "cmake")
+    if (lang != "cpp" && lang != "c" && lang != "cmake")
       return error(where, fence_line,
                    "code block of language '" + lang +
-                       "': use ```cpp or ```cmake (quoted from a tested file), ```sh or ```text");
+                       "': use ```cpp, ```c or ```cmake (quoted from a tested file), ```sh or ```text");
     if (!std::regex_match(marker, m, snippet_re))
       return error(where, fence_line,
                    "```" + lang +

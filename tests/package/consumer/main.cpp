@@ -2,6 +2,12 @@
 // kernel paths (weights, additive scores, softcap, a double-only user policy), built by the test
 // with -Wall -Wextra -Werror -march=native: xattn must add no warning to a user's build.
 #include <xattn/xattn.hpp>
+#if defined(XATTN_CONSUMER_HAS_nn)
+#include <xattn/nn/nn.hpp>
+#endif
+#if defined(XATTN_CONSUMER_HAS_mpi)
+#include <xattn/mpi.hpp>
+#endif
 
 #include <cmath>
 #include <iostream>
@@ -31,4 +37,17 @@ int main() {
   const auto weights = eval(softmax(mask(softcap(score(additive{wq, wk, wv}, Q, K), 5.0), lengths(lens))));
   const auto user = eval(softmax(score(l1_double{}, Q, K)) * V);
   std::cout << "weights " << weights(1, 0, 0) << ", user " << user(0, 0, 0) << '\n';  // 1/6, mean of 0, 4, ..., 36
+
+  std::cout << "components:";  // those found by find_package, each used once
+#if defined(XATTN_CONSUMER_HAS_nn)
+  nn::multihead_attention<float> mha({.num_heads = 2, .query_size = 4});
+  const xt::xtensor<float, 2> x = xt::ones<float>({3, 4});
+  std::cout << " nn " << mha(x, x, x).shape(1);
+#endif
+#if defined(XATTN_CONSUMER_HAS_mpi)
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  std::cout << " mpi " << initialized;
+#endif
+  std::cout << '\n';
 }

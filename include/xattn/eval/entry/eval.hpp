@@ -90,6 +90,38 @@ void eval_into(const E& e, Out&& out, const schedule& sch = {}) {
   }
 }
 
+namespace detail {
+
+/// Raw caller memory for the (B, Hq, Sq, Dv) output (what = "output") or the (B, Hq, Sq)
+/// log-sum-exp (what = "lse"), checked against the problem: its shape, no two elements at one
+/// address, not null, and no overlap with an operand (nor with [other_lo, other_hi), the call's
+/// other output).
+template <class Plan, class T, std::size_t R>
+layout<R> checked_raw_output(const Plan& p, const T* data, const std::array<std::size_t, R>& shape,
+                             const std::array<std::ptrdiff_t, R>& strides, const std::array<std::size_t, R>& want,
+                             const char* who, const char* what, const void* other_lo = nullptr,
+                             const void* other_hi = nullptr) {
+  const bool out = R == 4;
+  if (shape != want)
+    fail(who, ": ", out ? "" : "lse ", "shape ", shape_str(shape), " but the ", out ? "result" : "log-sum-exp", " is ",
+         out ? "(B, Hq, Sq, Dv) " : "(B, Hq, Sq) ", shape_str(want));
+  const layout<R> at{shape, strides};
+  if (!at.unique())
+    fail(who, ": ", out ? "" : "lse ", "strides ", shape_str(strides), " give two elements of shape ", shape_str(shape),
+         " the same address");
+  const auto [lo, hi] = at.reach();
+  if (hi < lo) return at;
+  if (data == nullptr) fail(who, ": ", what, " data is null");
+  if (output_overlaps_operands(p, data + lo, data + hi + 1))
+    fail(who, ": the ", what, " overlaps an operand; the fused pass reads them while writing it");
+  if (other_lo != nullptr && static_cast<const void*>(data + lo) < other_hi &&
+      other_lo < static_cast<const void*>(data + hi + 1))
+    fail(who, ": the output and the log-sum-exp overlap");
+  return at;
+}
+
+}  // namespace detail
+
 /// softmax(...) * V written into raw caller memory seen as (B, Hq, Sq, Dv) with element strides
 /// (any order, any form: e.g. {Sq*H*Dv, Dv, H*Dv, 1} writes packed heads). The strides must not
 /// make two elements share an address, and the memory must not overlap an operand.
@@ -102,22 +134,39 @@ void eval_into(const E& e, O* data, std::array<std::size_t, 4> shape, std::array
     static_assert(P::has_values, "xattn: eval_into needs an attention expression: softmax(...) * V");
     if constexpr (P::has_values) {
       const problem pr = resolve(p);
-      const std::array<std::size_t, 4> want{pr.batch, pr.q_heads, pr.q_len, pr.v_dim};
-      if (shape != want)
-        fail("eval_into(e, data, shape, strides): shape ", shape_str(shape), " but the result is (B, Hq, Sq, Dv) ",
-             shape_str(want));
-      const layout<4> at{shape, strides};
-      if (!at.unique())
-        fail("eval_into(e, data, shape, strides): strides ", shape_str(strides), " give two elements of shape ",
-             shape_str(shape), " the same address");
-      const auto [lo, hi] = at.reach();
-      if (data == nullptr && hi >= lo) fail("eval_into(e, data, shape, strides): data is null");
-      if (hi >= lo && detail::output_overlaps_operands(p, data + lo, data + hi + 1))
-        fail(
-            "eval_into(e, data, shape, strides): the output overlaps an operand; the fused pass reads them while "
-            "writing out");
+      const layout<4> at =
+          detail::checked_raw_output(p, data, shape, strides, {pr.batch, pr.q_heads, pr.q_len, pr.v_dim},
+                                     "eval_into(e, data, shape, strides)", "output");
       run_fused<accumulator_of_t<P>>(p, pr, schedule_for(p, pr, sch, pass_kind::attention).forward,
                                      strided_view<O>{data, at});
+    }
+  }
+}
+
+/// eval_into on raw memory, with each row's log-sum-exp (what grad needs) written too: lse seen as
+/// (B, Hq, Sq) with element strides, in the accumulator type (Acc: float, or double if an operand
+/// is double). Both are checked before anything is written.
+template <expression E, element O, class Acc>
+void eval_with_lse_into(const E& e, O* data, std::array<std::size_t, 4> shape, std::array<std::ptrdiff_t, 4> strides,
+                        Acc* lse, std::array<std::size_t, 3> lse_shape, std::array<std::ptrdiff_t, 3> lse_strides,
+                        const schedule& sch = {}) {
+  if constexpr (check_grammar<E>()) {
+    const auto p = make_plan(e);
+    using P = std::decay_t<decltype(p)>;
+    static_assert(P::has_values, "xattn: eval_with_lse_into needs an attention expression: softmax(...) * V");
+    static_assert(std::is_same_v<Acc, accumulator_of_t<P>>,
+                  "xattn: eval_with_lse_into: lse must hold the accumulator type (float; double if an operand is "
+                  "double)");
+    if constexpr (P::has_values && std::is_same_v<Acc, accumulator_of_t<P>>) {
+      const char* who = "eval_with_lse_into(e, data, shape, strides, lse, lse_shape, lse_strides)";
+      const problem pr = resolve(p);
+      const layout<4> at = detail::checked_raw_output(p, data, shape, strides,
+                                                      {pr.batch, pr.q_heads, pr.q_len, pr.v_dim}, who, "output");
+      const auto [lo, hi] = at.reach();
+      const layout<3> lat = detail::checked_raw_output(p, lse, lse_shape, lse_strides, {pr.batch, pr.q_heads, pr.q_len},
+                                                       who, "lse", data + lo, data + hi + 1);
+      run_fused<Acc>(p, pr, schedule_for(p, pr, sch, pass_kind::attention).forward, strided_view<O>{data, at},
+                     strided_view<Acc, 3>{lse, lat});
     }
   }
 }

@@ -1,0 +1,77 @@
+// "c_api/<how>/<B>/<H>/<Sq>/<Skv>/<D>/<threads>": one attention call on the same tensors through
+// the C interface (how = c: xattn_forward from libxattn_c) and through the C++ expression it
+// documents (how = cpp: eval_with_lse_into, the log-sum-exp written too), so that their ratio in
+// one run is the interface's cost. (1,8,1024,1024,64) is a long forward, (1,8,1,256,64) one
+// decoding step (counter us_per_call). Counter gflops (4·B·H·Sq·Skv·D).
+#include "common.hpp"
+#include "variants.hpp"
+
+#include <xattn.h>
+#include <xattn/xattn.hpp>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+namespace xattn_bench {
+
+namespace {
+
+struct c_shape {
+  std::size_t batch, heads, seq_q, seq_kv, dim;
+};
+
+void c_api(benchmark::State& state, const c_shape& s, bool through_c, int threads) {
+  set_threads(threads);
+  const std::size_t nq = s.batch * s.heads * s.seq_q * s.dim, nk = s.batch * s.heads * s.seq_kv * s.dim;
+  std::vector<float> q(nq), k(nk), v(nk), out(nq), lse(s.batch * s.heads * s.seq_q);
+  fill_uniform(q, 1);
+  fill_uniform(k, 2);
+  fill_uniform(v, 3);
+  const auto i64 = [](std::size_t x) { return std::int64_t(x); };
+  const std::int64_t B = i64(s.batch), H = i64(s.heads), Sq = i64(s.seq_q), Skv = i64(s.seq_kv), D = i64(s.dim);
+  xattn_tensor Q{q.data(), XATTN_F32, 4, {B, H, Sq, D}, {H * Sq * D, Sq * D, D, 1}};
+  xattn_tensor K{k.data(), XATTN_F32, 4, {B, H, Skv, D}, {H * Skv * D, Skv * D, D, 1}};
+  xattn_tensor V{v.data(), XATTN_F32, 4, {B, H, Skv, D}, {H * Skv * D, Skv * D, D, 1}};
+  xattn_tensor O{out.data(), XATTN_F32, 4, {B, H, Sq, D}, {H * Sq * D, Sq * D, D, 1}};
+  xattn_tensor L{lse.data(), XATTN_F32, 3, {B, H, Sq}, {H * Sq, Sq, 1}};
+  xattn_attention_desc desc = xattn_attention_defaults();
+  desc.threads = threads;
+  xattn::schedule sch;
+  sch.threads = threads;
+  const std::array<std::size_t, 4> shape_q{s.batch, s.heads, s.seq_q, s.dim},
+      shape_k{s.batch, s.heads, s.seq_kv, s.dim};
+  const std::array<std::ptrdiff_t, 4> strides_q{H * Sq * D, Sq * D, D, 1}, strides_k{H * Skv * D, Skv * D, D, 1};
+  const double flop = 4.0 * double(s.batch * s.heads * s.seq_q * s.seq_kv * s.dim);
+  const double seconds = run_timed(state, flop, [&] {
+    if (through_c) {
+      if (xattn_forward(&Q, &K, &V, &desc, &O, &L) != XATTN_OK) state.SkipWithError(xattn_last_error());
+    } else {
+      using namespace xattn;
+      const auto e = softmax(ref(q.data(), shape_q, strides_q) * trans(ref(k.data(), shape_k, strides_k)) *
+                             (1.0 / std::sqrt(double(s.dim)))) *
+                     ref(v.data(), shape_k, strides_k);
+      eval_with_lse_into(e, out.data(), shape_q, strides_q, lse.data(), {s.batch, s.heads, s.seq_q}, {H * Sq, Sq, 1},
+                         sch);
+    }
+  });
+  state.counters["us_per_call"] = seconds * 1e6;
+}
+
+}  // namespace
+
+void register_c_api() {
+  for (const c_shape& s : {c_shape{1, 8, 1024, 1024, 64}, c_shape{1, 8, 1, 256, 64}})
+    for (int threads : {1, 2})
+      for (const bool through_c : {true, false}) {
+        std::string name = through_c ? "c_api/c" : "c_api/cpp";
+        for (std::size_t x : {s.batch, s.heads, s.seq_q, s.seq_kv, s.dim}) name += '/' + std::to_string(x);
+        name += '/' + std::to_string(threads);
+        benchmark::RegisterBenchmark(
+            name.c_str(), [s, through_c, threads](benchmark::State& st) { c_api(st, s, through_c, threads); })
+            ->UseRealTime()
+            ->Unit(benchmark::kMicrosecond);
+      }
+}
+
+}  // namespace xattn_bench

@@ -1,0 +1,97 @@
+/* xattn's C interface: fused attention (forward with each row's log-sum-exp) on caller memory.
+ * C11, no C++ in it. Every call returns a status; on error xattn_last_error() (per thread) says
+ * which argument is wrong and why, and nothing has been written to the outputs. */
+#ifndef XATTN_H
+#define XATTN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__) || defined(__clang__)
+#define XATTN_API __attribute__((visibility("default")))
+#else
+#define XATTN_API
+#endif
+
+#define XATTN_VERSION_MAJOR 0
+#define XATTN_VERSION_MINOR 1
+#define XATTN_MAX_RANK 4
+
+typedef enum xattn_dtype {
+  XATTN_F32 = 0,
+  XATTN_F64 = 1,
+  XATTN_BF16 = 2, /* bfloat16 bits in uint16_t */
+  XATTN_F16 = 3,  /* IEEE half bits in uint16_t */
+  XATTN_I32 = 4,
+  XATTN_I64 = 5,
+  XATTN_BOOL = 6 /* one byte, 0 or 1 */
+} xattn_dtype;
+
+/* A strided tensor in caller memory: shape[i] elements along axis i, strides in elements (any
+ * order); axes past rank are ignored. */
+typedef struct xattn_tensor {
+  void* data;
+  xattn_dtype dtype;
+  int32_t rank;
+  int64_t shape[XATTN_MAX_RANK];
+  int64_t strides[XATTN_MAX_RANK];
+} xattn_tensor;
+
+typedef enum xattn_status {
+  XATTN_OK = 0,
+  XATTN_INVALID_ARGUMENT = 1, /* a shape, dtype, stride, overlap or value the call cannot take */
+  XATTN_UNSUPPORTED = 2,      /* a valid combination this build does not run (the message says which) */
+  XATTN_OUT_OF_MEMORY = 3,
+  XATTN_INTERNAL = 4
+} xattn_status;
+
+typedef enum xattn_causal {
+  XATTN_CAUSAL_NONE = 0,
+  XATTN_CAUSAL_TOP_LEFT = 1,    /* query i sees keys j <= i (PyTorch SDPA's is_causal) */
+  XATTN_CAUSAL_BOTTOM_RIGHT = 2 /* query i sees keys j <= i + Skv - Sq (decoding, FlashAttention) */
+} xattn_causal;
+
+/* What to compute besides softmax(Q K^T * scale) V. Start from xattn_attention_defaults(). */
+typedef struct xattn_attention_desc {
+  float scale;                   /* 0: 1/sqrt(D) */
+  xattn_causal causal;           /* also aligns the window: at the bottom right when XATTN_CAUSAL_BOTTOM_RIGHT */
+  int64_t window_left;           /* query at position p sees keys [p - left, p + right]; -1 = unbounded */
+  int64_t window_right;          /* (with causal, min(right, 0)) */
+  const xattn_tensor* lengths;   /* key lengths (B) or (B, Sq), XATTN_I32 or XATTN_I64, or NULL */
+  const xattn_tensor* documents; /* reserved: NULL */
+  const xattn_tensor* mask;      /* reserved: NULL */
+  const xattn_tensor* bias;      /* reserved: NULL */
+  const xattn_tensor* alibi;     /* reserved: NULL */
+  float softcap;                 /* > 0: scores become softcap * tanh(scores / softcap); 0: off */
+  const xattn_tensor* sinks;     /* one logit per query head (Hq), XATTN_F32 or XATTN_F64, or NULL */
+  float dropout_p;               /* reserved: 0 */
+  uint64_t seed;
+  int32_t threads; /* 0: OpenMP's default */
+} xattn_attention_desc;
+
+/* scale 0, no causal, unbounded window, no lengths, softcap 0, no sinks, no dropout, threads 0. */
+XATTN_API xattn_attention_desc xattn_attention_defaults(void);
+
+/* out = attention(q, k, v): q (B, Hq, Sq, D), k (B, Hkv, Skv, D), v (B, Hkv, Skv, Dv) with Hq a
+ * multiple of Hkv (grouped-query attention), all of one dtype (F32, F64, BF16 or F16); out
+ * (B, Hq, Sq, Dv) of that dtype or F32; lse (B, Hq, Sq) F32 (F64 for F64 inputs) or NULL: each
+ * row's log-sum-exp of its scores (what a backward needs). A row that sees no key (its length
+ * 0, or causal or window hiding every key) outputs 0 and its lse is -inf. */
+XATTN_API xattn_status xattn_forward(const xattn_tensor* q, const xattn_tensor* k, const xattn_tensor* v,
+                                     const xattn_attention_desc* desc, xattn_tensor* out, xattn_tensor* lse);
+
+/* The calling thread's message for the last call that failed ("" if none). */
+XATTN_API const char* xattn_last_error(void);
+
+/* "0.1.0" */
+XATTN_API const char* xattn_version(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* XATTN_H */

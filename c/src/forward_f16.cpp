@@ -1,0 +1,6 @@
+// xattn_forward for float16 inputs (one file per type: they compile in parallel).
+#include "forward.hpp"
+
+namespace xattn::c_api {
+template void forward_as<float16>(const forward_args&);
+}  // namespace xattn::c_api

@@ -1,0 +1,249 @@
+// xattn_forward against the C++ library it wraps: random problems (every dtype, grouped heads,
+// causal either way, windows, lengths of rank 1 and 2 with empty rows, softcap, sinks, scales,
+// transposed and padded strides) give bit for bit what the C++ expression the interface documents
+// gives (causal(), or one window() when a window bound is set; lengths(lens, masked_rows::zero);
+// softcap(); sinks()), and that agrees with the double reference. Bad input returns a status and a message naming the
+// argument.
+#include <xattn.h>
+#include <xattn/xattn.hpp>
+
+#include "support/bitwise.hpp"
+#include "support/random.hpp"
+
+#include <catch2/catch.hpp>
+#include <xtensor/xadapt.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+using namespace xattn;
+using xattn::testing::max_abs_diff;
+using xattn::testing::rng;
+
+namespace {
+
+template <class T>
+constexpr xattn_dtype dtype_of() {
+  if constexpr (std::is_same_v<T, float>) return XATTN_F32;
+  if constexpr (std::is_same_v<T, double>) return XATTN_F64;
+  if constexpr (std::is_same_v<T, bfloat16>) return XATTN_BF16;
+  if constexpr (std::is_same_v<T, float16>) return XATTN_F16;
+}
+
+/// A (B, H, S, D) tensor stored as (B, S, H, D) (transposed) or with padded rows.
+template <class T>
+struct stored {
+  std::vector<T> data;
+  std::array<std::size_t, 4> shape;
+  std::array<std::ptrdiff_t, 4> strides;
+  xattn_tensor c() {
+    xattn_tensor t{data.data(), dtype_of<T>(), 4, {}, {}};
+    for (int i = 0; i < 4; ++i)
+      t.shape[i] = std::int64_t(shape[std::size_t(i)]), t.strides[i] = strides[std::size_t(i)];
+    return t;
+  }
+  auto term() const { return ref(data.data(), shape, strides); }
+};
+
+template <class T>
+stored<T> make(rng& g, std::array<std::size_t, 4> s, bool transposed, std::size_t pad) {
+  stored<T> t{{}, s, {}};
+  const std::size_t row = s[3] + pad;
+  if (transposed)
+    t.strides = {std::ptrdiff_t(s[2] * s[1] * row), std::ptrdiff_t(row), std::ptrdiff_t(s[1] * row), 1};
+  else
+    t.strides = {std::ptrdiff_t(s[1] * s[2] * row), std::ptrdiff_t(s[2] * row), std::ptrdiff_t(row), 1};
+  t.data.resize(s[0] * s[1] * s[2] * row);
+  for (auto& x : t.data) x = T(float(g.uniform(-1, 1)));
+  return t;
+}
+
+template <class T, class O>
+void one_case(std::uint64_t seed) {
+  rng g(seed);
+  const std::size_t B = g.size(1, 2), Hkv = g.size(1, 2), Hq = Hkv * g.size(1, 3), Sq = g.size(1, 40),
+                    Skv = g.size(1, 70), D = g.size(1, 3) * 16 + (g.coin(0.3) ? 3 : 0), Dv = g.size(1, 40);
+  auto q = make<T>(g, {B, Hq, Sq, D}, g.coin(), g.coin(0.3) ? 5 : 0);
+  auto k = make<T>(g, {B, Hkv, Skv, D}, g.coin(), 0);
+  auto v = make<T>(g, {B, Hkv, Skv, Dv}, g.coin(), g.coin(0.3) ? 2 : 0);
+  using Acc = std::conditional_t<std::is_same_v<T, double>, double, float>;
+
+  xattn_attention_desc d = xattn_attention_defaults();
+  const int causal_kind = int(g.size(0, 2));
+  d.causal = xattn_causal(causal_kind);
+  const bool windowed = g.coin(0.4);
+  if (windowed) {
+    d.window_left = std::int64_t(g.size(0, 20));
+    d.window_right = g.coin() ? -1 : std::int64_t(g.size(0, 20));
+  }
+  if (g.coin(0.3)) d.scale = float(g.uniform(0.05, 0.5));
+  if (g.coin(0.4)) d.softcap = float(g.uniform(0.5, 5));
+  xt::xtensor<float, 1> sink_values = g.vector<float>(Hq, -2, 2);
+  xattn_tensor sinks_c{sink_values.data(), XATTN_F32, 1, {std::int64_t(Hq)}, {1}};
+  const bool with_sinks = g.coin(0.4);
+  if (with_sinks) d.sinks = &sinks_c;
+  const int lengths_rank = int(g.size(0, 2));
+  xt::xtensor<std::int64_t, 2> lens2 = xt::zeros<std::int64_t>({B, Sq});
+  xt::xtensor<std::int64_t, 1> lens1 = xt::zeros<std::int64_t>({B});
+  for (auto& x : lens2) x = std::int64_t(g.size(0, Skv));
+  for (auto& x : lens1) x = std::int64_t(g.size(0, Skv));
+  xattn_tensor lens_c =
+      lengths_rank == 1
+          ? xattn_tensor{lens1.data(), XATTN_I64, 1, {std::int64_t(B)}, {1}}
+          : xattn_tensor{lens2.data(), XATTN_I64, 2, {std::int64_t(B), std::int64_t(Sq)}, {std::int64_t(Sq), 1}};
+  if (lengths_rank > 0) d.lengths = &lens_c;
+  d.threads = int(g.size(1, 2));
+
+  std::vector<O> out(B * Hq * Sq * Dv, O(-7.0f));
+  std::vector<Acc> lse(B * Hq * Sq);
+  xattn_tensor out_c{out.data(),
+                     dtype_of<O>(),
+                     4,
+                     {std::int64_t(B), std::int64_t(Hq), std::int64_t(Sq), std::int64_t(Dv)},
+                     {std::int64_t(Hq * Sq * Dv), std::int64_t(Sq * Dv), std::int64_t(Dv), 1}};
+  xattn_tensor lse_c{lse.data(),
+                     std::is_same_v<Acc, double> ? XATTN_F64 : XATTN_F32,
+                     3,
+                     {std::int64_t(B), std::int64_t(Hq), std::int64_t(Sq)},
+                     {std::int64_t(Hq * Sq), std::int64_t(Sq), 1}};
+  auto qc = q.c(), kc = k.c(), vc = v.c();
+  INFO("seed " << seed << " B " << B << " Hq " << Hq << " Hkv " << Hkv << " Sq " << Sq << " Skv " << Skv << " D " << D
+               << " Dv " << Dv << " causal " << causal_kind << " window " << d.window_left << "," << d.window_right
+               << " lengths rank " << lengths_rank << " softcap " << d.softcap << " sinks " << with_sinks);
+  REQUIRE(xattn_forward(&qc, &kc, &vc, &d, &out_c, &lse_c) == XATTN_OK);
+
+  // The C++ expression the interface documents for these options.
+  const double scale = d.scale != 0 ? double(d.scale) : 1 / std::sqrt(double(D));
+  const align where = causal_kind == 2 ? align::bottom_right : align::top_left;
+  const std::int64_t left = d.window_left < 0 ? unbounded : d.window_left,
+                     right = d.window_right < 0 ? unbounded : d.window_right;
+  auto scores = q.term() * trans(k.term()) * scale;
+  auto run = [&](const auto& s) {
+    auto band_masked = [&](const auto& w) {
+      auto length_masked = [&](const auto& l) {
+        auto finish = [&](const auto& weights) {
+          const auto e = weights * v.term();
+          schedule sch;  // the same threads: a split of the keys between threads rounds differently
+          sch.threads = d.threads;
+          const auto fused = eval_with_lse<O>(e, sch);
+          const auto ref = reference(e);
+          const xt::xtensor<O, 4> got = xt::adapt(out, fused.output.shape());
+          const xt::xtensor<Acc, 3> got_lse = xt::adapt(lse, fused.lse.shape());
+          CHECK(xattn::testing::bitwise_equal(got, fused.output));
+          CHECK(xattn::testing::bitwise_equal(got_lse, fused.lse));
+          const double tol = std::is_same_v<T, double>                              ? 1e-12
+                             : std::is_same_v<T, float> && std::is_same_v<O, float> ? 2e-5
+                                                                                    : 2e-2;
+          CHECK(max_abs_diff(got, ref.output) < tol);
+          xt::xtensor<double, 3> lse_ref = ref.lse, lse_got = xt::cast<double>(got_lse);
+          for (std::size_t n = 0; n < lse_ref.size(); ++n)  // rows seeing nothing: -inf both
+            if (std::isinf(lse_ref.flat(n)) && lse_got.flat(n) == lse_ref.flat(n))
+              lse_ref.flat(n) = lse_got.flat(n) = 0;
+          CHECK(max_abs_diff(lse_got, lse_ref) < (std::is_same_v<T, double> ? 1e-12 : 2e-4));
+        };
+        if (with_sinks)
+          finish(softmax(l, sinks(sink_values)));
+        else
+          finish(softmax(l));
+      };
+      if (lengths_rank == 1)
+        length_masked(mask(w, lengths(lens1, masked_rows::zero)));
+      else if (lengths_rank == 2)
+        length_masked(mask(w, lengths(lens2, masked_rows::zero)));
+      else
+        length_masked(w);
+    };
+    if (windowed)  // the causal bound folded into the window's right side
+      band_masked(mask(s, window(left, causal_kind != 0 ? std::min<std::int64_t>(right, 0) : right, where)));
+    else if (causal_kind != 0)
+      band_masked(mask(s, causal(where)));
+    else
+      band_masked(s);
+  };
+  if (d.softcap > 0)
+    run(softcap(scores, double(d.softcap)));
+  else
+    run(scores);
+}
+
+}  // namespace
+
+TEST_CASE("xattn_forward: the C++ library's fused pass, bit for bit, on random problems", "[c]") {
+  for (std::uint64_t seed = 1; seed <= 12; ++seed) {
+    one_case<float, float>(seed);
+    one_case<double, double>(100 + seed);
+    one_case<bfloat16, bfloat16>(200 + seed);
+    one_case<bfloat16, float>(300 + seed);
+    one_case<float16, float16>(400 + seed);
+    one_case<float16, float>(500 + seed);
+  }
+}
+
+TEST_CASE("xattn_forward: bad input returns a status and a message, and writes nothing", "[c]") {
+  std::vector<float> q(2 * 4 * 3 * 8, 0.5f), k(2 * 2 * 5 * 8, 0.25f), v(2 * 2 * 5 * 6, 1.0f), out(2 * 4 * 3 * 6, -3.0f);
+  xattn_tensor Q{q.data(), XATTN_F32, 4, {2, 4, 3, 8}, {96, 24, 8, 1}};
+  xattn_tensor K{k.data(), XATTN_F32, 4, {2, 2, 5, 8}, {80, 40, 8, 1}};
+  xattn_tensor V{v.data(), XATTN_F32, 4, {2, 2, 5, 6}, {60, 30, 6, 1}};
+  xattn_tensor O{out.data(), XATTN_F32, 4, {2, 4, 3, 6}, {72, 18, 6, 1}};
+  const std::vector<float> before = out;
+  xattn_attention_desc d = xattn_attention_defaults();
+  auto refused = [&](xattn_status want, const std::string& words) {
+    const xattn_status s = xattn_forward(&Q, &K, &V, &d, &O, nullptr);
+    INFO(xattn_last_error());
+    CHECK(s == want);
+    CHECK_THAT(std::string(xattn_last_error()), Catch::Contains(words));
+    CHECK(out == before);
+  };
+  K.shape[1] = 3;
+  refused(XATTN_INVALID_ARGUMENT, "q (2,4,3,8) has 4 heads, not a multiple of k's 3");
+  K.shape[1] = 2;
+  V.dtype = XATTN_F64;
+  refused(XATTN_INVALID_ARGUMENT, "q, k and v must share one dtype, got XATTN_F32, XATTN_F32, XATTN_F64");
+  V.dtype = XATTN_F32;
+  O.shape[3] = 5;
+  refused(XATTN_INVALID_ARGUMENT, "out has shape (2,4,3,5) but the result is (B, Hq, Sq, Dv) (2,4,3,6)");
+  O.shape[3] = 6;
+  O.strides[1] = 6;
+  refused(XATTN_INVALID_ARGUMENT, "give two elements of shape (2,4,3,6) the same address");
+  O.strides[1] = 18;
+  Q.data = nullptr;
+  refused(XATTN_INVALID_ARGUMENT, "q (2,4,3,8) has NULL data");
+  Q.data = q.data();
+  std::vector<std::int32_t> lens{5, 6};
+  xattn_tensor L{lens.data(), XATTN_I32, 1, {2}, {1}};
+  d.lengths = &L;
+  refused(XATTN_INVALID_ARGUMENT, "lens[1] = 6 is outside [0, 5]");
+  L.shape[0] = 3;
+  refused(XATTN_INVALID_ARGUMENT, "desc.lengths has shape (3) but must be (B) or (B, Sq) = (2) or (2,3)");
+  d.lengths = nullptr;
+  d.window_left = -2;
+  refused(XATTN_INVALID_ARGUMENT, "desc.window_left and desc.window_right must be >= 0, or -1 (unbounded)");
+  d.window_left = -1;
+  d.softcap = -1.0f;
+  refused(XATTN_INVALID_ARGUMENT, "desc.softcap is -1");
+  d.softcap = 0.0f;
+  std::vector<float> sink(3, 0.0f);
+  xattn_tensor S{sink.data(), XATTN_F32, 1, {3}, {1}};
+  d.sinks = &S;
+  refused(XATTN_INVALID_ARGUMENT, "desc.sinks has shape (3) but must be (Hq) = (4)");
+  d.sinks = nullptr;
+  d.bias = &S;
+  refused(XATTN_UNSUPPORTED, "not supported by this version of the C interface");
+  d.bias = nullptr;
+  auto refused_lse = [&](xattn_tensor lse, const std::string& words) {
+    const xattn_status s = xattn_forward(&Q, &K, &V, &d, &O, &lse);
+    INFO(xattn_last_error());
+    CHECK(s == XATTN_INVALID_ARGUMENT);
+    CHECK_THAT(std::string(xattn_last_error()), Catch::Contains(words));
+    CHECK(out == before);
+  };
+  refused_lse({out.data(), XATTN_F32, 3, {2, 4, 3}, {12, 3, 1}}, "the output and the log-sum-exp overlap");
+  refused_lse({q.data(), XATTN_F32, 3, {2, 4, 3}, {12, 3, 1}}, "the lse overlaps an operand");
+  std::vector<double> lse64(24);
+  refused_lse({lse64.data(), XATTN_F64, 3, {2, 4, 3}, {12, 3, 1}}, "lse has dtype XATTN_F64 but must be XATTN_F32");
+  refused_lse({lse64.data(), XATTN_F32, 3, {2, 4, 4}, {16, 4, 1}}, "lse has shape (2,4,4) but must be (B, Hq, Sq)");
+  REQUIRE(xattn_forward(&Q, &K, &V, &d, &O, nullptr) == XATTN_OK);
+  CHECK(std::string(xattn_last_error()).empty());
+  CHECK(out[0] == Approx(1.0f));  // every value 1
+}
