@@ -5,7 +5,8 @@
 // f = t - n (exact), 2^f by a degree-5 polynomial, then 2^n applied by vscalefps on AVX-512 or
 // added to the exponent bits otherwise. Max relative error against std::exp2 over [-125, 0]:
 // 2.4e-7 (checked by tests/kernel/test_exp.cpp). t < -125 flushes to 0 (no subnormal results), so
-// masked (-inf) scores give exactly 0; NaN stays NaN. double uses xsimd::exp2.
+// masked (-inf) scores give exactly 0; NaN stays NaN. double uses xsimd::exp2 on arguments
+// clamped to [-1100, 0].
 #include "../simd/compat.hpp"
 
 #include <type_traits>
@@ -62,7 +63,10 @@ inline simd::batch<T> exp2_nonpositive(const simd::batch<T>& t) noexcept {
       return xsimd::select(xsimd::isnan(t), t, r);
     }
   } else {
-    return xsimd::exp2(t);
+    // xsimd's exp2 converts its argument to an integer, which for -inf (a masked score) is
+    // undefined behaviour; every t below -1100 gives 0 anyway, and NaN is put back after
+    using db = simd::batch<double>;
+    return xsimd::select(xsimd::isnan(t), t, xsimd::exp2(xsimd::max(t, db(-1100.0))));
   }
 }
 

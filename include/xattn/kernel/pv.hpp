@@ -105,7 +105,7 @@ inline void pv_micro_continue(const Acc* p, std::size_t ldp, const Rows& v, std:
   batch<Acc> acc[R][CC];
   each<R * CC>([&](auto i) { acc[i / CC][i % CC] = simd::load(part + i / CC * ldpart + i % CC * w); });
   for (std::size_t j = 0; j < keys; ++j) {
-    prefetch_row<1>(v(j + ahead_keys), ahead_bytes);
+    if (ahead_bytes != 0) prefetch_row<1>(v(j + ahead_keys), ahead_bytes);  // 0: that row may not exist
     batch<Acc> vv[CC];
     const auto row = v(j);
     each<CC>([&](auto c) { vv[c] = simd::in_register(simd::load_as<Acc>(row + c * w)); });

@@ -6,7 +6,7 @@
 // (truncation under 1e-12 relative). Error against std::tanh (checked by tests/kernel/test_exp.cpp):
 // at most 1.4e-7 absolute and 8.3e-7 relative. Written here rather than taken from xsimd::tanh for
 // throughput: one exp2_nonpositive, one division and a short polynomial per lane. Odd exactly,
-// ±inf -> ±1, NaN stays NaN. double uses xsimd::tanh.
+// ±inf -> ±1, NaN stays NaN. double uses xsimd::tanh on arguments clamped to [-40, 40].
 #include "exp.hpp"
 
 #include <type_traits>
@@ -27,7 +27,10 @@ inline simd::batch<T> tanh(const simd::batch<T>& x) noexcept {
     const fb small = xsimd::fma(p * a2, a, a);
     return xsimd::bitwise_xor(xsimd::select(a < fb(0.1f), small, large), xsimd::bitofsign(x));
   } else {
-    return xsimd::tanh(x);
+    // xsimd's tanh converts large arguments to integers, undefined behaviour for ±inf; every
+    // |x| >= 40 gives ±1 anyway, and NaN is put back after
+    using db = simd::batch<double>;
+    return xsimd::select(xsimd::isnan(x), x, xsimd::tanh(xsimd::min(xsimd::max(x, db(-40.0)), db(40.0))));
   }
 }
 
