@@ -5,7 +5,8 @@ JOBS  ?= $(shell nproc)
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=Release
 PACKAGES := g++ cmake make libxtensor-dev libxsimd-dev libboost-dev catch2 libbenchmark-dev \
             libopenblas-dev libxtensor-blas-dev librandom123-dev libcli11-dev nlohmann-json3-dev \
-            libstb-dev gnuplot-nox clang-format libopenmpi-dev openmpi-bin clang libomp-dev libclang-rt-14-dev
+            libstb-dev gnuplot-nox clang-format libopenmpi-dev openmpi-bin clang libomp-dev libclang-rt-14-dev \
+            python3 python3-numpy python3-pytest python3-torch
 
 .PHONY: deps configure build demo test bench fuzz goldens clean
 
@@ -33,7 +34,7 @@ test: build
 
 bench: configure
 	@$(MAKE) --no-print-directory deps PACKAGES=python3-torch  # the PyTorch baseline of the backward rows
-	@cmake --build $(BUILD) -j $(JOBS) --target xattn-bench xattn-mpi-bench
+	@cmake --build $(BUILD) -j $(JOBS) --target xattn-bench xattn-mpi-bench xattn_python
 	@bash bench/run.sh $(BUILD)
 
 fuzz: configure

@@ -55,6 +55,8 @@ echo "{\"benchmarks\": [{\"name\": \"compile/five_pipelines_O2\", \"run_type\": 
 bash "$here/ort.sh" "$out/ort.json" || echo "run.sh: ONNX Runtime comparison failed; continuing" >&2
 
 /usr/bin/python3 "$here/torch_d2l.py" "$out/torch_d2l.json" || echo "run.sh: PyTorch comparison failed; continuing" >&2
+# The Python package against PyTorch on the same tensors, and its per-call cost (compare.md, compare.png).
+/usr/bin/python3 "$here/compare.py" "$build" "$out" || echo "run.sh: Python comparison failed; continuing" >&2
 extras=("$out/compile.json" "$out/ort.json" "$out/torch_d2l.json" "$out/ring_single.json" "$out/ring_np2.json")
 python3 "$here/report.py" "$out/results.json" "$out" "${extras[@]}"
 # The per-CPU table of docs/performance.md, from the same files.

@@ -15,6 +15,8 @@ endif()
 if(TARGET xattn_c)
   install(TARGETS xattn_c EXPORT xattn-c-targets)
   install(FILES c/include/xattn.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+  # the C interface's glue, header-only: what the Python package's compiled policies include
+  install(DIRECTORY c/include/xattn/c_api DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/xattn)
   install(EXPORT xattn-c-targets NAMESPACE xattn:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/xattn)
 endif()
 set(XATTN_HAS_C ${XATTN_BUILD_C})

@@ -1,4 +1,5 @@
-/* xattn's C interface: fused attention (forward with each row's log-sum-exp) on caller memory.
+/* xattn's C interface: fused attention (forward with each row's log-sum-exp, and its backward) on
+ * caller memory.
  * C11, no C++ in it. Every call returns a status; on error xattn_last_error() (per thread) says
  * which argument is wrong and why, and nothing has been written to the outputs. */
 #ifndef XATTN_H
@@ -57,7 +58,7 @@ typedef enum xattn_causal {
 
 /* What to compute besides softmax(Q K^T * scale) V. Start from xattn_attention_defaults(). */
 typedef struct xattn_attention_desc {
-  float scale;                   /* 0: 1/sqrt(D) */
+  double scale;                  /* 0: 1/sqrt(D) */
   xattn_causal causal;           /* also aligns the window: at the bottom right when XATTN_CAUSAL_BOTTOM_RIGHT */
   int64_t window_left;           /* query at position p sees keys [p - left, p + right]; -1 = unbounded */
   int64_t window_right;          /* (with causal, min(right, 0)) */
@@ -66,7 +67,7 @@ typedef struct xattn_attention_desc {
   const xattn_tensor* mask;      /* reserved: NULL */
   const xattn_tensor* bias;      /* reserved: NULL */
   const xattn_tensor* alibi;     /* reserved: NULL */
-  float softcap;                 /* > 0: scores become softcap * tanh(scores / softcap); 0: off */
+  double softcap;                /* > 0: scores become softcap * tanh(scores / softcap); 0: off */
   const xattn_tensor* sinks;     /* one logit per query head (Hq), XATTN_F32 or XATTN_F64, or NULL */
   float dropout_p;               /* reserved: 0 */
   uint64_t seed;
@@ -83,6 +84,18 @@ XATTN_API xattn_attention_desc xattn_attention_defaults(void);
  * 0, or causal or window hiding every key) outputs 0 and its lse is -inf. */
 XATTN_API xattn_status xattn_forward(const xattn_tensor* q, const xattn_tensor* k, const xattn_tensor* v,
                                      const xattn_attention_desc* desc, xattn_tensor* out, xattn_tensor* lse);
+
+/* The gradients of sum(d_out * out) for out = attention(q, k, v) with these desc options, given
+ * out and lse as xattn_forward wrote them (lse is required) and d_out (out's shape, and out's
+ * dtype or F32). dq, dk, dv take q's, k's and v's shapes, in F32 (F64 for F64 inputs) or the
+ * inputs' 16-bit dtype (rounded from float gradients); dsinks (Hq) F32 or F64 with desc.sinks;
+ * dbias must be NULL in this version. NULL for a gradient not wanted. No gradient may overlap
+ * an input or another gradient. If lse does not belong to these inputs (its rows' probabilities
+ * do not sum to 1) the call fails after the pass, leaving the F32/F64 gradients zeroed. */
+XATTN_API xattn_status xattn_backward(const xattn_tensor* q, const xattn_tensor* k, const xattn_tensor* v,
+                                      const xattn_attention_desc* desc, const xattn_tensor* out,
+                                      const xattn_tensor* lse, const xattn_tensor* d_out, xattn_tensor* dq,
+                                      xattn_tensor* dk, xattn_tensor* dv, xattn_tensor* dsinks, xattn_tensor* dbias);
 
 /* The calling thread's message for the last call that failed ("" if none). */
 XATTN_API const char* xattn_last_error(void);

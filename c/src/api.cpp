@@ -1,48 +1,14 @@
-// The C entry points: arguments checked, the typed forward run, every exception turned into a
+// The C entry points: arguments checked, the typed forward or backward run, every exception turned into a
 // status and the calling thread's message.
-#include "args.hpp"
+#include <xattn/c_api/status.hpp>
 
-#include <new>
-#include <string>
-
-namespace {
-
-thread_local std::string last_error;
-
-template <class F>
-xattn_status guarded(F&& f) noexcept {
-  try {
-    f();
-    last_error.clear();
-    return XATTN_OK;
-  } catch (const xattn::c_api::unsupported& e) {
-    last_error = e.what();
-    return XATTN_UNSUPPORTED;
-  } catch (const std::invalid_argument& e) {
-    last_error = e.what();
-    return XATTN_INVALID_ARGUMENT;
-  } catch (const std::length_error& e) {
-    last_error = e.what();
-    return XATTN_INVALID_ARGUMENT;
-  } catch (const std::bad_alloc&) {
-    last_error = "out of memory";
-    return XATTN_OUT_OF_MEMORY;
-  } catch (const std::exception& e) {
-    last_error = std::string("internal error: ") + e.what();
-    return XATTN_INTERNAL;
-  } catch (...) {
-    last_error = "internal error: an unknown exception";
-    return XATTN_INTERNAL;
-  }
-}
-
-}  // namespace
+using xattn::c_api::guarded;
 
 extern "C" {
 
 xattn_attention_desc xattn_attention_defaults(void) {
   xattn_attention_desc d{};
-  d.scale = 0.0f;
+  d.scale = 0.0;
   d.causal = XATTN_CAUSAL_NONE;
   d.window_left = -1;
   d.window_right = -1;
@@ -70,7 +36,21 @@ xattn_status xattn_forward(const xattn_tensor* q, const xattn_tensor* k, const x
   });
 }
 
-const char* xattn_last_error(void) { return last_error.c_str(); }
+xattn_status xattn_backward(const xattn_tensor* q, const xattn_tensor* k, const xattn_tensor* v,
+                            const xattn_attention_desc* desc, const xattn_tensor* out, const xattn_tensor* lse,
+                            const xattn_tensor* d_out, xattn_tensor* dq, xattn_tensor* dk, xattn_tensor* dv,
+                            xattn_tensor* dsinks, xattn_tensor* dbias) {
+  return guarded([&] {
+    using namespace xattn;
+    const c_api::backward_args a = c_api::backward_arguments(q, k, v, desc, out, lse, d_out, dq, dk, dv, dsinks, dbias);
+    if (a.f.dtype == XATTN_F64)
+      c_api::backward_as<double>(a);
+    else
+      c_api::backward_as<float>(a);
+  });
+}
+
+const char* xattn_last_error(void) { return xattn::c_api::last_error().c_str(); }
 
 const char* xattn_version(void) { return "0.1.0"; }
 

@@ -1,5 +1,5 @@
 // xattn_forward for float inputs (one file per type: they compile in parallel).
-#include "forward.hpp"
+#include <xattn/c_api/forward.hpp>
 
 namespace xattn::c_api {
 template void forward_as<float>(const forward_args&);

@@ -1,6 +1,6 @@
 // The C interface from C11: d2l's masked_softmax worked example (queries and keys of ones, values
-// arange(40) per batch, valid lengths 2 and 6: prints 2 3 4 5 10 11 12 13), then errors: each
-// call with bad input returns its status and message and leaves out as it was.
+// arange(40) per batch, valid lengths 2 and 6: prints 2 3 4 5 10 11 12 13), its backward, then
+// errors: each call with bad input returns its status and message and leaves out as it was.
 #include <xattn.h>
 
 #include <math.h>
@@ -46,6 +46,23 @@ int main(void) {
   /* every score is 2/sqrt(2): lse = sqrt(2) + log(valid keys) */
   expect(fabs(lse[0] - (sqrt(2.0) + log(2.0))) < 1e-5 && fabs(lse[1] - (sqrt(2.0) + log(6.0))) < 1e-5,
          "lse = scale * 2 + log(valid keys)");
+
+  /* the backward of sum(out): every valid key has weight 1/n, so dv = 1/n on its rows (0 past
+   * the length); the keys are equal, so the query's gradient is 0 */
+  float d_out[8], dq[4], dk[40], dv[80];
+  for (int i = 0; i < 8; ++i) d_out[i] = 1.0f;
+  // [snippet backward]
+  xattn_tensor dO = {d_out, XATTN_F32, 4, {2, 1, 1, 4}, {4, 4, 4, 1}};
+  xattn_tensor dQ = {dq, XATTN_F32, 4, {2, 1, 1, 2}, {2, 2, 2, 1}};  // the shapes of q, k, v
+  xattn_tensor dK = {dk, XATTN_F32, 4, {2, 1, 10, 2}, {20, 20, 2, 1}};
+  xattn_tensor dV = {dv, XATTN_F32, 4, {2, 1, 10, 4}, {40, 40, 4, 1}};
+  s = xattn_backward(&Q, &K, &V, &d, &O, &LSE, &dO, &dQ, &dK, &dV, NULL, NULL);  // NULL: not wanted
+  // [end backward]
+  expect(s == XATTN_OK, "xattn_backward returns XATTN_OK");
+  expect(fabs(dv[0] - 0.5) < 1e-6 && fabs(dv[7] - 0.5) < 1e-6 && dv[8] == 0.0f, "dv of batch 0: 1/2 on 2 keys");
+  expect(fabs(dv[40] - 1.0 / 6) < 1e-6 && fabs(dv[40 + 23] - 1.0 / 6) < 1e-6 && dv[40 + 24] == 0.0f,
+         "dv of batch 1: 1/6 on 6 keys");
+  expect(fabs(dq[0]) < 1e-5 && fabs(dq[3]) < 1e-5, "equal keys: dq = 0");
 
   float before[8];
   memcpy(before, out, sizeof out);

@@ -1,10 +1,11 @@
-// xattn_forward against the C++ library it wraps: random problems (every dtype, grouped heads,
-// causal either way, windows, lengths of rank 1 and 2 with empty rows, softcap, sinks, scales,
-// transposed and padded strides) give bit for bit what the C++ expression the interface documents
-// gives (causal(), or one window() when a window bound is set; lengths(lens, masked_rows::zero);
-// softcap(); sinks()), and that agrees with the double reference. Bad input returns a status and a message naming the
-// argument.
+// xattn_forward and xattn_backward against the C++ library they wrap: random problems (every
+// dtype, grouped heads, causal either way, windows, lengths of rank 1 and 2 with empty rows,
+// softcap, sinks, scales, transposed and padded strides) give bit for bit what the C++ expression
+// the interface documents gives (causal(), or one window() when a window bound is set;
+// lengths(lens, masked_rows::zero); softcap(); sinks()), forward and float/double backward, and
+// agree with the double reference. Bad input returns a status and a message naming the argument.
 #include <xattn.h>
+#include <xattn/eval/oracle/reference_grad.hpp>
 #include <xattn/xattn.hpp>
 
 #include "support/bitwise.hpp"
@@ -12,7 +13,9 @@
 
 #include <catch2/catch.hpp>
 #include <xtensor/xadapt.hpp>
+#include <xtensor/xview.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -59,6 +62,79 @@ stored<T> make(rng& g, std::array<std::size_t, 4> s, bool transposed, std::size_
   return t;
 }
 
+/// xattn_backward on the problem the forward just ran: gradients in the accumulator's dtype (or,
+/// for 16-bit inputs, sometimes in theirs), some not wanted. For float and double inputs they are
+/// bit for bit the C++ grad's with the same threads; every kind agrees with the double reference.
+template <class T, class O, class E, class F>
+void check_backward(rng& g, const E& e, const F& fused, const xattn_tensor& qc, const xattn_tensor& kc,
+                    const xattn_tensor& vc, const xattn_attention_desc& d, const xattn_tensor& out_c,
+                    const xattn_tensor& lse_c, bool with_sinks) {
+  using Acc = std::conditional_t<std::is_same_v<T, double>, double, float>;
+  constexpr bool sixteen = !std::is_same_v<T, Acc>;
+  const auto& os = fused.output.shape();
+  const std::array<std::size_t, 4> out_shape{os[0], os[1], os[2], os[3]};
+  const xt::xtensor<O, 4> d_out = xt::cast<O>(g.tensor<float>({out_shape.begin(), out_shape.end()}));
+  xattn_tensor d_out_c = out_c;
+  d_out_c.data = const_cast<O*>(d_out.data());
+  const bool narrow = sixteen && g.coin();  // gradients in the inputs' 16-bit dtype
+  using G = std::conditional_t<sixteen, T, Acc>;
+  const auto buffer = [](const xattn_tensor& like) {
+    return std::vector<Acc>(std::size_t(like.shape[0] * like.shape[1] * like.shape[2] * like.shape[3]), Acc(-7));
+  };
+  std::vector<Acc> dq = buffer(qc), dk = buffer(kc), dv = buffer(vc);
+  std::vector<G> dq16(dq.size(), G(-7.0f)), dk16(dk.size(), G(-7.0f)), dv16(dv.size(), G(-7.0f));
+  const auto target = [&](const xattn_tensor& like, std::vector<Acc>& wide, std::vector<G>& n) {
+    xattn_tensor t = like;
+    t.data = narrow ? static_cast<void*>(n.data()) : static_cast<void*>(wide.data());
+    t.dtype = narrow ? dtype_of<T>() : dtype_of<Acc>();
+    t.strides[3] = 1, t.strides[2] = like.shape[3], t.strides[1] = like.shape[2] * like.shape[3],
+    t.strides[0] = like.shape[1] * t.strides[1];
+    return t;
+  };
+  xattn_tensor dq_c = target(qc, dq, dq16), dk_c = target(kc, dk, dk16), dv_c = target(vc, dv, dv16);
+  const bool want_dq = !g.coin(0.2);
+  std::vector<Acc> dsinks(std::size_t(qc.shape[1]), Acc(-7));
+  xattn_tensor dsinks_c{dsinks.data(), dtype_of<Acc>(), 1, {qc.shape[1]}, {1}};
+  const xattn_status s = xattn_backward(&qc, &kc, &vc, &d, &out_c, &lse_c, &d_out_c, want_dq ? &dq_c : nullptr, &dk_c,
+                                        &dv_c, with_sinks ? &dsinks_c : nullptr, nullptr);
+  INFO(xattn_last_error());
+  REQUIRE(s == XATTN_OK);
+  const auto as_acc = [&](const std::vector<Acc>& wide, const std::vector<G>& n) {
+    std::vector<Acc> r(wide.size());
+    for (std::size_t i = 0; i < r.size(); ++i) r[i] = narrow ? Acc(float(n[i])) : wide[i];
+    return r;
+  };
+  const auto shaped = [](const std::vector<Acc>& x, const xattn_tensor& like) {
+    const std::array<std::size_t, 4> sh{std::size_t(like.shape[0]), std::size_t(like.shape[1]),
+                                        std::size_t(like.shape[2]), std::size_t(like.shape[3])};
+    return xt::xtensor<Acc, 4>(xt::adapt(x, sh));
+  };
+  const auto got_dq = shaped(as_acc(dq, dq16), qc), got_dk = shaped(as_acc(dk, dk16), kc),
+             got_dv = shaped(as_acc(dv, dv16), vc);
+  if (!want_dq) CHECK(std::all_of(dq.begin(), dq.end(), [](Acc x) { return x == Acc(-7); }));
+  schedule sch;
+  sch.threads = d.threads;
+  const auto ref = reference_grad(make_plan(e), xt::xtensor<double, 4>(xt::cast<double>(d_out)));
+  if constexpr (!sixteen) {
+    const auto want = grad(e, fused, d_out, sch);
+    // the same kernels, but not bit for bit: GCC contracts multiply-adds where it inlines, and
+    // it inlines differently in a shared library (-fPIC) than in a program
+    const double close = std::is_same_v<T, double> ? 1e-13 : 1e-6;
+    if (want_dq) CHECK(max_abs_diff(got_dq, want.dq) < close);
+    CHECK(max_abs_diff(got_dk, want.dk) < close);
+    CHECK(max_abs_diff(got_dv, want.dv) < close);
+    if (with_sinks)
+      for (std::size_t h = 0; h < dsinks.size(); ++h) CHECK(std::abs(dsinks[h] - want.dsinks(h)) < close);
+  }
+  // 16-bit: the forward's output (and d_out) rounded to 16 bits enter Δ = rowsum(dO ∘ O)
+  const double tol = std::is_same_v<T, double> ? 1e-10 : sixteen ? 5e-2 : 2e-4;
+  if (want_dq) CHECK(max_abs_diff(got_dq, ref.dq) < tol);
+  CHECK(max_abs_diff(got_dk, ref.dk) < tol);
+  CHECK(max_abs_diff(got_dv, ref.dv) < tol);
+  if (with_sinks)
+    for (std::size_t h = 0; h < dsinks.size(); ++h) CHECK(std::abs(dsinks[h] - ref.dsinks[h]) < tol * 10);
+}
+
 template <class T, class O>
 void one_case(std::uint64_t seed) {
   rng g(seed);
@@ -77,8 +153,8 @@ void one_case(std::uint64_t seed) {
     d.window_left = std::int64_t(g.size(0, 20));
     d.window_right = g.coin() ? -1 : std::int64_t(g.size(0, 20));
   }
-  if (g.coin(0.3)) d.scale = float(g.uniform(0.05, 0.5));
-  if (g.coin(0.4)) d.softcap = float(g.uniform(0.5, 5));
+  if (g.coin(0.3)) d.scale = g.uniform(0.05, 0.5);
+  if (g.coin(0.4)) d.softcap = g.uniform(0.5, 5);
   xt::xtensor<float, 1> sink_values = g.vector<float>(Hq, -2, 2);
   xattn_tensor sinks_c{sink_values.data(), XATTN_F32, 1, {std::int64_t(Hq)}, {1}};
   const bool with_sinks = g.coin(0.4);
@@ -114,7 +190,7 @@ void one_case(std::uint64_t seed) {
   REQUIRE(xattn_forward(&qc, &kc, &vc, &d, &out_c, &lse_c) == XATTN_OK);
 
   // The C++ expression the interface documents for these options.
-  const double scale = d.scale != 0 ? double(d.scale) : 1 / std::sqrt(double(D));
+  const double scale = d.scale != 0 ? d.scale : 1 / std::sqrt(double(D));
   const align where = causal_kind == 2 ? align::bottom_right : align::top_left;
   const std::int64_t left = d.window_left < 0 ? unbounded : d.window_left,
                      right = d.window_right < 0 ? unbounded : d.window_right;
@@ -141,6 +217,7 @@ void one_case(std::uint64_t seed) {
             if (std::isinf(lse_ref.flat(n)) && lse_got.flat(n) == lse_ref.flat(n))
               lse_ref.flat(n) = lse_got.flat(n) = 0;
           CHECK(max_abs_diff(lse_got, lse_ref) < (std::is_same_v<T, double> ? 1e-12 : 2e-4));
+          check_backward<T, O>(g, e, fused, qc, kc, vc, d, out_c, lse_c, with_sinks);
         };
         if (with_sinks)
           finish(softmax(l, sinks(sink_values)));
@@ -162,14 +239,14 @@ void one_case(std::uint64_t seed) {
       band_masked(s);
   };
   if (d.softcap > 0)
-    run(softcap(scores, double(d.softcap)));
+    run(softcap(scores, d.softcap));
   else
     run(scores);
 }
 
 }  // namespace
 
-TEST_CASE("xattn_forward: the C++ library's fused pass, bit for bit, on random problems", "[c]") {
+TEST_CASE("xattn_forward and xattn_backward: the C++ library's fused passes, bit for bit, on random problems", "[c]") {
   for (std::uint64_t seed = 1; seed <= 12; ++seed) {
     one_case<float, float>(seed);
     one_case<double, double>(100 + seed);
@@ -220,9 +297,9 @@ TEST_CASE("xattn_forward: bad input returns a status and a message, and writes n
   d.window_left = -2;
   refused(XATTN_INVALID_ARGUMENT, "desc.window_left and desc.window_right must be >= 0, or -1 (unbounded)");
   d.window_left = -1;
-  d.softcap = -1.0f;
+  d.softcap = -1.0;
   refused(XATTN_INVALID_ARGUMENT, "desc.softcap is -1");
-  d.softcap = 0.0f;
+  d.softcap = 0.0;
   std::vector<float> sink(3, 0.0f);
   xattn_tensor S{sink.data(), XATTN_F32, 1, {3}, {1}};
   d.sinks = &S;
@@ -238,7 +315,7 @@ TEST_CASE("xattn_forward: bad input returns a status and a message, and writes n
     CHECK_THAT(std::string(xattn_last_error()), Catch::Contains(words));
     CHECK(out == before);
   };
-  refused_lse({out.data(), XATTN_F32, 3, {2, 4, 3}, {12, 3, 1}}, "the output and the log-sum-exp overlap");
+  refused_lse({out.data(), XATTN_F32, 3, {2, 4, 3}, {12, 3, 1}}, "the lse and the output overlap");
   refused_lse({q.data(), XATTN_F32, 3, {2, 4, 3}, {12, 3, 1}}, "the lse overlaps an operand");
   std::vector<double> lse64(24);
   refused_lse({lse64.data(), XATTN_F64, 3, {2, 4, 3}, {12, 3, 1}}, "lse has dtype XATTN_F64 but must be XATTN_F32");
@@ -246,4 +323,72 @@ TEST_CASE("xattn_forward: bad input returns a status and a message, and writes n
   REQUIRE(xattn_forward(&Q, &K, &V, &d, &O, nullptr) == XATTN_OK);
   CHECK(std::string(xattn_last_error()).empty());
   CHECK(out[0] == Approx(1.0f));  // every value 1
+}
+
+TEST_CASE("xattn_backward: bad input returns a status and a message, and writes nothing", "[c]") {
+  rng g(77);
+  xt::xtensor<float, 4> q = g.tensor<float>({1, 2, 3, 8}), k = g.tensor<float>({1, 1, 5, 8}),
+                        v = g.tensor<float>({1, 1, 5, 4}), out = xt::zeros<float>({1, 2, 3, 4}),
+                        d_out = g.tensor<float>({1, 2, 3, 4});
+  xt::xtensor<float, 3> lse = xt::zeros<float>({1, 2, 3});
+  const auto c = [](auto& t, xattn_dtype dt = XATTN_F32) {
+    xattn_tensor r{t.data(), dt, int(t.dimension()), {}, {}};
+    for (std::size_t i = 0; i < t.dimension(); ++i)
+      r.shape[i] = std::int64_t(t.shape()[i]), r.strides[i] = std::int64_t(t.strides()[i]);
+    return r;
+  };
+  xattn_tensor Q = c(q), K = c(k), V = c(v), O = c(out), L = c(lse), DO = c(d_out);
+  xattn_attention_desc d = xattn_attention_defaults();
+  d.causal = XATTN_CAUSAL_TOP_LEFT;
+  REQUIRE(xattn_forward(&Q, &K, &V, &d, &O, &L) == XATTN_OK);
+  xt::xtensor<float, 4> dq = xt::full_like(q, -7.0f), dk = xt::full_like(k, -7.0f), dv = xt::full_like(v, -7.0f);
+  xt::xtensor<double, 4> dq64 = xt::zeros<double>({1, 2, 3, 8});
+  std::vector<float> dsinks(2, -7.0f);
+  xattn_tensor DQ = c(dq), DK = c(dk), DV = c(dv), DS{dsinks.data(), XATTN_F32, 1, {2}, {1}};
+  xattn_tensor* dbias = nullptr;
+  xattn_tensor* dsinks_arg = nullptr;
+  const xattn_tensor* lse_arg = &L;
+  auto refused = [&](xattn_status want, const std::string& words) {
+    const xattn_status s = xattn_backward(&Q, &K, &V, &d, &O, lse_arg, &DO, &DQ, &DK, &DV, dsinks_arg, dbias);
+    INFO(xattn_last_error());
+    CHECK(s == want);
+    CHECK_THAT(std::string(xattn_last_error()), Catch::Contains(words));
+    for (const auto* t : {&dq, &dk, &dv}) CHECK(xt::all(xt::equal(*t, -7.0f)));
+  };
+  lse_arg = nullptr;
+  refused(XATTN_INVALID_ARGUMENT, "xattn_backward: lse is NULL");
+  lse_arg = &L;
+  DO.shape[3] = 3;
+  refused(XATTN_INVALID_ARGUMENT, "d_out has shape (1,2,3,3) but must have out's (1,2,3,4)");
+  DO.shape[3] = 4;
+  DQ = c(dq64, XATTN_F64);
+  refused(XATTN_INVALID_ARGUMENT, "dq has dtype XATTN_F64 but must be XATTN_F32 for XATTN_F32 inputs");
+  DQ = c(dq);
+  DK.shape[2] = 4;
+  refused(XATTN_INVALID_ARGUMENT, "dk has shape (1,1,4,8) but must have k's (1,1,5,8)");
+  DK.shape[2] = 5;
+  DV.data = q.data();
+  refused(XATTN_INVALID_ARGUMENT, "dv overlaps q");
+  DV.data = dk.data();
+  refused(XATTN_INVALID_ARGUMENT, "dv and dk overlap");
+  DV.data = dv.data();
+  DQ.strides[2] = 0;
+  refused(XATTN_INVALID_ARGUMENT, "dq strides (0,24,0,1) give two elements");
+  DQ = c(dq);
+  dsinks_arg = &DS;
+  refused(XATTN_INVALID_ARGUMENT, "dsinks is given but desc.sinks is NULL");
+  dsinks_arg = nullptr;
+  dbias = &DS;
+  refused(XATTN_UNSUPPORTED, "dbias must be NULL");
+  dbias = nullptr;
+  d.causal = XATTN_CAUSAL_NONE;  // another expression than the forward's: its lse does not fit
+  CHECK(xattn_backward(&Q, &K, &V, &d, &O, &L, &DO, &DQ, &DK, &DV, nullptr, nullptr) == XATTN_INVALID_ARGUMENT);
+  CHECK_THAT(std::string(xattn_last_error()), Catch::Contains("lse does not belong to e"));
+  CHECK(xt::all(xt::equal(dv, 0.0f)));  // zeroed, not half written
+  d.causal = XATTN_CAUSAL_TOP_LEFT;
+  REQUIRE(xattn_backward(&Q, &K, &V, &d, &O, &L, &DO, &DQ, &DK, &DV, nullptr, nullptr) == XATTN_OK);
+  // query i sees keys j <= i (top left): keys 3 and 4 of 5 get no gradient, the others do
+  CHECK(xt::all(xt::equal(xt::view(dk, 0, 0, xt::range(3, 5)), 0.0f)));
+  CHECK(xt::all(xt::equal(xt::view(dv, 0, 0, xt::range(3, 5)), 0.0f)));
+  CHECK(xt::all(xt::not_equal(xt::view(dv, 0, 0, xt::range(0, 3)), 0.0f)));
 }

@@ -1,8 +1,8 @@
 // Keeps docs/*.md from rotting. For every fenced code block of every Markdown file:
 //
-//   ```cpp (or ```c, ```cmake): the line before must be   <!-- snippet: PATH#NAME -->   (or PATH alone
+//   ```cpp (or ```c, ```python, ```cmake): the line before must be   <!-- snippet: PATH#NAME -->   (or PATH alone
 //       for a whole file), PATH relative to the repository root. The block must equal the region
-//       of PATH between the lines "// [snippet NAME]" and "// [end NAME]" ("# ..." in CMake files),
+//       of PATH between the lines "// [snippet NAME]" and "// [end NAME]" ("# ..." in CMake and Python files),
 //       modulo common leading indentation and trailing blanks; marker lines of other regions inside
 //       the region are skipped. Those files are compiled and run by the tests, so the docs are too.
 //   ```text: free (drawings, tables), unless preceded by   <!-- message: PATH#ANCHOR -->   -- then
@@ -206,10 +206,10 @@ struct checker {
       }
       return error(where, fence_line, "no string literal in " + m[1].str() + " contains '" + m[2].str() + "'");
     }
-    if (lang != "cpp" && lang != "c" && lang != "cmake")
+    if (lang != "cpp" && lang != "c" && lang != "cmake" && lang != "python")
       return error(where, fence_line,
                    "code block of language '" + lang +
-                       "': use ```cpp, ```c or ```cmake (quoted from a tested file), ```sh or ```text");
+                       "': use ```cpp, ```c, ```python or ```cmake (quoted from a tested file), ```sh or ```text");
     if (!std::regex_match(marker, m, snippet_re))
       return error(where, fence_line,
                    "```" + lang +

@@ -11,8 +11,10 @@
 #include <catch2/catch.hpp>
 #include <xtensor/xview.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 using namespace xattn;
 using testing::bitwise_equal;
@@ -180,4 +182,78 @@ TEST_CASE("grad: a NaN in Q makes its row's gradients NaN, not an error") {
   const auto g = grad(e, eval_with_lse(e), d_out);
   CHECK(std::isnan(g.dq(0, 0, 2, 0)));
   CHECK(std::isfinite(g.dq(0, 0, 1, 0)));
+}
+
+TEST_CASE("grad_into: caller memory in any strides, bitwise grad's; bad buffers refused before writing") {
+  testing::rng rng(26);
+  const std::size_t B = 2, Hq = 4, Hkv = 2, Sq = 9, Skv = 13, D = 16, Dv = 5;
+  xt::xtensor<float, 4> q = rng.tensor<float>({B, Hq, Sq, D}), k = rng.tensor<float>({B, Hkv, Skv, D}),
+                        v = rng.tensor<float>({B, Hkv, Skv, Dv});
+  const xt::xtensor<float, 1> t = rng.tensor<float>({Hq});
+  const auto e = softmax(mask(ref(q) * trans(ref(k)) * 0.4f, window(3, 1, align::bottom_right)), sinks(t)) * ref(v);
+  const schedule sch{4, 8, 1};  // one thread: one key chunk, where dQ could accumulate in place
+  const auto f = eval_with_lse(e, sch);
+  const xt::xtensor<float, 4> d_out = rng.tensor<float>({B, Hq, Sq, Dv});
+  const auto want = grad(e, f, d_out, sch);
+  using o4 = raw_tensor<const float, 4>;
+  const o4 out{f.output.data(), {B, Hq, Sq, Dv}, {std::ptrdiff_t(Hq * Sq * Dv), std::ptrdiff_t(Sq * Dv), Dv, 1}};
+  const raw_tensor<const float, 3> lse{f.lse.data(), {B, Hq, Sq}, {std::ptrdiff_t(Hq * Sq), Sq, 1}};
+  const o4 dout{d_out.data(), out.shape, out.strides};
+  // dq in packed heads (B, Sq, Hq, D) with a padded row, dk transposed (B, Skv, Hkv, D), dv row-major
+  std::vector<float> dq(B * Sq * Hq * (D + 3), -7.0f), dk(B * Skv * Hkv * D, -7.0f), dv(B * Hkv * Skv * Dv, -7.0f);
+  const raw_tensor<float, 4> dq_t{
+      dq.data(), {B, Hq, Sq, D}, {std::ptrdiff_t(Sq * Hq * (D + 3)), D + 3, std::ptrdiff_t(Hq * (D + 3)), 1}};
+  const raw_tensor<float, 4> dk_t{
+      dk.data(), {B, Hkv, Skv, D}, {std::ptrdiff_t(Skv * Hkv * D), D, std::ptrdiff_t(Hkv * D), 1}};
+  const raw_tensor<float, 4> dv_t{
+      dv.data(), {B, Hkv, Skv, Dv}, {std::ptrdiff_t(Hkv * Skv * Dv), std::ptrdiff_t(Skv * Dv), Dv, 1}};
+  const auto g = grad_into(e, out, lse, dout, dq_t, dk_t, dv_t, sch);
+  CHECK(g.dq.size() == 0);
+  CHECK(bitwise_equal(g.dsinks, want.dsinks));
+  bool same = true;
+  for (std::size_t b = 0; b < B; ++b)
+    for (std::size_t h = 0; h < Hq; ++h)
+      for (std::size_t i = 0; i < Sq; ++i)
+        for (std::size_t d = 0; d < D; ++d)
+          same = same && dq[b * Sq * Hq * (D + 3) + i * Hq * (D + 3) + h * (D + 3) + d] == want.dq(b, h, i, d);
+  for (std::size_t b = 0; b < B; ++b)
+    for (std::size_t h = 0; h < Hkv; ++h)
+      for (std::size_t j = 0; j < Skv; ++j) {
+        for (std::size_t d = 0; d < D; ++d)
+          same = same && dk[b * Skv * Hkv * D + j * Hkv * D + h * D + d] == want.dk(b, h, j, d);
+        for (std::size_t d = 0; d < Dv; ++d)
+          same = same && dv[((b * Hkv + h) * Skv + j) * Dv + d] == want.dv(b, h, j, d);
+      }
+  CHECK(same);
+  CHECK(dq[D] == -7.0f);  // the padding is not written
+
+  // each refusal leaves the gradients as they were
+  std::fill(dq.begin(), dq.end(), -7.0f);
+  const auto refused = [&](auto dq2, auto dk2, auto dv2, auto out2, const char* what) {
+    CHECK_THROWS_WITH(grad_into(e, out2, lse, dout, dq2, dk2, dv2, sch), Catch::Contains(what));
+    CHECK(std::all_of(dq.begin(), dq.end(), [](float x) { return x == -7.0f; }));
+  };
+  auto bad = dk_t;
+  bad.shape[2] = Skv - 1;
+  refused(dq_t, bad, dv_t, out, "dk shape (2,2,12,16) but the gradient of K is (2,2,13,16)");
+  bad = dv_t;
+  bad.data = dk.data();
+  refused(dq_t, dk_t, bad, out, "the dv and the dk overlap");
+  bad = dq_t;
+  bad.data = q.data();
+  refused(bad, dk_t, dv_t, out, "the dq overlaps an operand");
+  bad = dv_t;
+  bad.data = const_cast<float*>(d_out.data());
+  refused(dq_t, dk_t, bad, out, "the dv and the d_out overlap");
+  bad = dq_t;
+  bad.strides[3] = 0;
+  refused(bad, dk_t, dv_t, out, "give two elements");
+  o4 other = out;
+  other.data = nullptr;
+  refused(dq_t, dk_t, dv_t, other, "out data is null");
+  const auto wrong = eval_with_lse(softmax(ref(q) * trans(ref(k)) * 0.4f) * ref(v), sch);  // another expression
+  const raw_tensor<const float, 3> wrong_lse{wrong.lse.data(), lse.shape, lse.strides};
+  CHECK_THROWS_WITH(grad_into(e, out, wrong_lse, dout, dq_t, dk_t, dv_t, sch),
+                    Catch::Contains("lse does not belong to e"));
+  CHECK(std::all_of(dv.begin(), dv.end(), [](float x) { return x == 0.0f; }));  // zeroed, not half written
 }

@@ -12,6 +12,9 @@
 #include "plumbing.hpp"
 #include "result.hpp"
 
+#include <initializer_list>
+#include <string>
+#include <string_view>
 #include <type_traits>
 
 namespace xattn {
@@ -92,33 +95,54 @@ void eval_into(const E& e, Out&& out, const schedule& sch = {}) {
 
 namespace detail {
 
-/// Raw caller memory for the (B, Hq, Sq, Dv) output (what = "output") or the (B, Hq, Sq)
-/// log-sum-exp (what = "lse"), checked against the problem: its shape, no two elements at one
-/// address, not null, and no overlap with an operand (nor with [other_lo, other_hi), the call's
-/// other output).
+/// Caller memory that an entry writes: what the user named it (`what`: "output", "lse", "dq", ...)
+/// and what it must be (`expect`: e.g. "result is (B, Hq, Sq, Dv)") for messages.
+struct raw_target {
+  const char* what;
+  const char* expect;
+};
+
+/// Bytes [lo, hi) of another buffer of the call that a target must not overlap, and its name.
+struct raw_extent {
+  const void* lo = nullptr;
+  const void* hi = nullptr;
+  const char* what = "";
+};
+
+/// The extent of a raw tensor, for raw_extent checks.
+template <class T, std::size_t R>
+raw_extent extent_of(const T* data, const layout<R>& at, const char* what) {
+  const auto [lo, hi] = at.reach();
+  if (hi < lo || data == nullptr) return {nullptr, nullptr, what};
+  return {data + lo, data + hi + 1, what};
+}
+
+/// Raw caller memory an entry writes, checked against the problem: its shape (`want`), no two
+/// elements at one address, not null, no overlap with an operand, nor with the call's other
+/// buffers (`others`).
 template <class Plan, class T, std::size_t R>
 layout<R> checked_raw_output(const Plan& p, const T* data, const std::array<std::size_t, R>& shape,
                              const std::array<std::ptrdiff_t, R>& strides, const std::array<std::size_t, R>& want,
-                             const char* who, const char* what, const void* other_lo = nullptr,
-                             const void* other_hi = nullptr) {
-  const bool out = R == 4;
-  if (shape != want)
-    fail(who, ": ", out ? "" : "lse ", "shape ", shape_str(shape), " but the ", out ? "result" : "log-sum-exp", " is ",
-         out ? "(B, Hq, Sq, Dv) " : "(B, Hq, Sq) ", shape_str(want));
+                             const char* who, raw_target t, std::initializer_list<raw_extent> others = {}) {
+  const std::string name = std::string_view(t.what) == "output" ? "" : std::string(t.what) + " ";
+  if (shape != want) fail(who, ": ", name, "shape ", shape_str(shape), " but the ", t.expect, " ", shape_str(want));
   const layout<R> at{shape, strides};
   if (!at.unique())
-    fail(who, ": ", out ? "" : "lse ", "strides ", shape_str(strides), " give two elements of shape ", shape_str(shape),
+    fail(who, ": ", name, "strides ", shape_str(strides), " give two elements of shape ", shape_str(shape),
          " the same address");
-  const auto [lo, hi] = at.reach();
-  if (hi < lo) return at;
-  if (data == nullptr) fail(who, ": ", what, " data is null");
-  if (output_overlaps_operands(p, data + lo, data + hi + 1))
-    fail(who, ": the ", what, " overlaps an operand; the fused pass reads them while writing it");
-  if (other_lo != nullptr && static_cast<const void*>(data + lo) < other_hi &&
-      other_lo < static_cast<const void*>(data + hi + 1))
-    fail(who, ": the output and the log-sum-exp overlap");
+  const raw_extent mine = extent_of(data, at, t.what);
+  if (at.reach().second < at.reach().first) return at;
+  if (data == nullptr) fail(who, ": ", t.what, " data is null");
+  if (output_overlaps_operands(p, mine.lo, mine.hi))
+    fail(who, ": the ", t.what, " overlaps an operand; the fused pass reads them while writing it");
+  for (const raw_extent& o : others)
+    if (o.lo != nullptr && mine.lo < o.hi && o.lo < mine.hi)
+      fail(who, ": the ", t.what, " and the ", o.what, " overlap");
   return at;
 }
+
+inline constexpr raw_target output_target{"output", "result is (B, Hq, Sq, Dv)"};
+inline constexpr raw_target lse_target{"lse", "log-sum-exp is (B, Hq, Sq)"};
 
 }  // namespace detail
 
@@ -136,7 +160,7 @@ void eval_into(const E& e, O* data, std::array<std::size_t, 4> shape, std::array
       const problem pr = resolve(p);
       const layout<4> at =
           detail::checked_raw_output(p, data, shape, strides, {pr.batch, pr.q_heads, pr.q_len, pr.v_dim},
-                                     "eval_into(e, data, shape, strides)", "output");
+                                     "eval_into(e, data, shape, strides)", detail::output_target);
       run_fused<accumulator_of_t<P>>(p, pr, schedule_for(p, pr, sch, pass_kind::attention).forward,
                                      strided_view<O>{data, at});
     }
@@ -160,11 +184,11 @@ void eval_with_lse_into(const E& e, O* data, std::array<std::size_t, 4> shape, s
     if constexpr (P::has_values && std::is_same_v<Acc, accumulator_of_t<P>>) {
       const char* who = "eval_with_lse_into(e, data, shape, strides, lse, lse_shape, lse_strides)";
       const problem pr = resolve(p);
-      const layout<4> at = detail::checked_raw_output(p, data, shape, strides,
-                                                      {pr.batch, pr.q_heads, pr.q_len, pr.v_dim}, who, "output");
-      const auto [lo, hi] = at.reach();
-      const layout<3> lat = detail::checked_raw_output(p, lse, lse_shape, lse_strides, {pr.batch, pr.q_heads, pr.q_len},
-                                                       who, "lse", data + lo, data + hi + 1);
+      const layout<4> at = detail::checked_raw_output(
+          p, data, shape, strides, {pr.batch, pr.q_heads, pr.q_len, pr.v_dim}, who, detail::output_target);
+      const layout<3> lat =
+          detail::checked_raw_output(p, lse, lse_shape, lse_strides, {pr.batch, pr.q_heads, pr.q_len}, who,
+                                     detail::lse_target, {detail::extent_of(data, at, "output")});
       run_fused<Acc>(p, pr, schedule_for(p, pr, sch, pass_kind::attention).forward, strided_view<O>{data, at},
                      strided_view<Acc, 3>{lse, lat});
     }

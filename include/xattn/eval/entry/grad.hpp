@@ -8,9 +8,40 @@
 #include "eval.hpp"
 #include "plumbing.hpp"
 
+#include <array>
+#include <initializer_list>
 #include <type_traits>
 
 namespace xattn {
+
+namespace detail {
+
+/// The fused backward, refusing an lse that does not belong to the expression: with it the
+/// recomputed probabilities would not sum to 1 and the gradients would be silently wrong.
+template <class Plan, class In, class Out>
+void checked_backward(const Plan& p, const problem& pr, const backward_schedule& bs, const In& in, const Out& out,
+                      const char* who, const char* lse_name, const char* advice) {
+  using Acc = accumulator_of_t<Plan>;
+  const backward_report rep = run_backward<Acc>(p, pr, bs, in, out);
+  const double tol = std::is_same_v<Acc, float> ? 1e-3 : 1e-9;
+  if (rep.worst_row_sum_error > tol)
+    fail(who, ": ", lse_name, " does not belong to e: with it a row's probabilities sum to 1 +- ",
+         rep.worst_row_sum_error, "; ", advice);
+}
+
+/// Zero every element of a strided (B, H, S, D) view.
+template <class T>
+void zero_strided(const strided_view<T>& v) {
+  const auto& n = v.at.shape;
+  for (std::size_t b = 0; b < n[0]; ++b)
+    for (std::size_t h = 0; h < n[1]; ++h)
+      for (std::size_t s = 0; s < n[2]; ++s) {
+        T* row = v.row(b, h, s);
+        for (std::size_t d = 0; d < n[3]; ++d) row[std::ptrdiff_t(d) * v.inner_stride()] = T(0);
+      }
+}
+
+}  // namespace detail
 
 /// Gradients of sum(d_out ∘ output) with respect to Q, K, V (or X), bias tensors and the scoring
 /// policy's parameters, given f = eval_with_lse(e). Results hold the accumulator type, each in
@@ -25,14 +56,89 @@ auto grad(const E& e, const F& f, const DOut& d_out, const schedule& sch = {}) {
       check_gradient_inputs(p, pr, f, d_out, "grad(e, f, d_out)");
       const backward_schedule bs = schedule_for(p, pr, sch, pass_kind::attention).backward;
       return gradients_of(p, pr, f, d_out, bs.threads, [&](const auto& in, const auto& out) {
-        const backward_report rep = run_backward<accumulator_of_t<P>>(p, pr, bs, in, out);
-        // the probabilities recomputed from f.lse must sum to 1: a log-sum-exp of another
-        // expression (or other inputs) would give silently wrong gradients
-        const double tol = std::is_same_v<accumulator_of_t<P>, float> ? 1e-3 : 1e-9;
-        if (rep.worst_row_sum_error > tol)
-          fail("grad(e, f, d_out): f.lse does not belong to e: with it a row's probabilities sum to 1 +- ",
-               rep.worst_row_sum_error, "; f must be eval_with_lse(e) of this expression and these inputs");
+        detail::checked_backward(p, pr, bs, in, out, "grad(e, f, d_out)", "f.lse",
+                                 "f must be eval_with_lse(e) of this expression and these inputs");
       });
+    }
+  }
+}
+
+/// A strided tensor in caller memory: shape and element strides in kernel coordinates (any order).
+template <class T, std::size_t N>
+struct raw_tensor {
+  T* data = nullptr;
+  std::array<std::size_t, N> shape{};
+  std::array<std::ptrdiff_t, N> strides{};
+};
+
+/// grad on raw memory, for callers that own every buffer (the C interface, bindings): the
+/// forward's output and lse (as eval_with_lse_into wrote them) and d_out in, dQ, dK and dV written
+/// in the accumulator type, all seen as (B, H, S, D) or (B, Hq, Sq). Every buffer is checked
+/// before anything is written (except that an lse of other inputs is noticed only by the pass,
+/// which then zeroes the gradients); the gradients may not overlap an operand or each other. Returns
+/// grad's result with dq, dk and dv left empty (bias, policy, modifier and sink gradients in it).
+template <expression E, element O, element DO, class Acc>
+auto grad_into(const E& e, raw_tensor<const O, 4> out, raw_tensor<const Acc, 3> lse, raw_tensor<const DO, 4> d_out,
+               raw_tensor<Acc, 4> dq, raw_tensor<Acc, 4> dk, raw_tensor<Acc, 4> dv, const schedule& sch = {}) {
+  if constexpr (check_grammar<E>()) {
+    const auto p = make_plan(e);
+    using P = std::decay_t<decltype(p)>;
+    using base_t = decltype(p.base);
+    static_assert(!base_t::tensor_scores && !is_sum_base_v<base_t>,
+                  "xattn: grad_into(e, ...) takes Q * trans(K) or score(policy, Q, K) expressions; for a score "
+                  "tensor or a sum of products use grad(e, f, d_out)");
+    static_assert(std::is_same_v<Acc, accumulator_of_t<P>>,
+                  "xattn: grad_into: lse and the gradients hold the accumulator type (float; double if an operand "
+                  "is double)");
+    if constexpr (check_backward<P>() && !base_t::tensor_scores && !is_sum_base_v<base_t> &&
+                  std::is_same_v<Acc, accumulator_of_t<P>>) {
+      const char* who = "grad_into(e, out, lse, d_out, dq, dk, dv)";
+      const problem pr = resolve(p);
+      const std::array<std::size_t, 4> rows{pr.batch, pr.q_heads, pr.q_len, pr.v_dim};
+      const auto input = [&](const auto& t, const auto& want, const char* what) {
+        if (t.shape != want) fail(who, ": ", what, " shape ", shape_str(t.shape), " but e gives ", shape_str(want));
+        const layout<std::tuple_size_v<std::decay_t<decltype(want)>>> at{t.shape, t.strides};
+        if (at.reach().first <= at.reach().second && t.data == nullptr) fail(who, ": ", what, " data is null");
+        return at;
+      };
+      const layout<4> out_at = input(out, rows, "out");
+      const layout<3> lse_at = input(lse, std::array<std::size_t, 3>{pr.batch, pr.q_heads, pr.q_len}, "lse");
+      const layout<4> dout_at = input(d_out, rows, "d_out");
+      const detail::raw_extent r0 = detail::extent_of(out.data, out_at, "output");
+      const detail::raw_extent r1 = detail::extent_of(lse.data, lse_at, "lse");
+      const detail::raw_extent r2 = detail::extent_of(d_out.data, dout_at, "d_out");
+      const layout<4> dq_at =
+          detail::checked_raw_output(p, dq.data, dq.shape, dq.strides, {pr.batch, pr.q_heads, pr.q_len, pr.q_dim}, who,
+                                     {"dq", "gradient of Q is"}, {r0, r1, r2});
+      const detail::raw_extent dq_x = detail::extent_of(dq.data, dq_at, "dq");
+      const layout<4> dk_at =
+          detail::checked_raw_output(p, dk.data, dk.shape, dk.strides, {pr.batch, pr.kv_heads, pr.kv_len, pr.k_dim},
+                                     who, {"dk", "gradient of K is"}, {r0, r1, r2, dq_x});
+      const layout<4> dv_at = detail::checked_raw_output(
+          p, dv.data, dv.shape, dv.strides, {pr.batch, pr.kv_heads, pr.kv_len, pr.v_dim}, who,
+          {"dv", "gradient of V is"}, {r0, r1, r2, dq_x, detail::extent_of(dk.data, dk_at, "dk")});
+      backward_schedule bs = schedule_for(p, pr, sch, pass_kind::attention).backward;
+      // the planner accumulates dQ in place only in Q's own dense form, which caller memory may not have
+      if (bs.dq_in_place && dq_at.stride != layout<4>::row_major(dq.shape).stride) bs.dq_in_place = false;
+      gradients_t<P> g;
+      g.dscore = zero_parameter_gradients(p.base.policy);
+      backward_outputs<Acc, decltype(g.dscore)> to{};
+      to.to.dq = {dq.data, dq_at}, to.to.dk = {dk.data, dk_at}, to.dv = {dv.data, dv_at};
+      for (const auto& v : {to.to.dq, to.to.dk, to.dv}) detail::zero_strided(v);
+      const backward_inputs<Acc, DO, O> in{{d_out.data, dout_at}, {out.data, out_at}, {lse.data, lse_at}, nullptr};
+      // An lse of other inputs shows only in the pass's row sums: the gradients are then zeroed
+      // (not left half written), the one refusal that comes after writing.
+      try {
+        detail::complete_gradients(p, pr, in, to, g, [&](const auto& i, const auto& o) {
+          detail::checked_backward(p, pr, bs, i, o, who, "lse",
+                                   "out and lse must be what eval_with_lse_into wrote for e and these inputs (dq, "
+                                   "dk and dv are zeroed)");
+        });
+      } catch (...) {
+        for (const auto& v : {to.to.dq, to.to.dk, to.dv}) detail::zero_strided(v);
+        throw;
+      }
+      return g;
     }
   }
 }

@@ -212,6 +212,25 @@ layout<4> zero_gradient(R& r, form how, const std::array<std::size_t, 4>& shape,
 
 }  // namespace detail
 
+namespace detail {
+
+/// The rest of a backward once dQ, dK (or dX) and dV have zeroed targets in `out`: every bias and
+/// learnable gradient created in g, compute(in, out) run, the sinks' gradient taken.
+template <class Plan, class Acc, class DO, class O, class DScore, class Compute>
+void complete_gradients(const Plan& p, const problem& pr, const backward_inputs<Acc, DO, O>& in,
+                        backward_outputs<Acc, DScore>& out, gradients_t<Plan>& g, Compute&& compute) {
+  hana::for_each(p.ops, [&](const auto& op) {  // every bias and learnable, even where masks hide everything
+    using Op = std::decay_t<decltype(op)>;
+    if constexpr (is_tensor_bias_v<Op>) g.dbias.push_back(xt::zeros<Acc>(bias_term(op).tensor.shape));
+    if constexpr (declares_learnables<Op>) g.dmodify.push_back(parameter_slots(op).zeros());
+  });
+  out.dbias = &g.dbias, out.dmodify = &g.dmodify, out.dscore = &g.dscore;
+  compute(in, out);
+  if constexpr (Plan::has_sinks) g.dsinks = sink_gradients(p.sinks, pr, in);
+}
+
+}  // namespace detail
+
 /// Checks grad's inputs against plan p over the rows of problem pr: f = eval_with_lse(e) and d_out
 /// in the shapes e gives, row-major, of the right types. `who` names the entry in messages.
 template <class Plan, class F, class DOut>
@@ -265,16 +284,9 @@ gradients_t<Plan> gradients_of(const Plan& p, const problem& pr, const F& f, con
   }
   out.dv = {nullptr, detail::zero_gradient(g.dv, p.v.how, {pr.batch, pr.kv_heads, pr.kv_len, pr.v_dim}, threads)};
   out.dv.data = g.dv.data();
-  hana::for_each(p.ops, [&](const auto& op) {  // every bias and learnable, even where masks hide everything
-    using Op = std::decay_t<decltype(op)>;
-    if constexpr (is_tensor_bias_v<Op>) g.dbias.push_back(xt::zeros<Acc>(bias_term(op).tensor.shape));
-    if constexpr (declares_learnables<Op>) g.dmodify.push_back(parameter_slots(op).zeros());
-  });
-  out.dbias = &g.dbias, out.dmodify = &g.dmodify, out.dscore = &g.dscore;
   const backward_inputs<Acc, DO, O> in{
       {d_out.data(), of.at}, {f.output.data(), of.at}, {f.lse.data(), lse_form(how, pr).second}, nullptr};
-  compute(in, out);
-  if constexpr (Plan::has_sinks) g.dsinks = sink_gradients(p.sinks, pr, in);
+  detail::complete_gradients(p, pr, in, out, g, compute);
   return g;
 }
 

@@ -1,0 +1,149 @@
+#!/usr/bin/python3
+"""usage: bench/compare.py BUILD_DIR [OUT_DIR]
+
+xattn's Python package (BUILD_DIR/python) against PyTorch 1.13 on the same tensors: d2l's recipe
+(scores by matmul, softmax, matmul with the values; what F.multi_head_attention_forward does
+between its projections), causal by a -1e6 fill, forward and forward + backward (autograd), with
+1 and 2 threads (torch.set_num_threads and xattn's threads=), medians of 5. Also the cost of one
+Python call at a decode shape against the same call made through ctypes with its arguments
+prepared once (the C interface alone). Writes OUT_DIR/compare.md (a table), compare.json,
+compare.dat and compare.png (gnuplot, when present). Skipped without torch.
+"""
+import json
+import math
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+build = sys.argv[1] if len(sys.argv) > 1 else "build"
+out_dir = sys.argv[2] if len(sys.argv) > 2 else os.path.join(build, "bench")
+sys.path.insert(0, os.path.join(build, "python"))
+try:
+    import torch
+except ImportError:
+    print("compare.py: no torch (apt-get install python3-torch); skipped", file=sys.stderr)
+    sys.exit(0)
+import xattn  # noqa: E402
+from xattn import _c  # noqa: E402
+
+SHAPES = [(1, 8, 1024, 1024, 64), (1, 8, 2048, 2048, 64)]
+
+
+def torch_d2l(q, k, v, causal):
+    scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    if causal:
+        n = scores.shape[-1]
+        scores = scores.masked_fill(torch.triu(torch.ones(n, n, dtype=torch.bool), diagonal=1), -1e6)
+    return torch.softmax(scores, dim=-1) @ v
+
+
+def median_ms(f, reps=5):
+    f()  # warm up (first touch, thread pools)
+    times = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        f()
+        times.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(times)
+
+
+def run(shape, causal, threads, backward):
+    B, H, S, T, D = shape
+    torch.set_num_threads(threads)
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(B, H, n, D, generator=g, requires_grad=backward) for n in (S, T, T))
+    d_out = torch.randn(B, H, S, D, generator=g)
+
+    def ours():
+        out = xattn.attention(q, k, v, causal=causal, threads=threads)
+        if backward:
+            out.backward(d_out)
+
+    def theirs():
+        out = torch_d2l(q, k, v, causal)
+        if backward:
+            out.backward(d_out)
+
+    if not backward:
+        with torch.no_grad():
+            return median_ms(ours), median_ms(theirs)
+    return median_ms(ours), median_ms(theirs)
+
+
+def call_overhead_us(shape=(1, 8, 1, 256, 64), calls=2000):
+    """A Python call against the C call alone (ctypes, arguments prepared once), 1 thread."""
+    B, H, S, T, D = shape
+    q, k, v = torch.randn(B, H, S, D), torch.randn(B, H, T, D), torch.randn(B, H, T, D)
+    opts = xattn._Options(None, "bottom_right", None, None, None, None, 0.0, 0, 1, {})
+    out, lse = xattn._forward(q, k, v, None, opts)
+    args = [xattn._ref(xattn._view(x, n, 4)) for x, n in ((q, "q"), (k, "k"), (v, "v"))]
+    desc = __import__("ctypes").byref(opts.with_sinks(None))
+    o, l = xattn._ref(xattn._view(out, "out", 4)), xattn._ref(xattn._view(lse, "lse", 3))
+
+    def c_call():
+        _c.lib.xattn_forward(args[0], args[1], args[2], desc, o, l)
+
+    def py_call():
+        xattn.attention(q, k, v, causal="bottom_right", threads=1)
+
+    with torch.no_grad():
+        per = {}
+        for name, f in (("c", c_call), ("python", py_call)):
+            samples = []
+            for _ in range(5):
+                start = time.perf_counter()
+                for _ in range(calls):
+                    f()
+                samples.append((time.perf_counter() - start) / calls * 1e6)
+            per[name] = statistics.median(samples)
+    return per
+
+
+def main():
+    rows = []
+    for shape in SHAPES:
+        for backward in (False, True):
+            for threads in (1, 2):
+                ours, theirs = run(shape, True, threads, backward)
+                rows.append({"shape": shape, "pass": "fwd+bwd" if backward else "fwd", "threads": threads,
+                             "xattn_ms": ours, "torch_ms": theirs, "speedup": theirs / ours})
+                print("%-22s %-7s %dt  xattn %8.2f ms  torch %8.2f ms  %.2fx" % (
+                    "/".join(map(str, shape)), rows[-1]["pass"], threads, ours, theirs, theirs / ours), flush=True)
+    calls = call_overhead_us()
+    print("decode (1,8,1,256,64) per call: python %.1f us, C alone %.1f us" % (calls["python"], calls["c"]))
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, "compare.json"), "w") as f:
+        json.dump({"rows": rows, "decode_call_us": calls, "torch": torch.__version__}, f, indent=1)
+    lines = ["| B/H/Sq/Skv/D causal | pass | threads | xattn (ms) | PyTorch d2l (ms) | xattn speedup |",
+             "|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append("| %s | %s | %d | %.2f | %.2f | %.2f× |" % (
+            "/".join(map(str, r["shape"])), r["pass"], r["threads"], r["xattn_ms"], r["torch_ms"], r["speedup"]))
+    lines.append("")
+    lines.append("One call at (1,8,1,256,64), 1 thread: %.1f µs from Python, %.1f µs through ctypes with its "
+                 "arguments prepared once (the C interface alone): %.1f µs of Python." % (
+                     calls["python"], calls["c"], calls["python"] - calls["c"]))
+    with open(os.path.join(out_dir, "compare.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    with open(os.path.join(out_dir, "compare.dat"), "w") as f:
+        for n, r in enumerate(rows):
+            f.write('%d "%s %s %dt" %.3f\n' % (n, "x".join(map(str, r["shape"][2:4])), r["pass"], r["threads"],
+                                               r["speedup"]))
+    if shutil.which("gnuplot"):
+        script = """set terminal pngcairo size 900,420
+set output '%s'
+set style fill solid 0.6
+set boxwidth 0.7
+set ylabel 'xattn speedup over PyTorch (d2l recipe)'
+set xtics rotate by -30 font ',8'
+set yrange [0:*]
+plot '%s' using 1:3:xtic(2) with boxes notitle, 1 with lines dt 2 notitle
+""" % (os.path.join(out_dir, "compare.png"), os.path.join(out_dir, "compare.dat"))
+        subprocess.run(["gnuplot"], input=script.encode(), check=False)
+
+
+if __name__ == "__main__":
+    main()

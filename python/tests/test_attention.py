@@ -1,0 +1,181 @@
+"""xattn.attention against PyTorch autograd in float64: outputs and the gradients of q, k, v and
+sinks for every option (causal either way, windows, lengths of rank 1 and 2 with empty rows,
+softcap, sinks, scale, grouped heads, one head, strided tensors), finite differences
+(torch.autograd.gradcheck), numpy arrays, bfloat16, and bad input."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import xattn
+
+
+def reference(q, k, v, scale=None, causal=False, window=None, lengths=None, softcap=None, sinks=None):
+    """The attention xattn documents, in plain PyTorch ops (autograd differentiates it)."""
+    B, Hq, Sq, D = q.shape
+    Hkv, Skv = k.shape[1], k.shape[2]
+    k, v = k.repeat_interleave(Hq // Hkv, 1), v.repeat_interleave(Hq // Hkv, 1)
+    s = (q @ k.transpose(-1, -2)) * (1 / math.sqrt(D) if scale is None else scale)
+    if softcap:
+        s = softcap * torch.tanh(s / softcap)
+    i, j = torch.arange(Sq).view(-1, 1), torch.arange(Skv).view(1, -1)
+    pos = i + (Skv - Sq if causal == "bottom_right" else 0)
+    left, right = window if window is not None else (None, None)
+    if causal:
+        right = 0 if right is None else min(right, 0)
+    visible = torch.ones(Sq, Skv, dtype=torch.bool)
+    if left is not None:
+        visible &= j >= pos - left
+    if right is not None:
+        visible &= j <= pos + right
+    visible = visible.expand(B, Hq, Sq, Skv)
+    if lengths is not None:
+        n = lengths.view(B, 1, 1, 1) if lengths.dim() == 1 else lengths.view(B, 1, Sq, 1)
+        visible = visible & (j < n)
+    s = s.masked_fill(~visible, float("-inf"))
+    if sinks is not None:
+        s = torch.cat([s, sinks.view(1, Hq, 1, 1).expand(B, Hq, Sq, 1)], -1)
+    m = s.amax(-1, keepdim=True).detach()
+    m = torch.where(torch.isinf(m), torch.zeros_like(m), m)
+    e = torch.exp(s - m)
+    den = e.sum(-1, keepdim=True)
+    p = e / torch.where(den == 0, torch.ones_like(den), den)  # a row seeing nothing outputs 0
+    if sinks is not None:
+        p = p[..., :-1]
+    return p @ v
+
+
+CASES = [
+    dict(),
+    dict(causal=True),
+    dict(causal="bottom_right"),
+    dict(window=(5, 3)),
+    dict(causal=True, window=(7, 0)),
+    dict(causal="bottom_right", window=(4, None)),
+    dict(lengths="1d"),
+    dict(lengths="2d", causal=True),
+    dict(softcap=2.5, scale=0.3),
+    dict(sinks=True),
+    dict(sinks=True, causal=True, window=(6, 0), softcap=4.0, lengths="1d"),
+]
+
+
+def make(shape, dtype=torch.float64, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=g, dtype=torch.float64).to(dtype)
+
+
+def options(case, B, Hq, Sq, Skv):
+    o = dict(case)
+    g = torch.Generator().manual_seed(7)
+    if o.get("lengths") == "1d":
+        o["lengths"] = torch.tensor([0, Skv - 3][:B], dtype=torch.int64)
+    elif o.get("lengths") == "2d":
+        o["lengths"] = torch.randint(0, Skv + 1, (B, Sq), generator=g, dtype=torch.int32)
+    if o.get("sinks"):
+        o["sinks"] = torch.randn(Hq, generator=g, dtype=torch.float64)
+    return o
+
+
+@pytest.mark.parametrize("case", CASES, ids=[str(c) for c in CASES])
+@pytest.mark.parametrize("shape", [(2, 4, 2, 13, 21, 16, 8), (1, 2, 2, 9, 9, 8, 5)], ids=["gqa", "mha"])
+def test_float64_outputs_and_gradients_match_autograd(case, shape):
+    B, Hq, Hkv, Sq, Skv, D, Dv = shape
+    q, k, v = make((B, Hq, Sq, D), seed=1), make((B, Hkv, Skv, D), seed=2), make((B, Hkv, Skv, Dv), seed=3)
+    o = options(case, B, Hq, Sq, Skv)
+    sinks = o.pop("sinks", None)
+    ours = [x.clone().requires_grad_() for x in (q, k, v)] + ([sinks.clone().requires_grad_()] if sinks is not None else [])
+    theirs = [x.detach().clone().requires_grad_() for x in ours]
+    out = xattn.attention(*ours[:3], sinks=ours[3] if sinks is not None else None, **o)
+    want = reference(*theirs[:3], sinks=theirs[3] if sinks is not None else None, **o)
+    assert out.dtype == torch.float64 and out.shape == want.shape
+    assert torch.allclose(out, want, rtol=0, atol=1e-12)
+    d_out = make(out.shape, seed=4)
+    out.backward(d_out)
+    want.backward(d_out)
+    for name, a, b in zip(["q", "k", "v", "sinks"], ours, theirs):
+        assert torch.allclose(a.grad, b.grad, rtol=0, atol=1e-11), name
+
+
+def test_gradcheck_finite_differences():
+    q, k, v = (make(s, seed=n).requires_grad_() for n, s in enumerate([(1, 2, 5, 4), (1, 1, 7, 4), (1, 1, 7, 3)]))
+    sinks = make((2,), seed=9).requires_grad_()
+    f = lambda q, k, v, s: xattn.attention(q, k, v, causal="bottom_right", softcap=3.0, sinks=s, window=(4, 1))
+    assert torch.autograd.gradcheck(f, (q, k, v, sinks), eps=1e-6, atol=1e-7)
+
+
+def test_float32_and_strided_tensors_are_read_in_place():
+    B, S, H, D = 2, 33, 4, 16
+    x = make((B, S, 3, H, D), torch.float32, seed=5)  # packed qkv, as a projection writes it
+    q, k, v = (x[:, :, n].transpose(1, 2) for n in range(3))  # (B, H, S, D) views, not contiguous
+    assert not q.is_contiguous()
+    out = xattn.attention(q, k, v, causal=True)
+    want = xattn.attention(q.contiguous(), k.contiguous(), v.contiguous(), causal=True)
+    assert torch.equal(out, want)
+    ref = reference(*(t.double() for t in (q, k, v)), causal=True)
+    assert (out.double() - ref).abs().max() < 2e-6
+
+
+def test_float32_gradients():
+    q, k, v = (make(s, torch.float32, seed=n).requires_grad_() for n, s in enumerate([(2, 4, 40, 32)] * 3))
+    out = xattn.attention(q, k, v, causal=True, softcap=20.0)
+    out.square().sum().backward()
+    qd, kd, vd = (t.detach().double().requires_grad_() for t in (q, k, v))
+    reference(qd, kd, vd, causal=True, softcap=20.0).square().sum().backward()
+    for a, b in ((q, qd), (k, kd), (v, vd)):
+        assert a.grad.dtype == torch.float32
+        assert (a.grad.double() - b.grad).abs().max() < 1e-4
+
+
+def test_bfloat16_forward_and_backward():
+    q, k, v = (make(s, torch.bfloat16, seed=n).requires_grad_() for n, s in enumerate([(1, 4, 24, 32)] * 3))
+    out = xattn.attention(q, k, v, causal=True)
+    assert out.dtype == torch.bfloat16
+    out.float().sum().backward()
+    qd, kd, vd = (t.detach().double().requires_grad_() for t in (q, k, v))
+    want = reference(qd, kd, vd, causal=True)
+    want.sum().backward()
+    assert (out.double() - want).abs().max() < 2e-2
+    for a, b in ((q, qd), (k, kd), (v, vd)):
+        assert a.grad.dtype == torch.bfloat16  # rounded from float gradients
+        assert (a.grad.double() - b.grad).abs().max() < 5e-2
+
+
+def test_numpy_in_numpy_out():
+    rng = np.random.default_rng(3)
+    q, k, v = (rng.standard_normal(s).astype(np.float32) for s in [(2, 3, 10, 8), (2, 3, 12, 8), (2, 3, 12, 6)])
+    out = xattn.attention(q, k, v, causal="bottom_right", lengths=[12, 7])
+    assert isinstance(out, np.ndarray) and out.dtype == np.float32 and out.shape == (2, 3, 10, 6)
+    want = reference(*(torch.from_numpy(t).double() for t in (q, k, v)), causal="bottom_right",
+                     lengths=torch.tensor([12, 7]))
+    assert np.abs(out - want.numpy()).max() < 2e-6
+
+
+def test_one_head_rank_3():
+    q, k, v = make((2, 5, 8), seed=1), make((2, 7, 8), seed=2), make((2, 7, 3), seed=3)
+    out = xattn.attention(q, k, v, lengths=torch.tensor([3, 0]))  # d2l's (B, S, D) with valid_lens
+    assert out.shape == (2, 5, 3)
+    want = reference(q[:, None], k[:, None], v[:, None], lengths=torch.tensor([3, 0]))[:, 0]
+    assert torch.allclose(out, want, rtol=0, atol=1e-12)
+    assert torch.all(out[1] == 0)  # no valid key: zeros (xattn's fully masked rows)
+
+
+def test_bad_input_raises_with_the_library_message():
+    q, k, v = make((1, 4, 3, 8)), make((1, 3, 5, 8)), make((1, 3, 5, 6))
+    with pytest.raises(ValueError, match="q \\(1,4,3,8\\) has 4 heads, not a multiple of k's 3"):
+        xattn.attention(q, k, v)
+    k, v = make((1, 2, 5, 8)), make((1, 2, 5, 6))
+    with pytest.raises(ValueError, match="lens\\[0\\] = 9 is outside \\[0, 5\\]"):
+        xattn.attention(q, k, v, lengths=[9])
+    with pytest.raises(ValueError, match="desc.sinks has shape \\(3\\) but must be \\(Hq\\) = \\(4\\)"):
+        xattn.attention(q, k, v, sinks=make((3,)))
+    with pytest.raises(ValueError, match="causal must be False, True"):
+        xattn.attention(q, k, v, causal="left")
+    with pytest.raises(NotImplementedError, match="mask= is not supported"):
+        xattn.attention(q, k, v, mask=torch.ones(3, 5, dtype=torch.bool))
+    with pytest.raises(ValueError, match="q has dtype XATTN_I32; q, k and v must be XATTN_F32"):
+        xattn.attention(q.int(), k.int(), v.int())
+    with pytest.raises(TypeError, match="q has dtype torch.complex64"):
+        xattn.attention(q.to(torch.complex64), k, v)

@@ -1,0 +1,81 @@
+"""ctypes declarations of libxattn_c (c/include/xattn.h) and the tensors handed to it."""
+
+import ctypes
+import os
+
+MAX_RANK = 4
+
+F32, F64, BF16, F16, I32, I64, BOOL = range(7)
+OK, INVALID_ARGUMENT, UNSUPPORTED, OUT_OF_MEMORY, INTERNAL = range(5)
+CAUSAL_NONE, CAUSAL_TOP_LEFT, CAUSAL_BOTTOM_RIGHT = range(3)
+
+
+class Tensor(ctypes.Structure):
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("dtype", ctypes.c_int),
+        ("rank", ctypes.c_int32),
+        ("shape", ctypes.c_int64 * MAX_RANK),
+        ("strides", ctypes.c_int64 * MAX_RANK),
+    ]
+
+
+class Desc(ctypes.Structure):
+    _fields_ = [
+        ("scale", ctypes.c_double),
+        ("causal", ctypes.c_int),
+        ("window_left", ctypes.c_int64),
+        ("window_right", ctypes.c_int64),
+        ("lengths", ctypes.POINTER(Tensor)),
+        ("documents", ctypes.POINTER(Tensor)),
+        ("mask", ctypes.POINTER(Tensor)),
+        ("bias", ctypes.POINTER(Tensor)),
+        ("alibi", ctypes.POINTER(Tensor)),
+        ("softcap", ctypes.c_double),
+        ("sinks", ctypes.POINTER(Tensor)),
+        ("dropout_p", ctypes.c_float),
+        ("seed", ctypes.c_uint64),
+        ("threads", ctypes.c_int32),
+    ]
+
+
+def _load():
+    """libxattn_c: $XATTN_LIBRARY, else the copy inside this package (build tree, install)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    candidates = [os.environ.get("XATTN_LIBRARY", ""), os.path.join(here, "libxattn_c.so")]
+    for path in candidates:
+        if path and os.path.exists(path):
+            return ctypes.CDLL(path)
+    raise ImportError(
+        "xattn: libxattn_c.so not found next to the package (%s) nor at $XATTN_LIBRARY; "
+        "build it with `make test` (build/python/xattn) or `cmake --install`" % here)
+
+
+lib = _load()
+_T = ctypes.POINTER(Tensor)
+lib.xattn_attention_defaults.restype = Desc
+lib.xattn_attention_defaults.argtypes = []
+lib.xattn_forward.restype = ctypes.c_int
+lib.xattn_forward.argtypes = [_T, _T, _T, ctypes.POINTER(Desc), _T, _T]
+lib.xattn_backward.restype = ctypes.c_int
+lib.xattn_backward.argtypes = [_T, _T, _T, ctypes.POINTER(Desc), _T, _T, _T, _T, _T, _T, _T, _T]
+lib.xattn_last_error.restype = ctypes.c_char_p
+lib.xattn_last_error.argtypes = []
+lib.xattn_version.restype = ctypes.c_char_p
+lib.xattn_version.argtypes = []
+
+
+def check(status):
+    """Raise the library's message as the Python exception its status stands for."""
+    if status != OK:
+        raise_for(status, lib.xattn_last_error().decode())
+
+
+def raise_for(status, message):
+    if status == INVALID_ARGUMENT:
+        raise ValueError(message)
+    if status == UNSUPPORTED:
+        raise NotImplementedError(message)
+    if status == OUT_OF_MEMORY:
+        raise MemoryError(message)
+    raise RuntimeError(message)
