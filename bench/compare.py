@@ -3,7 +3,7 @@
 
 xattn's Python package (BUILD_DIR/python) against PyTorch 1.13 on the same tensors: d2l's recipe
 (scores by matmul, softmax, matmul with the values; what F.multi_head_attention_forward does
-between its projections), causal by a -1e6 fill, forward and forward + backward (autograd), with
+between its projections), dense and causal (a -1e6 fill), forward and forward + backward, with
 1 and 2 threads (torch.set_num_threads and xattn's threads=), medians of 5. Also the cost of one
 Python call at a decode shape against the same call made through ctypes with its arguments
 prepared once (the C interface alone). Writes OUT_DIR/compare.md (a table), compare.json,
@@ -42,6 +42,7 @@ def torch_d2l(q, k, v, causal):
 
 def median_ms(f, reps=5):
     f()  # warm up (first touch, thread pools)
+    f()
     times = []
     for _ in range(reps):
         start = time.perf_counter()
@@ -79,9 +80,9 @@ def call_overhead_us(shape=(1, 8, 1, 256, 64), calls=2000):
     q, k, v = torch.randn(B, H, S, D), torch.randn(B, H, T, D), torch.randn(B, H, T, D)
     opts = xattn._Options(None, "bottom_right", None, None, None, None, 0.0, 0, 1, {})
     out, lse = xattn._forward(q, k, v, None, opts)
-    args = [xattn._ref(xattn._view(x, n, 4)) for x, n in ((q, "q"), (k, "k"), (v, "v"))]
-    desc = __import__("ctypes").byref(opts.with_sinks(None))
-    o, l = xattn._ref(xattn._view(out, "out", 4)), xattn._ref(xattn._view(lse, "lse", 3))
+    args = [xattn._view(x, n, 4) for x, n in ((q, "q"), (k, "k"), (v, "v"))]
+    desc = opts.with_sinks(None)
+    o, l = xattn._view(out, "out", 4), xattn._view(lse, "lse", 3)
 
     def c_call():
         _c.lib.xattn_forward(args[0], args[1], args[2], desc, o, l)
@@ -105,23 +106,26 @@ def call_overhead_us(shape=(1, 8, 1, 256, 64), calls=2000):
 def main():
     rows = []
     for shape in SHAPES:
-        for backward in (False, True):
-            for threads in (1, 2):
-                ours, theirs = run(shape, True, threads, backward)
-                rows.append({"shape": shape, "pass": "fwd+bwd" if backward else "fwd", "threads": threads,
-                             "xattn_ms": ours, "torch_ms": theirs, "speedup": theirs / ours})
-                print("%-22s %-7s %dt  xattn %8.2f ms  torch %8.2f ms  %.2fx" % (
-                    "/".join(map(str, shape)), rows[-1]["pass"], threads, ours, theirs, theirs / ours), flush=True)
+        for causal in (False, True):
+            for backward in (False, True):
+                for threads in (1, 2):
+                    ours, theirs = run(shape, causal, threads, backward)
+                    rows.append({"shape": shape, "causal": causal, "pass": "fwd+bwd" if backward else "fwd",
+                                 "threads": threads, "xattn_ms": ours, "torch_ms": theirs, "speedup": theirs / ours})
+                    print("%-22s %-6s %-7s %dt  xattn %8.2f ms  torch %8.2f ms  %.2fx" % (
+                        "/".join(map(str, shape)), "causal" if causal else "dense", rows[-1]["pass"], threads, ours,
+                        theirs, theirs / ours), flush=True)
     calls = call_overhead_us()
     print("decode (1,8,1,256,64) per call: python %.1f us, C alone %.1f us" % (calls["python"], calls["c"]))
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, "compare.json"), "w") as f:
         json.dump({"rows": rows, "decode_call_us": calls, "torch": torch.__version__}, f, indent=1)
-    lines = ["| B/H/Sq/Skv/D causal | pass | threads | xattn (ms) | PyTorch d2l (ms) | xattn speedup |",
-             "|---|---|---|---|---|---|"]
+    lines = ["| B/H/Sq/Skv/D | mask | pass | threads | xattn (ms) | PyTorch d2l (ms) | xattn speedup |",
+             "|---|---|---|---|---|---|---|"]
     for r in rows:
-        lines.append("| %s | %s | %d | %.2f | %.2f | %.2f× |" % (
-            "/".join(map(str, r["shape"])), r["pass"], r["threads"], r["xattn_ms"], r["torch_ms"], r["speedup"]))
+        lines.append("| %s | %s | %s | %d | %.2f | %.2f | %.2f× |" % (
+            "/".join(map(str, r["shape"])), "causal" if r["causal"] else "dense", r["pass"], r["threads"],
+            r["xattn_ms"], r["torch_ms"], r["speedup"]))
     lines.append("")
     lines.append("One call at (1,8,1,256,64), 1 thread: %.1f µs from Python, %.1f µs through ctypes with its "
                  "arguments prepared once (the C interface alone): %.1f µs of Python." % (
@@ -130,8 +134,8 @@ def main():
         f.write("\n".join(lines) + "\n")
     with open(os.path.join(out_dir, "compare.dat"), "w") as f:
         for n, r in enumerate(rows):
-            f.write('%d "%s %s %dt" %.3f\n' % (n, "x".join(map(str, r["shape"][2:4])), r["pass"], r["threads"],
-                                               r["speedup"]))
+            f.write('%d "%s %s %s %dt" %.3f\n' % (n, r["shape"][2], "causal" if r["causal"] else "dense",
+                                                  r["pass"], r["threads"], r["speedup"]))
     if shutil.which("gnuplot"):
         script = """set terminal pngcairo size 900,420
 set output '%s'

@@ -9,6 +9,8 @@ rank. See docs/python.md.
 """
 
 import ctypes
+import struct
+import sys
 
 from . import _c
 from ._jit import CompileError, Policy, policy
@@ -22,64 +24,71 @@ def version():
 
 
 def _is_torch(x):
-    return type(x).__module__.split(".")[0] == "torch"
+    return type(x).__module__.startswith("torch")
+
+
+_codes = {}
 
 
 def _dtype_code(x, name):
+    """The C dtype of a torch tensor (on the CPU) or numpy array."""
+    code = _codes.get(x.dtype)
+    if code is not None:
+        if _is_torch(x) and not x.is_cpu:
+            raise ValueError("xattn.attention: %s is on %s; xattn runs on the CPU" % (name, x.device))
+        return code
     if _is_torch(x):
         import torch
 
-        codes = {torch.float32: _c.F32, torch.float64: _c.F64, torch.bfloat16: _c.BF16, torch.float16: _c.F16,
-                 torch.int32: _c.I32, torch.int64: _c.I64, torch.bool: _c.BOOL}
-        if x.device.type != "cpu":
-            raise ValueError("xattn.attention: %s is on %s; xattn runs on the CPU" % (name, x.device))
-        if x.dtype not in codes:
-            raise TypeError("xattn.attention: %s has dtype %s, which xattn does not take" % (name, x.dtype))
-        return codes[x.dtype]
-    import numpy as np
+        _codes.update({torch.float32: _c.F32, torch.float64: _c.F64, torch.bfloat16: _c.BF16,
+                       torch.float16: _c.F16, torch.int32: _c.I32, torch.int64: _c.I64, torch.bool: _c.BOOL})
+    else:
+        import numpy as np
 
-    codes = {np.dtype(np.float32): _c.F32, np.dtype(np.float64): _c.F64, np.dtype(np.float16): _c.F16,
-             np.dtype(np.int32): _c.I32, np.dtype(np.int64): _c.I64, np.dtype(np.bool_): _c.BOOL}
-    if x.dtype not in codes:
+        _codes.update({np.dtype(np.float32): _c.F32, np.dtype(np.float64): _c.F64, np.dtype(np.float16): _c.F16,
+                       np.dtype(np.int32): _c.I32, np.dtype(np.int64): _c.I64, np.dtype(np.bool_): _c.BOOL})
+    if x.dtype not in _codes:
         raise TypeError("xattn.attention: %s has dtype %s, which xattn does not take" % (name, x.dtype))
-    return codes[x.dtype]
+    return _dtype_code(x, name)
+
+
+# xattn_tensor's bytes at once: a third of the time of setting a ctypes.Structure's fields
+_pack = struct.Struct("@Pii%dq%dq" % (_c.MAX_RANK, _c.MAX_RANK)).pack
 
 
 def _view(x, name, rank=None):
     """The C view of a torch tensor or numpy array: its memory, in place, with element strides.
-    rank 3 (B, S, D) becomes (B, 1, S, D) when a rank-4 view is asked for."""
+    A tensor of rank - 1 is seen with a head axis of 1: (B, S, D) as (B, 1, S, D)."""
     if x is None:
         return None
-    if not _is_torch(x):
+    if _is_torch(x):
+        shape, strides, data = x.shape, x.stride(), x.data_ptr()
+    else:
         import numpy as np
 
         if not isinstance(x, np.ndarray):
             raise TypeError("xattn.attention: %s must be a torch tensor or a numpy array, not %s" % (name, type(x)))
-    t = _c.Tensor()
-    t.dtype = _dtype_code(x, name)
-    if _is_torch(x):
-        shape, strides, t.data = list(x.shape), list(x.stride()), x.data_ptr()
-    else:
         item = x.itemsize
         if any(s % item for s in x.strides):
             raise ValueError("xattn.attention: %s has strides %s, not whole elements" % (name, x.strides))
-        shape, strides, t.data = list(x.shape), [s // item for s in x.strides], x.ctypes.data
-    if rank is not None and len(shape) == rank - 1:  # one head: (B, S, D) as (B, 1, S, D)
-        shape.insert(1, 1)
-        strides.insert(1, 0)
+        shape, strides, data = x.shape, [s // item for s in x.strides], x.ctypes.data
+    code = _dtype_code(x, name)
     if rank is not None and len(shape) != rank:
-        raise ValueError("xattn.attention: %s has shape %s; it must be (B, H, S, D) or (B, S, D)"
-                         % (name, tuple(x.shape)))
+        if len(shape) != rank - 1:
+            raise ValueError("xattn.attention: %s has shape %s; it must be (B, H, S, D) or (B, S, D)"
+                             % (name, tuple(shape)))
+        shape, strides = (shape[0], 1, *shape[1:]), (strides[0], 0, *strides[1:])
     if len(shape) > _c.MAX_RANK:
         raise ValueError("xattn.attention: %s has rank %d (at most %d)" % (name, len(shape), _c.MAX_RANK))
-    t.rank = len(shape)
-    for i, (n, s) in enumerate(zip(shape, strides)):
-        t.shape[i], t.strides[i] = n, s
-    return t
+    pad = (0,) * (_c.MAX_RANK - len(shape))
+    return _c.Tensor.from_buffer_copy(_pack(data, code, len(shape), *shape, *pad, *strides, *pad))
 
 
 def _ref(t):
     return None if t is None else ctypes.byref(t)
+
+
+_DEFAULTS = bytes(_c.lib.xattn_attention_defaults())
 
 
 class _Options:
@@ -100,7 +109,7 @@ class _Options:
         if score is not None and not isinstance(score, Policy):
             raise TypeError("xattn.attention: score must be an xattn.policy(...), not %s" % type(score))
         self.score = score
-        self.desc = _c.lib.xattn_attention_defaults()
+        self.desc = _c.Desc.from_buffer_copy(_DEFAULTS)
         # scale None: 1/sqrt(D) for the dot product, 1 (the score as written) for a policy
         self.desc.scale = (0.0 if score is None else 1.0) if scale is None else float(scale)
         self.desc.causal = {False: _c.CAUSAL_NONE, True: _c.CAUSAL_TOP_LEFT, "top_left": _c.CAUSAL_TOP_LEFT,
@@ -143,20 +152,13 @@ def _forward(q, k, v, sinks, opts):
     shape = (Q.shape[0], Q.shape[1], Q.shape[2], V.shape[3])
     if len(q.shape) == 3:  # one head: results without the head axis
         shape = (shape[0], shape[2], shape[3])
-    out = _empty_like_out(q, shape)
-    wide = Q.dtype == _c.F64
-    if _is_torch(q):
-        import torch
-
-        lse = torch.empty(shape[:-1], dtype=torch.float64 if wide else torch.float32)
-    else:
-        import numpy as np
-
-        lse = np.empty(shape[:-1], dtype=np.float64 if wide else np.float32)
+    lib = sys.modules["torch"] if _is_torch(q) else sys.modules["numpy"]  # q's own: already imported
+    out = lib.empty(shape, dtype=q.dtype)
+    lse = lib.empty(shape[:-1], dtype=lib.float64 if Q.dtype == _c.F64 else lib.float32)
     O, L = _view(out, "out", 4), _view(lse, "lse", 3)
     desc = ctypes.byref(opts.with_sinks(sinks))
     if opts.score is None:
-        _c.check(_c.lib.xattn_forward(_ref(Q), _ref(K), _ref(V), desc, _ref(O), _ref(L)))
+        _c.check(_c.lib.xattn_forward(Q, K, V, desc, O, L))  # ctypes passes structures by reference
     else:
         lib = opts.score.library(Q.dtype)
         opts.score.check(lib, lib.xattn_policy_forward(_ref(Q), _ref(K), _ref(V), desc, _ref(O), _ref(L),
@@ -242,6 +244,4 @@ def attention(q, k, v, *, scale=None, causal=False, window=None, lengths=None, s
             x is not None and x.requires_grad for x in (q, k, v, sinks, *parameters))
         if needs:
             return _autograd_function().apply(q, k, v, sinks, opts, *parameters)
-        with torch.no_grad():
-            return _forward(q, k, v, sinks, opts)[0]
     return _forward(q, k, v, sinks, opts)[0]
