@@ -114,7 +114,8 @@ class Policy:
         if element in self._libs:
             return self._libs[element]
         src = self._source(element)
-        command = [CXX, *CXX_FLAGS, *("-I" + d for d in INCLUDE_DIRS)]
+        here = os.path.dirname(os.path.abspath(__file__))
+        command = [CXX, *CXX_FLAGS, *("-I" + os.path.join(here, d) for d in INCLUDE_DIRS)]  # relative: to the package
         key = hashlib.sha256("\0".join([src, *command, _c.lib.xattn_version().decode()]).encode()).hexdigest()[:32]
         directory = cache_dir()
         path = os.path.join(directory, "policy_%s.so" % key)
