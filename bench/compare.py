@@ -137,7 +137,9 @@ def main():
             f.write('%d "%s %s %s %dt" %.3f\n' % (n, r["shape"][2], "causal" if r["causal"] else "dense",
                                                   r["pass"], r["threads"], r["speedup"]))
     if shutil.which("gnuplot"):
-        script = """set terminal pngcairo size 900,420
+        script = """set terminal pngcairo size 980,460
+set rmargin 10
+set bmargin 8
 set output '%s'
 set style fill solid 0.6
 set boxwidth 0.7
