@@ -4,12 +4,17 @@
 // one run is the interface's cost. (1,8,1024,1024,64) is a long forward, (1,8,1,256,64) one
 // decoding step (counter us_per_call). Counter gflops (4·B·H·Sq·Skv·D). "c_api_fwd_bwd/...": the
 // forward and then the backward (xattn_backward; grad_into on caller memory), gflops counted as
-// xattn_fwd_bwd's (3.5 × the forward's).
+// xattn_fwd_bwd's (3.5 × the forward's). "c_api_documents/..." and "c_api_documents_fwd_bwd/...":
+// causal attention over four packed documents of equal length, which the C interface runs on its
+// runtime-composed masks (documents is one of its rarer options) and C++ as
+// mask(mask(s, causal()), documents(ids)): their ratio is the runtime composition's cost (gflops
+// counted as for the dense rows, so the skipped blocks show as a higher rate).
 #include "common.hpp"
 #include "variants.hpp"
 
 #include <xattn.h>
 #include <xattn/xattn.hpp>
+#include <xtensor/xadapt.hpp>
 
 #include <cmath>
 #include <string>
@@ -23,7 +28,7 @@ struct c_shape {
   std::size_t batch, heads, seq_q, seq_kv, dim;
 };
 
-void c_api(benchmark::State& state, const c_shape& s, bool through_c, int threads, bool backward) {
+void c_api(benchmark::State& state, const c_shape& s, bool through_c, int threads, bool backward, bool packed) {
   set_threads(threads);
   const std::size_t nq = s.batch * s.heads * s.seq_q * s.dim, nk = s.batch * s.heads * s.seq_kv * s.dim;
   std::vector<float> q(nq), k(nk), v(nk), out(nq), lse(s.batch * s.heads * s.seq_q), d_out(nq), dq(nq), dk(nk), dv(nk);
@@ -42,6 +47,10 @@ void c_api(benchmark::State& state, const c_shape& s, bool through_c, int thread
   dO.data = d_out.data(), dQ.data = dq.data(), dK.data = dk.data(), dV.data = dv.data();
   xattn_attention_desc desc = xattn_attention_defaults();
   desc.threads = threads;
+  std::vector<std::int64_t> ids(s.seq_kv);
+  for (std::size_t j = 0; j < s.seq_kv; ++j) ids[j] = std::int64_t(4 * j / s.seq_kv);
+  xattn_tensor ids_c{ids.data(), XATTN_I64, 1, {Skv}, {1}};
+  if (packed) desc.causal = XATTN_CAUSAL_TOP_LEFT, desc.documents = &ids_c;
   xattn::schedule sch;
   sch.threads = threads;
   const std::array<std::size_t, 4> shape_q{s.batch, s.heads, s.seq_q, s.dim},
@@ -55,19 +64,25 @@ void c_api(benchmark::State& state, const c_shape& s, bool through_c, int thread
         state.SkipWithError(xattn_last_error());
     } else {
       using namespace xattn;
-      const auto e = softmax(ref(q.data(), shape_q, strides_q) * trans(ref(k.data(), shape_k, strides_k)) *
-                             (1.0 / std::sqrt(double(s.dim)))) *
-                     ref(v.data(), shape_k, strides_k);
-      const std::array<std::size_t, 3> shape_l{s.batch, s.heads, s.seq_q};
-      const std::array<std::ptrdiff_t, 3> strides_l{H * Sq, Sq, 1};
-      eval_with_lse_into(e, out.data(), shape_q, strides_q, lse.data(), shape_l, strides_l, sch);
-      if (backward)
-        grad_into(e, raw_tensor<const float, 4>{out.data(), shape_q, strides_q},
-                  raw_tensor<const float, 3>{lse.data(), shape_l, strides_l},
-                  raw_tensor<const float, 4>{d_out.data(), shape_q, strides_q},
-                  raw_tensor<float, 4>{dq.data(), shape_q, strides_q},
-                  raw_tensor<float, 4>{dk.data(), shape_k, strides_k},
-                  raw_tensor<float, 4>{dv.data(), shape_k, strides_k}, sch);
+      const auto scores = ref(q.data(), shape_q, strides_q) * trans(ref(k.data(), shape_k, strides_k)) *
+                          (1.0 / std::sqrt(double(s.dim)));
+      const auto run = [&](const auto& e) {
+        const std::array<std::size_t, 3> shape_l{s.batch, s.heads, s.seq_q};
+        const std::array<std::ptrdiff_t, 3> strides_l{H * Sq, Sq, 1};
+        eval_with_lse_into(e, out.data(), shape_q, strides_q, lse.data(), shape_l, strides_l, sch);
+        if (backward)
+          grad_into(e, raw_tensor<const float, 4>{out.data(), shape_q, strides_q},
+                    raw_tensor<const float, 3>{lse.data(), shape_l, strides_l},
+                    raw_tensor<const float, 4>{d_out.data(), shape_q, strides_q},
+                    raw_tensor<float, 4>{dq.data(), shape_q, strides_q},
+                    raw_tensor<float, 4>{dk.data(), shape_k, strides_k},
+                    raw_tensor<float, 4>{dv.data(), shape_k, strides_k}, sch);
+      };
+      const auto V = ref(v.data(), shape_k, strides_k);
+      if (packed)
+        run(softmax(mask(mask(scores, causal()), documents(xt::adapt(ids, {s.seq_kv})))) * V);
+      else
+        run(softmax(scores) * V);
     }
   });
   state.counters["us_per_call"] = seconds * 1e6;
@@ -76,12 +91,13 @@ void c_api(benchmark::State& state, const c_shape& s, bool through_c, int thread
 }  // namespace
 
 void register_c_api() {
-  const auto add = [](const c_shape& s, bool through_c, int threads, bool backward) {
-    std::string name = std::string(backward ? "c_api_fwd_bwd/" : "c_api/") + (through_c ? "c" : "cpp");
+  const auto add = [](const c_shape& s, bool through_c, int threads, bool backward, bool packed = false) {
+    std::string name =
+        std::string(packed ? "c_api_documents" : "c_api") + (backward ? "_fwd_bwd/" : "/") + (through_c ? "c" : "cpp");
     for (std::size_t x : {s.batch, s.heads, s.seq_q, s.seq_kv, s.dim}) name += '/' + std::to_string(x);
     name += '/' + std::to_string(threads);
     benchmark::RegisterBenchmark(name.c_str(),
-                                 [=](benchmark::State& st) { c_api(st, s, through_c, threads, backward); })
+                                 [=](benchmark::State& st) { c_api(st, s, through_c, threads, backward, packed); })
         ->UseRealTime()
         ->Unit(benchmark::kMicrosecond);
   };
@@ -90,6 +106,8 @@ void register_c_api() {
       for (const bool through_c : {true, false}) add(s, through_c, threads, false);
   for (int threads : {1, 2})
     for (const bool through_c : {true, false}) add(c_shape{1, 8, 1024, 1024, 64}, through_c, threads, true);
+  for (const bool backward : {false, true})
+    for (const bool through_c : {true, false}) add(c_shape{1, 8, 1024, 1024, 64}, through_c, 1, backward, true);
 }
 
 }  // namespace xattn_bench

@@ -19,7 +19,7 @@ extern "C" {
 #endif
 
 #define XATTN_VERSION_MAJOR 0
-#define XATTN_VERSION_MINOR 1
+#define XATTN_VERSION_MINOR 2
 #define XATTN_MAX_RANK 4
 
 typedef enum xattn_dtype {
@@ -56,25 +56,61 @@ typedef enum xattn_causal {
   XATTN_CAUSAL_BOTTOM_RIGHT = 2 /* query i sees keys j <= i + Skv - Sq (decoding, FlashAttention) */
 } xattn_causal;
 
-/* What to compute besides softmax(Q K^T * scale) V. Start from xattn_attention_defaults(). */
+typedef enum xattn_rope {
+  XATTN_ROPE_NONE = 0,
+  XATTN_ROPE_HALF = 1,       /* features (k, k + dims/2) turned together: LLaMA, GPT-NeoX */
+  XATTN_ROPE_INTERLEAVED = 2 /* features (2k, 2k + 1): GPT-J */
+} xattn_rope;
+
+/* Additive (Bahdanau) scoring, d2l's AdditiveAttention, in place of the dot product:
+ * score(q, k) = w_v . tanh(W_q q + W_k k), W_q (h, D), W_k (h, Dk), w_v (h), F32 or F64; q and k
+ * may differ in size (D, Dk). xattn_backward writes the weights' gradients into d_w_q, d_w_k,
+ * d_w_v (the weights' shapes, F32 or F64; NULL: not wanted). */
+typedef struct xattn_additive {
+  const xattn_tensor* w_q;
+  const xattn_tensor* w_k;
+  const xattn_tensor* w_v;
+  xattn_tensor* d_w_q;
+  xattn_tensor* d_w_k;
+  xattn_tensor* d_w_v;
+} xattn_additive;
+
+/* What to compute besides softmax(Q K^T * scale) V. Start from xattn_attention_defaults().
+ * The score of query i and key j is
+ *   s = softcap(scale * rope(q_i) . rope(k_j)) + mask_ij + bias_ij - alibi_h * |i + Skv - Sq - j|
+ * (each term only when set), then every mask below hides keys, sinks join the softmax, and
+ * dropout zeroes weights. Dense, causal, window, lengths, softcap, sinks and rope run the fused
+ * code the C++ DSL compiles for them; documents, mask, bias, alibi, dropout and the additive
+ * scorer run one expression per accumulator type in which those parts are chosen at run time
+ * (docs/c.md). */
 typedef struct xattn_attention_desc {
   double scale;                  /* 0: 1/sqrt(D) */
   xattn_causal causal;           /* also aligns the window: at the bottom right when XATTN_CAUSAL_BOTTOM_RIGHT */
   int64_t window_left;           /* query at position p sees keys [p - left, p + right]; -1 = unbounded */
   int64_t window_right;          /* (with causal, min(right, 0)) */
   const xattn_tensor* lengths;   /* key lengths (B) or (B, Sq), XATTN_I32 or XATTN_I64, or NULL */
-  const xattn_tensor* documents; /* reserved: NULL */
-  const xattn_tensor* mask;      /* reserved: NULL */
-  const xattn_tensor* bias;      /* reserved: NULL */
-  const xattn_tensor* alibi;     /* reserved: NULL */
+  const xattn_tensor* documents; /* document ids (Sq) or (B, Sq), I32 or I64: query i sees key j iff their
+                                    ids are equal; or NULL */
+  const xattn_tensor* documents_kv; /* the keys' ids (Skv) or (B, Skv) when Sq != Skv; NULL: documents */
+  const xattn_tensor* mask;      /* broadcast to (B, Hq, Sq, Skv) (right-aligned, each axis equal or 1):
+                                    XATTN_BOOL (1 = attend) or F32/F64 added to the scores (-inf hides) */
+  const xattn_tensor* bias;      /* F32 or F64 broadcast as mask, added to the scores; has a gradient */
+  const xattn_tensor* alibi;     /* slopes (Hq), F32 or F64, or NULL */
   double softcap;                /* > 0: scores become softcap * tanh(scores / softcap); 0: off */
   const xattn_tensor* sinks;     /* one logit per query head (Hq), XATTN_F32 or XATTN_F64, or NULL */
-  float dropout_p;               /* reserved: 0 */
+  float dropout_p;               /* in [0, 1): training-mode dropout on the weights (Philox keyed by seed) */
   uint64_t seed;
-  int32_t threads; /* 0: OpenMP's default */
+  int32_t threads;               /* 0: OpenMP's default */
+  xattn_rope rope;               /* rotary embeddings of q and k, computed in float (F64 inputs: double) */
+  double rope_base;              /* 10000 by default */
+  int64_t rope_dims;             /* the first rope_dims features turn; 0: all D */
+  const xattn_tensor* rope_q_positions; /* (Sq) or (B, Sq), I32 or I64; NULL: i + Skv - Sq */
+  const xattn_tensor* rope_k_positions; /* (Skv) or (B, Skv); NULL: j */
+  const xattn_additive* additive;        /* the additive scorer (scale 0 then means 1), or NULL */
 } xattn_attention_desc;
 
-/* scale 0, no causal, unbounded window, no lengths, softcap 0, no sinks, no dropout, threads 0. */
+/* scale 0, no causal, unbounded window, no masks, softcap 0, no sinks, no dropout, threads 0, no rope
+ * (base 10000, all features). */
 XATTN_API xattn_attention_desc xattn_attention_defaults(void);
 
 /* out = attention(q, k, v): q (B, Hq, Sq, D), k (B, Hkv, Skv, D), v (B, Hkv, Skv, Dv) with Hq a
@@ -89,7 +125,8 @@ XATTN_API xattn_status xattn_forward(const xattn_tensor* q, const xattn_tensor* 
  * out and lse as xattn_forward wrote them (lse is required) and d_out (out's shape, and out's
  * dtype or F32). dq, dk, dv take q's, k's and v's shapes, in F32 (F64 for F64 inputs) or the
  * inputs' 16-bit dtype (rounded from float gradients); dsinks (Hq) F32 or F64 with desc.sinks;
- * dbias must be NULL in this version. NULL for a gradient not wanted. No gradient may overlap
+ * dbias in desc.bias's shape, F32 or F64, with desc.bias (summed over its broadcast axes). NULL
+ * for a gradient not wanted. No gradient may overlap
  * an input or another gradient. If lse does not belong to these inputs (its rows' probabilities
  * do not sum to 1) the call fails after the pass, leaving the F32/F64 gradients zeroed. */
 XATTN_API xattn_status xattn_backward(const xattn_tensor* q, const xattn_tensor* k, const xattn_tensor* v,
@@ -100,7 +137,7 @@ XATTN_API xattn_status xattn_backward(const xattn_tensor* q, const xattn_tensor*
 /* The calling thread's message for the last call that failed ("" if none). */
 XATTN_API const char* xattn_last_error(void);
 
-/* "0.1.0" */
+/* "0.2.0" */
 XATTN_API const char* xattn_version(void);
 
 #ifdef __cplusplus

@@ -13,6 +13,9 @@ xattn_attention_desc xattn_attention_defaults(void) {
   d.window_left = -1;
   d.window_right = -1;
   d.threads = 0;
+  d.rope = XATTN_ROPE_NONE;
+  d.rope_base = 10000.0;
+  d.rope_dims = 0;
   return d;
 }
 
@@ -52,6 +55,6 @@ xattn_status xattn_backward(const xattn_tensor* q, const xattn_tensor* k, const 
 
 const char* xattn_last_error(void) { return xattn::c_api::last_error().c_str(); }
 
-const char* xattn_version(void) { return "0.1.0"; }
+const char* xattn_version(void) { return "0.2.0"; }
 
 }  // extern "C"

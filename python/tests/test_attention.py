@@ -173,8 +173,6 @@ def test_bad_input_raises_with_the_library_message():
         xattn.attention(q, k, v, sinks=make((3,)))
     with pytest.raises(ValueError, match="causal must be False, True"):
         xattn.attention(q, k, v, causal="left")
-    with pytest.raises(NotImplementedError, match="mask= is not supported"):
-        xattn.attention(q, k, v, mask=torch.ones(3, 5, dtype=torch.bool))
     with pytest.raises(ValueError, match="q has dtype XATTN_I32; q, k and v must be XATTN_F32"):
         xattn.attention(q.int(), k.int(), v.int())
     with pytest.raises(TypeError, match="q has dtype torch.complex64"):

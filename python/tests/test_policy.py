@@ -99,3 +99,33 @@ def test_policy_parameters_are_set_per_call(cache):
 def test_compile_error_names_the_first_error(cache):
     with pytest.raises(xattn.CompileError, match="broken_t does not compile: .*error"):
         xattn.policy("struct broken_t { int operator()(; };", name="broken_t")
+
+
+def test_policy_with_runtime_masks_alibi_softcap_and_rope(cache):
+    """The policy's one expression takes documents, a boolean mask, ALiBi, softcap and rotary
+    embeddings chosen at run time (against the same cosine written in torch ops)."""
+    from test_options import rotate
+
+    cosine = xattn.policy(COSINE, name="cosine_t")
+    B, H, S, D = 2, 2, 11, 8
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(B, H, S, D, generator=g, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    ids = torch.tensor([0] * 4 + [1] * 7)
+    flags = torch.rand(B, 1, S, S, generator=g) > 0.25
+    slopes = torch.tensor([0.3, 0.05], dtype=torch.float64)
+    out = xattn.attention(q, k, v, score=cosine, documents=ids, mask=flags, alibi=slopes, softcap=5.0, rope="half")
+    pos = torch.arange(S)
+    qr, kr = rotate(q, pos), rotate(k, pos)
+    s = 10.0 * (qr / qr.norm(dim=-1, keepdim=True)) @ (kr / kr.norm(dim=-1, keepdim=True)).transpose(-1, -2)
+    s = 5.0 * torch.tanh(s / 5.0) - slopes.view(H, 1, 1) * (pos.view(-1, 1) - pos.view(1, -1)).abs()
+    visible = flags & (ids.view(-1, 1) == ids.view(1, -1))
+    p = torch.softmax(s.masked_fill(~visible, float("-inf")), -1).nan_to_num()
+    want = p @ v
+    assert (out - want).abs().max() < 1e-6  # rope's float angles
+    d_out = torch.randn(out.shape, generator=g, dtype=torch.float64)
+    ours = torch.autograd.grad(out, (q, k, v, cosine.temperature), d_out)
+    theirs = torch.autograd.grad(want, (q, k, v), d_out)
+    for a, b in zip(ours, theirs):
+        assert (a - b).abs().max() < 1e-5
+    with pytest.raises(NotImplementedError, match="desc.bias, desc.dropout_p and desc.additive are not supported with a compiled"):
+        xattn.attention(q, k, v, score=cosine, dropout=0.1)

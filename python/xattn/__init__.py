@@ -15,12 +15,29 @@ import sys
 from . import _c
 from ._jit import CompileError, Policy, policy
 
-__all__ = ["attention", "policy", "Policy", "CompileError", "version"]
+__all__ = ["attention", "additive", "Additive", "policy", "Policy", "CompileError", "version"]
 
 
 def version():
     """The library's version, "major.minor.patch"."""
     return _c.lib.xattn_version().decode()
+
+
+class Additive:
+    """Additive (Bahdanau) scoring, d2l's AdditiveAttention: score(q, k) = w_v . tanh(W_q q + W_k k),
+    with W_q (h, D), W_k (h, Dk), w_v (h,): queries and keys may differ in size. Pass it as
+    score=; torch weights that require grad receive their gradients."""
+
+    def __init__(self, w_q, w_k, w_v):
+        self.w_q, self.w_k, self.w_v = w_q, w_k, w_v
+
+    def parameters(self):
+        return [self.w_q, self.w_k, self.w_v]
+
+
+def additive(w_q, w_k, w_v):
+    """score=xattn.additive(W_q, W_k, w_v): additive attention fused, forward and backward."""
+    return Additive(w_q, w_k, w_v)
 
 
 def _is_torch(x):
@@ -92,22 +109,17 @@ _DEFAULTS = bytes(_c.lib.xattn_attention_defaults())
 
 
 class _Options:
-    """attention()'s keyword arguments, checked, and the C descriptor they make."""
+    """attention()'s keyword arguments, checked, and the C descriptor they make (the library checks
+    shapes and values again and names the argument)."""
 
-    def __init__(self, scale, causal, window, lengths, softcap, sinks, dropout, seed, threads, unsupported,
-                 score=None):
-        for name, value in unsupported.items():
-            if value is not None:
-                raise NotImplementedError(
-                    "xattn.attention: %s= is not supported by this version of the Python package; "
-                    "scale, causal, window, lengths, softcap, sinks and threads are" % name)
-        if dropout:
-            raise NotImplementedError("xattn.attention: dropout must be 0 in this version of the Python package")
+    def __init__(self, scale, causal, window, lengths, softcap, dropout, seed, threads, documents, mask, alibi,
+                 rope, score=None):
         if causal not in (False, True, "top_left", "bottom_right"):
             raise ValueError("xattn.attention: causal must be False, True (top left) or 'bottom_right', not %r"
                              % (causal,))
-        if score is not None and not isinstance(score, Policy):
-            raise TypeError("xattn.attention: score must be an xattn.policy(...), not %s" % type(score))
+        if score is not None and not isinstance(score, (Policy, Additive)):
+            raise TypeError("xattn.attention: score must be an xattn.policy(...) or xattn.additive(...), not %s"
+                            % type(score))
         self.score = score
         self.desc = _c.Desc.from_buffer_copy(_DEFAULTS)
         # scale None: 1/sqrt(D) for the dot product, 1 (the score as written) for a policy
@@ -119,20 +131,57 @@ class _Options:
             self.desc.window_left = -1 if left is None else int(left)
             self.desc.window_right = -1 if right is None else int(right)
         self.desc.softcap = 0.0 if softcap is None else float(softcap)
+        self.desc.dropout_p = float(dropout or 0.0)
         self.desc.seed, self.desc.threads = int(seed), int(threads)
-        if lengths is not None and not (_is_torch(lengths) or hasattr(lengths, "ctypes")):
+        self._alive = []  # what the descriptor points at
+        self.desc.lengths = self._pointer(lengths, "lengths", "int64")
+        if isinstance(documents, tuple):
+            q_ids, kv_ids = documents
+            self.desc.documents = self._pointer(q_ids, "documents[0]", "int64")
+            self.desc.documents_kv = self._pointer(kv_ids, "documents[1]", "int64")
+        else:
+            self.desc.documents = self._pointer(documents, "documents", "int64")
+        self.desc.mask = self._pointer(mask, "mask", "float64")
+        self.desc.alibi = self._pointer(alibi, "alibi", "float64")
+        if rope is not None and rope is not False:
+            options = dict(rope) if isinstance(rope, dict) else {"style": rope}
+            unknown = set(options) - {"style", "base", "dims", "q_positions", "k_positions"}
+            if unknown:
+                raise ValueError("xattn.attention: rope has unknown keys %s (style, base, dims, q_positions, "
+                                 "k_positions)" % sorted(unknown))
+            style = options.get("style", "half")
+            styles = {True: _c.ROPE_HALF, "half": _c.ROPE_HALF, "interleaved": _c.ROPE_INTERLEAVED}
+            if style not in styles:
+                raise ValueError("xattn.attention: rope style must be 'half' or 'interleaved', not %r" % (style,))
+            self.desc.rope = styles[style]
+            self.desc.rope_base = float(options.get("base", 10000.0))
+            self.desc.rope_dims = int(options.get("dims", 0))
+            self.desc.rope_q_positions = self._pointer(options.get("q_positions"), "rope q_positions", "int64")
+            self.desc.rope_k_positions = self._pointer(options.get("k_positions"), "rope k_positions", "int64")
+
+    def _pointer(self, x, name, default_dtype):
+        """A pointer to the C view of x (lists become numpy arrays of default_dtype), or None."""
+        if x is None:
+            return None
+        if not (_is_torch(x) or hasattr(x, "ctypes")):
             import numpy as np
 
-            lengths = np.asarray(lengths, dtype=np.int64)
-        self.lengths = lengths  # kept alive with its view
-        self._lengths = _view(lengths, "lengths")
-        if self._lengths is not None:
-            self.desc.lengths = ctypes.pointer(self._lengths)
+            x = np.asarray(x, dtype=default_dtype)
+        view = _view(x, name)
+        self._alive += [x, view]
+        return ctypes.pointer(view)
 
-    def with_sinks(self, sinks):
-        """The descriptor, with sinks' current memory."""
-        self._sinks = _view(sinks, "sinks")
+    def with_tensors(self, sinks, bias, weights=None, d_weights=(None, None, None)):
+        """The descriptor, with the current memory of sinks, bias and the additive scorer's weights
+        (the differentiable options) and where its weights' gradients go."""
+        self._sinks, self._bias = _view(sinks, "sinks"), _view(bias, "bias")
         self.desc.sinks = ctypes.pointer(self._sinks) if sinks is not None else None
+        self.desc.bias = ctypes.pointer(self._bias) if bias is not None else None
+        if isinstance(self.score, Additive):
+            names = ("W_q", "W_k", "w_v", "dW_q", "dW_k", "dw_v")
+            self._weights = [_view(x, n) for x, n in zip((*(weights or self.score.parameters()), *d_weights), names)]
+            self._additive = _c.Additive(*(ctypes.pointer(t) if t is not None else None for t in self._weights))
+            self.desc.additive = ctypes.pointer(self._additive)
         return self.desc
 
 
@@ -146,7 +195,7 @@ def _empty_like_out(q, shape, dtype=None):
     return np.empty(shape, dtype=q.dtype if dtype is None else dtype)
 
 
-def _forward(q, k, v, sinks, opts):
+def _forward(q, k, v, sinks, bias, opts, weights=None):
     """(out, lse): out in q's type and rank, lse (B, Hq, Sq) float32 (float64 for float64 inputs)."""
     Q, K, V = _view(q, "q", 4), _view(k, "k", 4), _view(v, "v", 4)
     shape = (Q.shape[0], Q.shape[1], Q.shape[2], V.shape[3])
@@ -156,8 +205,8 @@ def _forward(q, k, v, sinks, opts):
     out = lib.empty(shape, dtype=q.dtype)
     lse = lib.empty(shape[:-1], dtype=lib.float64 if Q.dtype == _c.F64 else lib.float32)
     O, L = _view(out, "out", 4), _view(lse, "lse", 3)
-    desc = ctypes.byref(opts.with_sinks(sinks))
-    if opts.score is None:
+    desc = ctypes.byref(opts.with_tensors(sinks, bias, weights))
+    if opts.score is None or isinstance(opts.score, Additive):
         _c.check(_c.lib.xattn_forward(Q, K, V, desc, O, L))  # ctypes passes structures by reference
     else:
         lib = opts.score.library(Q.dtype)
@@ -166,25 +215,28 @@ def _forward(q, k, v, sinks, opts):
     return out, lse
 
 
-def _backward(q, k, v, sinks, out, lse, d_out, opts, wanted):
-    """dq, dk, dv (each in its operand's type, or None where not wanted), dsinks, and the policy's
-    parameter gradients (a list of floats)."""
+def _backward(q, k, v, sinks, bias, out, lse, d_out, opts, wanted, weights=None):
+    """dq, dk, dv (each in its operand's type), dsinks, dbias (None where not wanted), and the
+    scorer's parameter gradients (a policy's: floats; the additive weights': tensors)."""
     grads = []
-    for x, want in zip((q, k, v), wanted[:3]):
-        grads.append(_empty_like_out(x, tuple(x.shape)) if want else None)
-    dsinks = _empty_like_out(sinks, tuple(sinks.shape)) if sinks is not None and wanted[3] else None
-    views = [_view(g, n, 4) for g, n in zip(grads, ("dq", "dk", "dv"))]
+    for x, want in zip((q, k, v, sinks, bias), wanted[:5]):
+        grads.append(_empty_like_out(x, tuple(x.shape)) if x is not None and want else None)
+    additive_scorer = isinstance(opts.score, Additive)
+    d_weights = [_empty_like_out(w, tuple(w.shape)) for w in weights] if additive_scorer else [None] * 3
+    views = [_view(g, n, 4) for g, n in zip(grads[:3], ("dq", "dk", "dv"))]
+    views += [_view(grads[3], "dsinks"), _view(grads[4], "dbias")]
     Q = _view(q, "q", 4)
-    args = [_ref(Q), _ref(_view(k, "k", 4)), _ref(_view(v, "v", 4)), ctypes.byref(opts.with_sinks(sinks)),
+    desc = opts.with_tensors(sinks, bias, weights, d_weights)
+    args = [_ref(Q), _ref(_view(k, "k", 4)), _ref(_view(v, "v", 4)), ctypes.byref(desc),
             _ref(_view(out, "out", 4)), _ref(_view(lse, "lse", 3)), _ref(_view(d_out, "d_out", 4)),
-            *map(_ref, views), _ref(_view(dsinks, "dsinks"))]
-    if opts.score is None:
-        _c.check(_c.lib.xattn_backward(*args, None))
-        return (*grads, dsinks, [])
+            *map(_ref, views[:4])]
+    if opts.score is None or additive_scorer:
+        _c.check(_c.lib.xattn_backward(*args, _ref(views[4])))
+        return (*grads, d_weights if additive_scorer else [])
     lib = opts.score.library(Q.dtype)
     d_values = (ctypes.c_double * max(1, len(opts.score.names)))()
     opts.score.check(lib, lib.xattn_policy_backward(*args, opts.score.values(), d_values))
-    return (*grads, dsinks, list(d_values)[:len(opts.score.names)])
+    return (*grads, list(d_values)[:len(opts.score.names)])
 
 
 _function = None
@@ -198,18 +250,21 @@ def _autograd_function():
 
         class Attention(torch.autograd.Function):
             @staticmethod
-            def forward(ctx, q, k, v, sinks, opts, *parameters):  # parameters: the policy's learnables
-                out, lse = _forward(q, k, v, sinks, opts)
-                ctx.save_for_backward(q, k, v, sinks, out, lse)
+            def forward(ctx, q, k, v, sinks, bias, opts, *parameters):  # parameters: the scorer's learnables
+                weights = parameters if isinstance(opts.score, Additive) else None
+                out, lse = _forward(q, k, v, sinks, bias, opts, weights)
+                ctx.save_for_backward(q, k, v, sinks, bias, out, lse, *parameters)
                 ctx.opts = opts
                 return out
 
             @staticmethod
             def backward(ctx, d_out):
-                q, k, v, sinks, out, lse = ctx.saved_tensors
-                *grads, d_parameters = _backward(q, k, v, sinks, out, lse, d_out, ctx.opts, ctx.needs_input_grad[:4])
-                d_parameters = [torch.tensor(x, dtype=torch.float64) if want else None
-                                for x, want in zip(d_parameters, ctx.needs_input_grad[5:])]
+                q, k, v, sinks, bias, out, lse, *parameters = ctx.saved_tensors
+                weights = parameters if isinstance(ctx.opts.score, Additive) else None
+                *grads, d_parameters = _backward(q, k, v, sinks, bias, out, lse, d_out, ctx.opts,
+                                                 ctx.needs_input_grad[:5], weights)
+                d_parameters = [(x if _is_torch(x) else torch.tensor(x, dtype=torch.float64)) if want else None
+                                for x, want in zip(d_parameters, ctx.needs_input_grad[6:])]
                 return (*grads, None, *d_parameters)
 
         _function = Attention
@@ -228,20 +283,28 @@ def attention(q, k, v, *, scale=None, causal=False, window=None, lengths=None, s
     softcap * tanh(scores / softcap). sinks: (Hq,) one logit per query head that takes part in the
     softmax and holds no value. threads: 0 for OpenMP's default.
 
-    score: an xattn.policy(...) (a scoring function written in C++, compiled on first use) in
-    place of the scaled dot product; scale then defaults to 1.
+    documents: (Sq,) or (B, Sq) ids, query i sees key j iff their ids are equal (a tuple
+    (q_ids, kv_ids) when Sq != Skv). mask: broadcast to (B, Hq, Sq, Skv), bool (True = attend) or
+    float (added to the scores; -inf hides). bias: float32/float64, broadcast as mask, added to the
+    scores, differentiable. alibi: (Hq,) slopes; adds -slope * |i + Skv - Sq - j|. rope: "half"
+    (LLaMA), "interleaved" (GPT-J) or a dict(style, base=10000, dims=0 (all), q_positions,
+    k_positions) rotating q and k. dropout: the probability of zeroing a weight (training mode,
+    reproducible from seed). The score is softcap(scale q.k) + mask + bias + alibi.
 
-    torch tensors that require grad give a result that backpropagates to q, k, v, sinks and the
-    policy's learnables.
+    score: an xattn.policy(...) (a scoring function written in C++, compiled on first use) or
+    xattn.additive(W_q, W_k, w_v) in place of the scaled dot product; scale then defaults to 1.
+
+    torch tensors that require grad give a result that backpropagates to q, k, v, sinks, bias and
+    the scorer's learnables.
     """
-    opts = _Options(scale, causal, window, lengths, softcap, sinks, dropout, seed, threads,
-                    {"documents": documents, "mask": mask, "bias": bias, "alibi": alibi, "rope": rope}, score)
+    opts = _Options(scale, causal, window, lengths, softcap, dropout, seed, threads, documents, mask, alibi, rope,
+                    score)
     if _is_torch(q):
         import torch
 
         parameters = [p for p in score.parameters() if _is_torch(p)] if score is not None else []
         needs = torch.is_grad_enabled() and any(
-            x is not None and x.requires_grad for x in (q, k, v, sinks, *parameters))
+            x is not None and x.requires_grad for x in (q, k, v, sinks, bias, *parameters))
         if needs:
-            return _autograd_function().apply(q, k, v, sinks, opts, *parameters)
-    return _forward(q, k, v, sinks, opts)[0]
+            return _autograd_function().apply(q, k, v, sinks, bias, opts, *parameters)
+    return _forward(q, k, v, sinks, bias, opts)[0]

@@ -8,6 +8,7 @@ MAX_RANK = 4
 F32, F64, BF16, F16, I32, I64, BOOL = range(7)
 OK, INVALID_ARGUMENT, UNSUPPORTED, OUT_OF_MEMORY, INTERNAL = range(5)
 CAUSAL_NONE, CAUSAL_TOP_LEFT, CAUSAL_BOTTOM_RIGHT = range(3)
+ROPE_NONE, ROPE_HALF, ROPE_INTERLEAVED = range(3)
 
 
 class Tensor(ctypes.Structure):
@@ -20,6 +21,10 @@ class Tensor(ctypes.Structure):
     ]
 
 
+class Additive(ctypes.Structure):
+    _fields_ = [(name, ctypes.POINTER(Tensor)) for name in ("w_q", "w_k", "w_v", "d_w_q", "d_w_k", "d_w_v")]
+
+
 class Desc(ctypes.Structure):
     _fields_ = [
         ("scale", ctypes.c_double),
@@ -28,6 +33,7 @@ class Desc(ctypes.Structure):
         ("window_right", ctypes.c_int64),
         ("lengths", ctypes.POINTER(Tensor)),
         ("documents", ctypes.POINTER(Tensor)),
+        ("documents_kv", ctypes.POINTER(Tensor)),
         ("mask", ctypes.POINTER(Tensor)),
         ("bias", ctypes.POINTER(Tensor)),
         ("alibi", ctypes.POINTER(Tensor)),
@@ -36,6 +42,12 @@ class Desc(ctypes.Structure):
         ("dropout_p", ctypes.c_float),
         ("seed", ctypes.c_uint64),
         ("threads", ctypes.c_int32),
+        ("rope", ctypes.c_int),
+        ("rope_base", ctypes.c_double),
+        ("rope_dims", ctypes.c_int64),
+        ("rope_q_positions", ctypes.POINTER(Tensor)),
+        ("rope_k_positions", ctypes.POINTER(Tensor)),
+        ("additive", ctypes.POINTER(Additive)),
     ]
 
 

@@ -3,6 +3,7 @@ use with the system's C++ compiler against xattn's headers, cached by the hash o
 that goes into it, and loaded with ctypes."""
 
 import ctypes
+import glob
 import hashlib
 import os
 import re
@@ -45,6 +46,23 @@ XATTN_API xattn_status xattn_policy_backward(const xattn_tensor* q, const xattn_
 XATTN_API const char* xattn_policy_last_error(void) { return xattn::c_api::last_error().c_str(); }
 }
 """
+
+
+_interface_digest = None
+
+
+def interface_digest(include_dirs):
+    """A hash of the C interface's headers (xattn.h, xattn/c_api/): a cached policy built against
+    other ones is compiled again, even within one version."""
+    global _interface_digest
+    if _interface_digest is None:
+        h = hashlib.sha256()
+        for d in include_dirs:
+            for path in sorted(glob.glob(os.path.join(d, "xattn.h")) + glob.glob(os.path.join(d, "xattn", "c_api", "*"))):
+                with open(path, "rb") as f:
+                    h.update(f.read())
+        _interface_digest = h.hexdigest()
+    return _interface_digest
 
 
 class CompileError(RuntimeError):
@@ -116,7 +134,9 @@ class Policy:
         src = self._source(element)
         here = os.path.dirname(os.path.abspath(__file__))
         command = [CXX, *CXX_FLAGS, *("-I" + os.path.join(here, d) for d in INCLUDE_DIRS)]  # relative: to the package
-        key = hashlib.sha256("\0".join([src, *command, _c.lib.xattn_version().decode()]).encode()).hexdigest()[:32]
+        dirs = [os.path.join(here, d) for d in INCLUDE_DIRS]
+        parts = [src, *command, _c.lib.xattn_version().decode(), interface_digest(dirs)]
+        key = hashlib.sha256("\0".join(parts).encode()).hexdigest()[:32]
         directory = cache_dir()
         path = os.path.join(directory, "policy_%s.so" % key)
         if not os.path.exists(path):

@@ -3,7 +3,9 @@
 // softcap, sinks, scales, transposed and padded strides) give bit for bit what the C++ expression
 // the interface documents gives (causal(), or one window() when a window bound is set;
 // lengths(lens, masked_rows::zero); softcap(); sinks()), forward and float/double backward, and
-// agree with the double reference. Bad input returns a status and a message naming the argument.
+// agree with the double reference. The rarer options (documents, masks, bias, ALiBi, dropout,
+// rope) agree with the double reference of the C++ expression a user writes for them. Bad input
+// returns a status and a message naming the argument.
 #include <xattn.h>
 #include <xattn/eval/oracle/reference_grad.hpp>
 #include <xattn/xattn.hpp>
@@ -244,7 +246,157 @@ void one_case(std::uint64_t seed) {
     run(scores);
 }
 
+/// The rarer options (documents, a boolean mask, a bias tensor with its gradient, ALiBi, softcap,
+/// sinks, dropout, rotary embeddings, causal, lengths, each present or not) through the
+/// runtime-composed expression, against the double reference of the C++ expression a user writes
+/// for them: softmax(mask(mask(mask(mask(alibi(softcap(rope(Q) * trans(rope(K)) * scale), slopes)
+/// + bias(t), causal), documents(ids)), bool_mask(m)), lengths), sinks) [dropout] * V.
+template <class T, class O>
+void runtime_case(std::uint64_t seed) {
+  rng g(seed);
+  using Acc = std::conditional_t<std::is_same_v<T, double>, double, float>;
+  const std::size_t B = g.size(1, 2), Hkv = g.size(1, 2), Hq = Hkv * g.size(1, 2), Sq = g.size(1, 30),
+                    Skv = Sq + g.size(0, 20), D = g.size(1, 2) * 16, Dv = g.size(1, 20);
+  auto q = make<T>(g, {B, Hq, Sq, D}, g.coin(), 0);
+  auto k = make<T>(g, {B, Hkv, Skv, D}, g.coin(), 0);
+  auto v = make<T>(g, {B, Hkv, Skv, Dv}, false, 0);
+  xattn_attention_desc d = xattn_attention_defaults();
+  d.threads = int(g.size(1, 2));
+  const bool docs = g.coin(), flags = g.coin(), with_bias = g.coin(), with_alibi = g.coin(), capped = g.coin(0.3),
+             with_sinks = g.coin(0.3), drop = g.coin(0.3), turned = g.coin(), causal_bound = g.coin(),
+             with_lengths = g.coin(0.3);
+  xt::xtensor<std::int64_t, 1> lens = xt::zeros<std::int64_t>({B});
+  for (auto& x : lens) x = std::int64_t(with_lengths ? g.size(0, Skv) : Skv);
+  xattn_tensor lens_c{lens.data(), XATTN_I64, 1, {std::int64_t(B)}, {1}};
+  // ids in runs over the keys; the queries are the last Sq keys (aligned at the bottom right)
+  xt::xtensor<std::int64_t, 1> kv_ids = xt::zeros<std::int64_t>({Skv}), q_ids = xt::zeros<std::int64_t>({Sq});
+  for (std::size_t j = 1; j < Skv; ++j) kv_ids(j) = kv_ids(j - 1) + (g.coin(0.15) ? 1 : 0);
+  for (std::size_t i = 0; i < Sq; ++i) q_ids(i) = kv_ids(Skv - Sq + i);
+  xattn_tensor q_ids_c{q_ids.data(), XATTN_I64, 1, {std::int64_t(Sq)}, {1}};
+  xattn_tensor kv_ids_c{kv_ids.data(), XATTN_I64, 1, {std::int64_t(Skv)}, {1}};
+  xt::xtensor<bool, 4> m = xt::zeros<bool>({B, std::size_t(1), Sq, Skv});
+  for (auto& x : m) x = g.coin(0.8);
+  xattn_tensor m_c{m.data(),
+                   XATTN_BOOL,
+                   4,
+                   {std::int64_t(B), 1, std::int64_t(Sq), std::int64_t(Skv)},
+                   {std::int64_t(Sq * Skv), 0, std::int64_t(Skv), 1}};
+  xt::xtensor<Acc, 3> bias_t = g.tensor<Acc>({Hq, Sq, Skv});
+  xattn_tensor bias_c{bias_t.data(),
+                      dtype_of<Acc>(),
+                      3,
+                      {std::int64_t(Hq), std::int64_t(Sq), std::int64_t(Skv)},
+                      {std::int64_t(Sq * Skv), std::int64_t(Skv), 1}};
+  std::vector<double> slopes = alibi_op::standard_slopes(Hq);
+  xattn_tensor slopes_c{slopes.data(), XATTN_F64, 1, {std::int64_t(Hq)}, {1}};
+  xt::xtensor<double, 1> sink_values = g.vector<double>(Hq, -2, 2);
+  xattn_tensor sinks_c{sink_values.data(), XATTN_F64, 1, {std::int64_t(Hq)}, {1}};
+  if (docs) d.documents = &q_ids_c, d.documents_kv = &kv_ids_c;
+  if (flags) d.mask = &m_c;
+  if (with_bias) d.bias = &bias_c;
+  if (with_alibi) d.alibi = &slopes_c;
+  if (capped) d.softcap = 3.0;
+  if (with_sinks) d.sinks = &sinks_c;
+  if (drop) d.dropout_p = 0.2f, d.seed = seed;
+  if (turned) d.rope = XATTN_ROPE_HALF;
+  if (causal_bound) d.causal = XATTN_CAUSAL_BOTTOM_RIGHT;
+  if (with_lengths) d.lengths = &lens_c;
+
+  std::vector<O> out(B * Hq * Sq * Dv, O(-7.0f));
+  std::vector<Acc> lse(B * Hq * Sq);
+  const std::array<std::size_t, 4> out_shape{B, Hq, Sq, Dv};
+  xattn_tensor out_c{out.data(),
+                     dtype_of<O>(),
+                     4,
+                     {std::int64_t(B), std::int64_t(Hq), std::int64_t(Sq), std::int64_t(Dv)},
+                     {std::int64_t(Hq * Sq * Dv), std::int64_t(Sq * Dv), std::int64_t(Dv), 1}};
+  xattn_tensor lse_c{lse.data(),
+                     dtype_of<Acc>(),
+                     3,
+                     {std::int64_t(B), std::int64_t(Hq), std::int64_t(Sq)},
+                     {std::int64_t(Hq * Sq), std::int64_t(Sq), 1}};
+  auto qc = q.c(), kc = k.c(), vc = v.c();
+  INFO("seed " << seed << " B " << B << " Hq " << Hq << " Hkv " << Hkv << " Sq " << Sq << " Skv " << Skv << " D " << D
+               << " documents " << docs << " mask " << flags << " bias " << with_bias << " alibi " << with_alibi
+               << " softcap " << capped << " sinks " << with_sinks << " dropout " << drop << " rope " << turned
+               << " causal " << causal_bound << " lengths " << with_lengths);
+  REQUIRE(xattn_forward(&qc, &kc, &vc, &d, &out_c, &lse_c) == XATTN_OK);
+
+  // the expression a C++ user writes, every part present: absent ones are neutral (a zero bias,
+  // slopes of 0, ids all 0, a mask of ones, sinks of -inf, rotation at positions that are not used)
+  const double scale = 1 / std::sqrt(double(D));
+  const auto Q = rope(q.term(), std::int64_t(Skv - Sq)), K = rope(k.term(), std::int64_t(0));
+  const auto plain = [&](const auto& s) {
+    const xt::xtensor<Acc, 3> b = with_bias ? bias_t : xt::xtensor<Acc, 3>(xt::zeros<Acc>(bias_t.shape()));
+    const std::vector<double> a = with_alibi ? slopes : std::vector<double>(Hq, 0.0);
+    const auto modified = [&](const auto& x) { return alibi(x, a) + bias(b); };
+    const xt::xtensor<std::int64_t, 1> qi = docs ? q_ids : xt::xtensor<std::int64_t, 1>(xt::zeros<std::int64_t>({Sq}));
+    const xt::xtensor<std::int64_t, 1> ki =
+        docs ? kv_ids : xt::xtensor<std::int64_t, 1>(xt::zeros<std::int64_t>({Skv}));
+    const xt::xtensor<bool, 4> mm = flags ? m : xt::xtensor<bool, 4>(xt::ones<bool>(m.shape()));
+    xt::xtensor<double, 1> sv = sink_values;
+    if (!with_sinks) sv.fill(-std::numeric_limits<double>::infinity());
+    const auto finish = [&](const auto& x) {
+      const auto band = window(unbounded, causal_bound ? 0 : unbounded, align::bottom_right);
+      const auto masked = mask(mask(mask(modified(x), band), documents(qi, ki)), bool_mask(mm));
+      const auto w = softmax(mask(masked, lengths(lens, masked_rows::zero)), sinks(sv));
+      const auto check = [&](const auto& e) {
+        const auto ref = reference(e);
+        const xt::xtensor<O, 4> got = xt::adapt(out, out_shape);
+        const double tol = std::is_same_v<T, double> ? 1e-12 : std::is_same_v<T, float> ? 2e-5 : 3e-2;
+        CHECK(max_abs_diff(got, ref.output) < tol);
+        if constexpr (std::is_same_v<T, O> && std::is_same_v<T, Acc>) {  // the backward, every gradient
+          const xt::xtensor<O, 4> d_out = g.tensor<O>({B, Hq, Sq, Dv});
+          xattn_tensor d_out_c = out_c;
+          d_out_c.data = const_cast<O*>(d_out.data());
+          xt::xtensor<Acc, 4> dq = xt::zeros<Acc>(q.shape), dk = xt::zeros<Acc>(k.shape), dv = xt::zeros<Acc>(v.shape);
+          xt::xtensor<Acc, 3> dbias = xt::zeros<Acc>(bias_t.shape());
+          const auto c = [](auto& t) {
+            xattn_tensor r{t.data(), dtype_of<Acc>(), int(t.dimension()), {}, {}};
+            for (std::size_t i = 0; i < t.dimension(); ++i)
+              r.shape[i] = std::int64_t(t.shape()[i]), r.strides[i] = std::int64_t(t.strides()[i]);
+            return r;
+          };
+          xattn_tensor dq_c = c(dq), dk_c = c(dk), dv_c = c(dv), dbias_c = c(dbias);
+          REQUIRE(xattn_backward(&qc, &kc, &vc, &d, &out_c, &lse_c, &d_out_c, &dq_c, &dk_c, &dv_c, nullptr,
+                                 with_bias ? &dbias_c : nullptr) == XATTN_OK);
+          const auto r = reference_grad(make_plan(e), xt::xtensor<double, 4>(xt::cast<double>(d_out)));
+          const double gtol = std::is_same_v<T, double> ? 1e-10 : 2e-4;
+          CHECK(max_abs_diff(dq, r.dq) < gtol);
+          CHECK(max_abs_diff(dk, r.dk) < gtol);
+          CHECK(max_abs_diff(dv, r.dv) < gtol);
+          if (with_bias) CHECK(max_abs_diff(dbias, r.dbias.front()) < gtol);
+        }
+      };
+      if (drop)
+        check(dropout(w, 0.2f, seed) * v.term());
+      else
+        check(w * v.term());
+    };
+    if (capped)
+      finish(softcap(s, 3.0));
+    else
+      finish(s);
+  };
+  if (turned)
+    plain(Q * trans(K) * scale);
+  else
+    plain(q.term() * trans(k.term()) * scale);
+}
+
 }  // namespace
+
+TEST_CASE(
+    "xattn_forward and xattn_backward: documents, masks, bias, ALiBi, dropout and rope as the C++ expressions "
+    "they stand for",
+    "[c]") {
+  for (std::uint64_t seed = 1; seed <= 10; ++seed) {
+    runtime_case<float, float>(600 + seed);
+    runtime_case<double, double>(700 + seed);
+    runtime_case<bfloat16, bfloat16>(800 + seed);
+    runtime_case<float16, float>(900 + seed);
+  }
+}
 
 TEST_CASE("xattn_forward and xattn_backward: the C++ library's fused passes, bit for bit, on random problems", "[c]") {
   for (std::uint64_t seed = 1; seed <= 12; ++seed) {
@@ -306,8 +458,41 @@ TEST_CASE("xattn_forward: bad input returns a status and a message, and writes n
   refused(XATTN_INVALID_ARGUMENT, "desc.sinks has shape (3) but must be (Hq) = (4)");
   d.sinks = nullptr;
   d.bias = &S;
-  refused(XATTN_UNSUPPORTED, "not supported by this version of the C interface");
+  refused(XATTN_INVALID_ARGUMENT,
+          "desc.bias has shape (3), which does not broadcast to the scores (B, Hq, Sq, Skv) = (2,4,3,5)");
+  xattn_tensor in_out{out.data(), XATTN_F32, 2, {3, 5}, {6, 1}};  // broadcasts, but it is out's memory
+  d.bias = &in_out;
+  refused(XATTN_INVALID_ARGUMENT, "out or lse overlaps desc.bias; the pass reads it while writing them");
   d.bias = nullptr;
+  S.dtype = XATTN_I32;
+  d.mask = &S;
+  refused(XATTN_INVALID_ARGUMENT, "desc.mask has dtype XATTN_I32 but must be XATTN_BOOL or XATTN_F32 or XATTN_F64");
+  d.mask = nullptr;
+  S.shape[0] = 5;
+  d.documents_kv = &S;
+  refused(XATTN_INVALID_ARGUMENT, "desc.documents_kv is given but desc.documents is NULL");
+  d.documents = &S;
+  S.shape[0] = 3;
+  refused(XATTN_INVALID_ARGUMENT, "documents(desc.documents_kv): desc.documents_kv has shape (3) but must be (5)");
+  d.documents = d.documents_kv = nullptr;
+  S.dtype = XATTN_F32;
+  d.rope = XATTN_ROPE_HALF;
+  d.rope_dims = 3;
+  refused(XATTN_INVALID_ARGUMENT, "desc.rope_dims is 3; it must be even and at most D = 8");
+  d.rope = XATTN_ROPE_NONE;
+  d.rope_dims = 0;
+  d.dropout_p = 1.0f;
+  refused(XATTN_INVALID_ARGUMENT, "desc.dropout_p is 1; it must be in [0, 1)");
+  d.dropout_p = 0.0f;
+  std::vector<float> w(4 * 8, 0.1f);
+  xattn_tensor Wq{w.data(), XATTN_F32, 2, {4, 8}, {8, 1}}, Wk{w.data(), XATTN_F32, 2, {4, 7}, {7, 1}},
+      wv{w.data(), XATTN_F32, 1, {4}, {1}};
+  xattn_additive additive{&Wq, &Wk, &wv, nullptr, nullptr, nullptr};
+  d.additive = &additive;
+  refused(XATTN_INVALID_ARGUMENT, "additive{W_q, W_k, w_v}: W_q is (4,8), W_k is (4,7), w_v has 4 entries");
+  additive.w_v = nullptr;
+  refused(XATTN_INVALID_ARGUMENT, "desc.additive->w_v is NULL");
+  d.additive = nullptr;
   auto refused_lse = [&](xattn_tensor lse, const std::string& words) {
     const xattn_status s = xattn_forward(&Q, &K, &V, &d, &O, &lse);
     INFO(xattn_last_error());
@@ -379,7 +564,19 @@ TEST_CASE("xattn_backward: bad input returns a status and a message, and writes 
   refused(XATTN_INVALID_ARGUMENT, "dsinks is given but desc.sinks is NULL");
   dsinks_arg = nullptr;
   dbias = &DS;
-  refused(XATTN_UNSUPPORTED, "dbias must be NULL");
+  refused(XATTN_INVALID_ARGUMENT, "dbias is given but desc.bias is NULL");
+  std::vector<float> bias_values(5, 0.0f);
+  xattn_tensor bias_c{bias_values.data(), XATTN_F32, 1, {5}, {1}};
+  d.bias = &bias_c;
+  refused(XATTN_INVALID_ARGUMENT, "dbias has shape (2) but must have desc.bias's (5)");
+  DS.data = bias_values.data(), DS.shape[0] = 5;
+  refused(XATTN_INVALID_ARGUMENT, "dbias overlaps another tensor of the call");
+  DS.data = dsinks.data(), DS.shape[0] = 2;
+  dbias = nullptr;
+  xattn_tensor in_dv{dv.data(), XATTN_F32, 1, {5}, {1}};
+  d.bias = &in_dv;
+  refused(XATTN_INVALID_ARGUMENT, "dv overlaps desc.bias; the backward reads it while writing dv");
+  d.bias = nullptr;
   dbias = nullptr;
   d.causal = XATTN_CAUSAL_NONE;  // another expression than the forward's: its lse does not fit
   CHECK(xattn_backward(&Q, &K, &V, &d, &O, &L, &DO, &DQ, &DK, &DV, nullptr, nullptr) == XATTN_INVALID_ARGUMENT);

@@ -5,11 +5,14 @@
 #include <xattn.h>
 #include <xattn/xattn.hpp>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -22,6 +25,15 @@ struct view4 {
   void* data = nullptr;
   std::array<std::size_t, 4> shape{};
   std::array<std::ptrdiff_t, 4> strides{};
+};
+
+/// A tensor of caller memory of rank 1 to 4 (a mask, a bias), in its own dtype.
+struct view_nd {
+  bool given = false;
+  void* data = nullptr;
+  xattn_dtype dtype = XATTN_F32;
+  std::vector<std::size_t> shape;
+  std::vector<std::ptrdiff_t> strides;
 };
 
 struct forward_args {
@@ -40,6 +52,20 @@ struct forward_args {
   double softcap = 0;         // 0: off
   std::vector<double> sinks;  // empty: none
   schedule sch;
+  // the rarer parts, composed at run time (general.hpp)
+  std::optional<documents_mask> documents;
+  view_nd flags;                // desc.mask of XATTN_BOOL
+  view_nd additive_mask, bias;  // desc.mask of F32/F64, desc.bias
+  std::vector<double> alibi;    // empty: none
+  float dropout_p = 0;
+  std::uint64_t seed = 0;
+  // rotary embeddings (copies of q and k turned before the pass)
+  std::optional<rotary> rope_q, rope_k;
+  std::optional<additive> scorer;  // the additive scorer in place of the dot product
+
+  bool general() const noexcept {
+    return documents || flags.given || additive_mask.given || bias.given || !alibi.empty() || dropout_p > 0 || scorer;
+  }
 };
 
 /// A gradient the caller wants (data not null) or not, in its dtype.
@@ -56,6 +82,8 @@ struct backward_args {
   void* dsinks = nullptr;  // (Hq), F32 or F64, or null
   xattn_dtype dsinks_dtype = XATTN_F32;
   std::ptrdiff_t dsinks_stride = 1;
+  view_nd dbias;                // desc.bias's shape, F32 or F64; given: wanted
+  view_nd d_w_q, d_w_k, d_w_v;  // the additive scorer's weights' gradients; given: wanted
 };
 
 /// A valid combination this build does not run (XATTN_UNSUPPORTED).
@@ -66,6 +94,11 @@ struct unsupported : std::invalid_argument {
 /// Runs the fused forward for inputs of element type T (defined per type in forward_*.cpp).
 template <class T>
 void forward_as(const forward_args& a);
+
+/// Runs the fused forward on q, k, v in Acc (float or double): copies of 16-bit inputs, or turned
+/// copies under rotary embeddings; every runtime choice (defined in forward_general_*.cpp).
+template <class Acc>
+void forward_in_acc(const forward_args& a);
 
 /// Runs the fused backward in Acc (float or double; 16-bit inputs are widened to float first),
 /// defined per type in backward_*.cpp.
@@ -132,6 +165,89 @@ inline std::int64_t int_at(const xattn_tensor& t, std::int64_t b, std::int64_t i
                               : static_cast<const std::int64_t*>(t.data)[off];
 }
 
+/// An integer tensor of rank 1 or 2 named `name`, checked and copied: its values and shape.
+inline std::pair<std::vector<std::int64_t>, std::vector<std::size_t>> ints_of(const char* who, const xattn_tensor& t,
+                                                                              const char* name) {
+  if (t.rank != 1 && t.rank != 2) fail(who, ": ", name, " has rank ", t.rank, " but must have rank 1 or 2");
+  check_tensor(who, &t, name, t.rank);
+  if (t.dtype != XATTN_I32 && t.dtype != XATTN_I64)
+    fail(who, ": ", name, " has dtype ", dtype_name(t.dtype), " but must be XATTN_I32 or XATTN_I64");
+  std::vector<std::int64_t> v;
+  std::vector<std::size_t> shape(std::size_t(t.rank));
+  for (int i = 0; i < t.rank; ++i) shape[std::size_t(i)] = std::size_t(t.shape[i]);
+  for (std::int64_t b = 0; b < (t.rank == 2 ? t.shape[0] : 1); ++b)
+    for (std::int64_t i = 0; i < t.shape[t.rank - 1]; ++i) {
+      const std::int64_t off = t.rank == 2 ? b * t.strides[0] + i * t.strides[1] : i * t.strides[0];
+      v.push_back(t.dtype == XATTN_I32 ? std::int64_t(static_cast<const std::int32_t*>(t.data)[off])
+                                       : static_cast<const std::int64_t*>(t.data)[off]);
+    }
+  return {std::move(v), std::move(shape)};
+}
+
+/// A tensor of rank 1 to 4 named `name` of one of the dtypes `allowed`, checked.
+inline view_nd nd_of(const char* who, const xattn_tensor& t, const char* name,
+                     std::initializer_list<xattn_dtype> allowed) {
+  if (t.rank < 1 || t.rank > 4) fail(who, ": ", name, " has rank ", t.rank, " but must have rank 1 to 4");
+  check_tensor(who, &t, name, t.rank);
+  bool ok = false;
+  std::string names;
+  for (xattn_dtype d : allowed) {
+    ok = ok || t.dtype == d;
+    names += std::string(names.empty() ? "" : " or ") + dtype_name(d);
+  }
+  if (!ok) fail(who, ": ", name, " has dtype ", dtype_name(t.dtype), " but must be ", names);
+  view_nd v;
+  v.given = true;
+  v.data = t.data;
+  v.dtype = t.dtype;
+  for (int i = 0; i < t.rank; ++i) {
+    v.shape.push_back(std::size_t(t.shape[i]));
+    v.strides.push_back(std::ptrdiff_t(t.strides[i]));
+  }
+  return v;
+}
+
+/// t broadcasts to the scores (B, Hq, Sq, Skv): right-aligned, each axis equal or 1.
+inline void check_broadcast(const char* who, const xattn_tensor& t, const char* name, const std::int64_t (&scores)[4]) {
+  for (int a = 0; a < t.rank; ++a) {
+    const std::int64_t n = t.shape[t.rank - 1 - a], want = scores[3 - a];
+    if (n != want && n != 1)
+      fail(who, ": ", name, " has shape ", shape_of(t), ", which does not broadcast to the scores (B, Hq, Sq, Skv) = (",
+           scores[0], ",", scores[1], ",", scores[2], ",", scores[3], ") (right-aligned: each axis equal or 1)");
+  }
+}
+
+/// One operand's rotary embedding: positions from the tensor (or offset + i), checked as rope() checks them.
+inline rotary rotary_of(const char* who, const xattn_attention_desc& d, const xattn_tensor* positions,
+                        std::int64_t offset, std::size_t batch, std::size_t seq, std::size_t features,
+                        const char* name) {
+  if (!(d.rope_base > 0) || !std::isfinite(d.rope_base))
+    fail(who, ": desc.rope_base is ", d.rope_base, "; it must be finite and > 0");
+  if (d.rope_dims < 0 || d.rope_dims % 2 != 0 || std::size_t(d.rope_dims) > features)
+    fail(who, ": desc.rope_dims is ", d.rope_dims, "; it must be even and at most D = ", features, " (0: all)");
+  rotary r;
+  r.offset = offset;
+  r.options.base = float(d.rope_base);
+  r.options.dims = std::size_t(d.rope_dims);
+  r.options.style = d.rope == XATTN_ROPE_INTERLEAVED ? rope_style::interleaved : rope_style::half;
+  if (positions != nullptr) {
+    auto [v, shape] = ints_of(who, *positions, name);
+    const bool ok =
+        (shape.size() == 1 && shape[0] == seq) || (shape.size() == 2 && shape[0] == batch && shape[1] == seq);
+    if (!ok)
+      fail(who, ": ", name, " has shape ", shape_of(*positions), " but must be (", seq, ") or (", batch, ",", seq, ")");
+    for (std::int64_t p : v)
+      if (p < 0) fail(who, ": ", name, " holds ", p, "; positions must be >= 0");
+    auto owned = std::make_shared<std::vector<std::int64_t>>(std::move(v));
+    r.positions.data = owned->data();
+    r.positions.shape = shape;
+    r.positions.strides =
+        shape.size() == 1 ? std::vector<std::ptrdiff_t>{1} : std::vector<std::ptrdiff_t>{std::ptrdiff_t(shape[1]), 1};
+    r.positions.owned = owned;
+  }
+  return r;
+}
+
 inline std::size_t element_size(xattn_dtype t) {
   switch (t) {
     case XATTN_F64:
@@ -195,7 +311,8 @@ inline forward_args forward_arguments(const xattn_tensor* q, const xattn_tensor*
   const std::int64_t Hkv = k->shape[1], Skv = k->shape[2];
   if (k->shape[0] != B || v->shape[0] != B)
     fail(who, ": batch sizes differ: q ", shape_of(*q), ", k ", shape_of(*k), ", v ", shape_of(*v));
-  if (k->shape[3] != D) fail(who, ": q ", shape_of(*q), " and k ", shape_of(*k), " differ in head size D");
+  if (k->shape[3] != D && desc != nullptr && desc->additive == nullptr)
+    fail(who, ": q ", shape_of(*q), " and k ", shape_of(*k), " differ in head size D");
   if (Hkv == 0 || Hq % Hkv != 0)
     fail(who, ": q ", shape_of(*q), " has ", Hq, " heads, not a multiple of k's ", Hkv, " (k ", shape_of(*k), ")");
   if (v->shape[1] != Hkv || v->shape[2] != Skv)
@@ -226,16 +343,8 @@ inline forward_args forward_arguments(const xattn_tensor* q, const xattn_tensor*
   }
 
   const xattn_attention_desc& d = *desc;
-  if (d.documents != nullptr || d.mask != nullptr || d.bias != nullptr || d.alibi != nullptr)
-    throw unsupported(
-        std::string(who) +
-        ": desc.documents, desc.mask, desc.bias and desc.alibi are not supported by this version of the C "
-        "interface; leave them NULL");
-  if (d.dropout_p != 0.0f)
-    throw unsupported(std::string(who) +
-                      ": desc.dropout_p must be 0: dropout is not supported by this version of the C interface");
   if (!std::isfinite(d.scale)) fail(who, ": desc.scale is ", d.scale, "; it must be finite (0: 1/sqrt(D))");
-  a.scale = d.scale != 0.0 ? d.scale : 1.0 / std::sqrt(double(D));
+  a.scale = d.scale != 0.0 ? d.scale : d.additive != nullptr ? 1.0 : 1.0 / std::sqrt(double(D));
   if (d.causal != XATTN_CAUSAL_NONE && d.causal != XATTN_CAUSAL_TOP_LEFT && d.causal != XATTN_CAUSAL_BOTTOM_RIGHT)
     fail(who, ": desc.causal is ", int(d.causal),
          "; it must be XATTN_CAUSAL_NONE, XATTN_CAUSAL_TOP_LEFT or XATTN_CAUSAL_BOTTOM_RIGHT");
@@ -281,6 +390,75 @@ inline forward_args forward_arguments(const xattn_tensor* q, const xattn_tensor*
   }
   if (d.threads < 0) fail(who, ": desc.threads is ", d.threads, "; it must be >= 0 (0: OpenMP's default)");
   a.sch.threads = d.threads;
+
+  const std::int64_t scores[4] = {B, Hq, Sq, Skv};
+  if (d.documents != nullptr) {
+    const auto ids = [&](const xattn_tensor& t, const char* name) {
+      auto [v, shape] = ints_of(who, t, name);
+      return documents_mask::ids_t{std::move(v), std::move(shape), name};
+    };
+    documents_mask m;
+    m.q = ids(*d.documents, "desc.documents");
+    m.kv = d.documents_kv != nullptr ? ids(*d.documents_kv, "desc.documents_kv") : m.q;
+    a.documents = std::move(m);
+  } else if (d.documents_kv != nullptr) {
+    fail(who, ": desc.documents_kv is given but desc.documents is NULL");
+  }
+  if (d.mask != nullptr) {
+    view_nd m = nd_of(who, *d.mask, "desc.mask", {XATTN_BOOL, XATTN_F32, XATTN_F64});
+    check_broadcast(who, *d.mask, "desc.mask", scores);
+    (m.dtype == XATTN_BOOL ? a.flags : a.additive_mask) = std::move(m);
+  }
+  if (d.bias != nullptr) {
+    a.bias = nd_of(who, *d.bias, "desc.bias", {XATTN_F32, XATTN_F64});
+    check_broadcast(who, *d.bias, "desc.bias", scores);
+  }
+  for (const xattn_tensor* t : {d.mask, d.bias})
+    if (t != nullptr && (overlap(*out, *t) || (lse != nullptr && overlap(*lse, *t))))
+      fail(who, ": out or lse overlaps desc.", t == d.mask ? "mask" : "bias", "; the pass reads it while writing them");
+  if (d.alibi != nullptr) {
+    const view_nd s = nd_of(who, *d.alibi, "desc.alibi", {XATTN_F32, XATTN_F64});
+    if (s.shape.size() != 1 || std::int64_t(s.shape[0]) != Hq)
+      fail(who, ": desc.alibi has shape ", shape_of(*d.alibi), " but must be (Hq) = (", Hq, ")");
+    for (std::int64_t h = 0; h < Hq; ++h)
+      a.alibi.push_back(s.dtype == XATTN_F32 ? double(static_cast<const float*>(s.data)[h * s.strides[0]])
+                                             : static_cast<const double*>(s.data)[h * s.strides[0]]);
+  }
+  if (!(d.dropout_p >= 0.0f && d.dropout_p < 1.0f))
+    fail(who, ": desc.dropout_p is ", d.dropout_p, "; it must be in [0, 1)");
+  a.dropout_p = d.dropout_p;
+  a.seed = d.seed;
+  if (d.rope != XATTN_ROPE_NONE) {
+    if (d.rope != XATTN_ROPE_HALF && d.rope != XATTN_ROPE_INTERLEAVED)
+      fail(who, ": desc.rope is ", int(d.rope),
+           "; it must be XATTN_ROPE_NONE, XATTN_ROPE_HALF or XATTN_ROPE_INTERLEAVED");
+    a.rope_q = rotary_of(who, d, d.rope_q_positions, std::max<std::int64_t>(0, Skv - Sq), std::size_t(B),
+                         std::size_t(Sq), std::size_t(D), "desc.rope_q_positions");
+    a.rope_k = rotary_of(who, d, d.rope_k_positions, 0, std::size_t(B), std::size_t(Skv), std::size_t(k->shape[3]),
+                         "desc.rope_k_positions");
+  } else if (d.rope_q_positions != nullptr || d.rope_k_positions != nullptr) {
+    fail(who, ": desc.rope_q_positions or desc.rope_k_positions is given but desc.rope is XATTN_ROPE_NONE");
+  }
+  if (d.additive != nullptr) {
+    const xattn_additive& w = *d.additive;
+    const auto matrix = [&](const xattn_tensor* t, const char* name, int rank) {
+      if (t == nullptr) fail(who, ": ", name, " is NULL");
+      const view_nd m = nd_of(who, *t, name, {XATTN_F32, XATTN_F64});
+      if (t->rank != rank) fail(who, ": ", name, " has shape ", shape_of(*t), " but must have rank ", rank);
+      xt::xarray<double> x = xt::zeros<double>(m.shape);
+      for (std::size_t r = 0; r < (rank == 2 ? m.shape[0] : 1); ++r)
+        for (std::size_t c = 0; c < m.shape.back(); ++c) {
+          const std::ptrdiff_t at = rank == 2 ? std::ptrdiff_t(r) * m.strides[0] + std::ptrdiff_t(c) * m.strides[1]
+                                              : std::ptrdiff_t(c) * m.strides[0];
+          x.data()[r * m.shape.back() + c] = m.dtype == XATTN_F64 ? static_cast<const double*>(m.data)[at]
+                                                                  : double(static_cast<const float*>(m.data)[at]);
+        }
+      return x;
+    };
+    a.scorer.emplace(matrix(w.w_q, "desc.additive->w_q", 2), matrix(w.w_k, "desc.additive->w_k", 2),
+                     matrix(w.w_v, "desc.additive->w_v", 1));
+    a.scorer->validate(std::size_t(D), std::size_t(k->shape[3]));
+  }
   return a;
 }
 
@@ -307,10 +485,6 @@ inline backward_args backward_arguments(const xattn_tensor* q, const xattn_tenso
          sixteen ? " or XATTN_F32" : "", " for ", dtype_name(a.f.dtype), " inputs");
   a.d_out_dtype = d_out->dtype;
   a.d_out = view_of(*d_out);
-  if (dbias != nullptr)
-    throw unsupported(std::string(who) +
-                      ": dbias must be NULL: desc.bias is not supported by this version of the C interface");
-
   const xattn_tensor* inputs[] = {q, k, v, out, lse, d_out};
   const char* input_names[] = {"q", "k", "v", "out", "lse", "d_out"};
   const xattn_tensor* grads[] = {dq, dk, dv};
@@ -337,6 +511,10 @@ inline backward_args backward_arguments(const xattn_tensor* q, const xattn_tenso
       if (overlap(*t, *inputs[i]))
         fail(who, ": ", grad_names[g], " overlaps ", input_names[i], "; the backward reads it while writing ",
              grad_names[g]);
+    for (const xattn_tensor* m : {desc->mask, desc->bias})
+      if (m != nullptr && overlap(*t, *m))
+        fail(who, ": ", grad_names[g], " overlaps desc.", m == desc->mask ? "mask" : "bias",
+             "; the backward reads it while writing ", grad_names[g]);
     for (int h = 0; h < g; ++h)
       if (grads[h] != nullptr && overlap(*t, *grads[h]))
         fail(who, ": ", grad_names[g], " and ", grad_names[h], " overlap");
@@ -355,6 +533,39 @@ inline backward_args backward_arguments(const xattn_tensor* q, const xattn_tenso
     a.dsinks = dsinks->data;
     a.dsinks_dtype = dsinks->dtype;
     a.dsinks_stride = std::ptrdiff_t(dsinks->strides[0]);
+  }
+  if (desc->additive != nullptr) {
+    const xattn_additive& w = *desc->additive;
+    const xattn_tensor* weights[] = {w.w_q, w.w_k, w.w_v};
+    const xattn_tensor* targets[] = {w.d_w_q, w.d_w_k, w.d_w_v};
+    const char* names[] = {"desc.additive->d_w_q", "desc.additive->d_w_k", "desc.additive->d_w_v"};
+    view_nd* into[] = {&a.d_w_q, &a.d_w_k, &a.d_w_v};
+    for (int n = 0; n < 3; ++n) {
+      if (targets[n] == nullptr) continue;
+      *into[n] = nd_of(who, *targets[n], names[n], {XATTN_F32, XATTN_F64});
+      if (targets[n]->rank != weights[n]->rank ||
+          !std::equal(weights[n]->shape, weights[n]->shape + weights[n]->rank, targets[n]->shape))
+        fail(who, ": ", names[n], " has shape ", shape_of(*targets[n]), " but must have its weight's ",
+             shape_of(*weights[n]));
+      for (const xattn_tensor* t : {q, k, v, out, lse, d_out, dq, dk, dv, dsinks, dbias, w.w_q, w.w_k, w.w_v})
+        if (t != nullptr && overlap(*targets[n], *t)) fail(who, ": ", names[n], " overlaps another tensor of the call");
+      for (int m = 0; m < n; ++m)
+        if (targets[m] != nullptr && overlap(*targets[n], *targets[m]))
+          fail(who, ": ", names[n], " and ", names[m], " overlap");
+    }
+  }
+  if (dbias != nullptr) {
+    if (desc->bias == nullptr) fail(who, ": dbias is given but desc.bias is NULL");
+    a.dbias = nd_of(who, *dbias, "dbias", {XATTN_F32, XATTN_F64});
+    if (a.dbias.shape != a.f.bias.shape)
+      fail(who, ": dbias has shape ", shape_of(*dbias), " but must have desc.bias's ", shape_of(*desc->bias));
+    layout<4> at;  // dbias's axes, padded with axes of 1
+    at.shape.fill(1);
+    for (std::size_t i = 0; i < a.dbias.shape.size(); ++i)
+      at.shape[i] = a.dbias.shape[i], at.stride[i] = a.dbias.strides[i];
+    if (!at.unique()) fail(who, ": dbias strides give two elements of shape ", shape_of(*dbias), " the same address");
+    for (const xattn_tensor* t : {q, k, v, out, lse, d_out, dq, dk, dv, dsinks, desc->bias, desc->mask})
+      if (t != nullptr && overlap(*dbias, *t)) fail(who, ": dbias overlaps another tensor of the call");
   }
   return a;
 }

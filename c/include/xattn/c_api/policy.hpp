@@ -1,10 +1,11 @@
 #pragma once
 // A scoring policy written in C++ behind the C interface: what the Python package's xattn.policy
 // compiles around a user's struct. One expression per element type, so a policy compiles once:
-// softmax(mask(mask(score(P, Q, K) * scale, window), lengths), sinks) * V, where no causal bound
-// or window is the unbounded window, no lengths is every key, and no sink is a sink of -inf (each
-// gives what the expression without it gives). Parameters are the policy's learnables, as
-// doubles in parameters()'s order.
+// softmax(mask(modify(score(P, Q, K) * scale, terms), masks), sinks) * V with the call's additive
+// terms (softcap, additive mask, ALiBi) and masks (causal or window, lengths, documents, boolean
+// mask) chosen at run time (general.hpp), and no sink a sink of -inf. Rotary embeddings turn
+// copies of Q and K first. A bias tensor, dropout and the additive scorer are not offered. Parameters are the
+// policy's learnables, as doubles in parameters()'s order.
 #include "backward.hpp"
 #include "forward.hpp"
 #include "status.hpp"
@@ -62,21 +63,12 @@ struct builder {
 
   template <class Q, class K, class V, class F>
   void operator()(const forward_args& a, const Q& q, const K& k, const V& v, F&& f) const {
-    if (a.softcap > 0) throw unsupported("xattn.policy: softcap is not supported with a compiled policy");
-    const std::size_t heads = a.q.shape[1], batch = a.q.shape[0];
-    lengths_mask lens;
-    if (a.lengths) {
-      lens = *a.lengths;
-    } else {  // every key
-      lens.fill_value = -std::numeric_limits<double>::infinity();
-      lens.shape = {batch};
-      lens.lens.assign(batch, std::int64_t(a.k.shape[2]));
-    }
-    xt::xtensor<double, 1> sink_values = xt::zeros<double>({heads});
-    for (std::size_t h = 0; h < heads; ++h)
-      sink_values(h) = a.sinks.empty() ? -std::numeric_limits<double>::infinity() : a.sinks[h];
-    const auto w = a.band ? window(a.left, a.right, a.where) : window(unbounded, unbounded);
-    f(softmax(mask(mask(score(policy, q, k) * a.scale, w), lens), sinks(sink_values)) * v);
+    if (a.bias.given || a.dropout_p > 0 || a.scorer)
+      throw unsupported(
+          "xattn.policy: desc.bias, desc.dropout_p and desc.additive are not supported with a compiled policy");
+    using Acc = std::remove_cv_t<typename Q::value_type>;
+    const general_parts<Acc> parts(a);
+    f(parts.weights(score(policy, q, k) * a.scale, std::true_type{}, std::false_type{}, a) * v);
   }
 };
 
@@ -98,7 +90,7 @@ xattn_status forward(const xattn_tensor* q, const xattn_tensor* k, const xattn_t
     const forward_args a = forward_arguments(q, k, v, desc, out, lse, "xattn.policy forward");
     check_dtype(dtype_of<T>(), a.dtype);
     const P p = with_values<P>(values);
-    forward_with<T>(a, builder<P>{p});
+    forward_in_acc_with<T>(a, builder<P>{p});
   });
 }
 
