@@ -80,9 +80,10 @@ int main(void) {
   d.lengths = &L;
   s = xattn_forward(&Q, &K, &V, &d, &O, &O);
   expect(s == XATTN_INVALID_ARGUMENT && strstr(xattn_last_error(), "lse has rank 4") != NULL, "an lse of rank 4");
-  d.dropout_p = 0.1f;
+  d.dropout_p = 1.0f;
   s = xattn_forward(&Q, &K, &V, &d, &O, NULL);
-  expect(s == XATTN_UNSUPPORTED, "dropout is XATTN_UNSUPPORTED in this version");
+  expect(s == XATTN_INVALID_ARGUMENT && strstr(xattn_last_error(), "desc.dropout_p is 1") != NULL,
+         "a dropout probability of 1");
   d.dropout_p = 0.0f;
   s = xattn_forward(&Q, &K, &V, &d, &V, NULL); /* out over v: the wrong shape first */
   expect(s == XATTN_INVALID_ARGUMENT, "out of v's shape is refused");
