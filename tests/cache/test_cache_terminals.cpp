@@ -8,6 +8,7 @@
 #include <catch2/catch.hpp>
 #include <xattn/cache.hpp>
 #include <xattn/xattn.hpp>
+#include <xtensor/xbuilder.hpp>
 #include <xtensor/xview.hpp>
 
 #include <cmath>
@@ -192,6 +193,71 @@ TEST_CASE("cache terminals: keys and rope positions per sequence", "[cache]") {
   const auto w = eval(softmax(ref(q) * trans(cache.keys({a, b}))));
   REQUIRE(w.shape() == std::array<std::size_t, 4>{2, 1, 2, 10});
   for (std::size_t j = 3; j < 10; ++j) CHECK(w(1, 0, 0, j) == 0.0f);
+}
+
+TEMPLATE_TEST_CASE("cache terminals: keys stored rotated attend as rope() of the whole keys", "[cache]", float,
+                   bfloat16) {
+  // Each sequence's keys turned at its own positions as they are appended (in pieces, and after a
+  // fork), against the double reference of the expression without a cache: rope(Q) and rope(K)
+  // over contiguous tensors of the same tokens.
+  testing::rng r(47);
+  const std::size_t hkv = 2, hq = 4, dim = 16, n = 3;
+  for (const auto& opts : {rope_options{}, rope_options{.base = 500.0f, .dims = 8, .style = rope_style::interleaved}}) {
+    // [snippet rope_cache]
+    kv_cache<TestType> cache({.kv_heads = hkv, .head_dim = dim, .page_size = 4, .max_tokens = 256, .rope = opts});
+    // [end rope_cache]
+    const std::vector<std::size_t> lens{13, 6};
+    std::vector<xt::xtensor<float, 3>> ks, vs;
+    std::vector<sequence_id> batch;
+    for (const std::size_t len : lens) {
+      ks.push_back(r.tensor<float>({hkv, len, dim}));
+      vs.push_back(r.tensor<float>({hkv, len, dim}));
+      batch.push_back(cache.add_sequence());
+      for (std::size_t lo = 0; lo < len; lo += 5) {
+        const std::size_t hi = std::min(len, lo + 5);
+        cache.append(batch.back(), xt::view(ks.back(), xt::all(), xt::range(lo, hi), xt::all()),
+                     xt::view(vs.back(), xt::all(), xt::range(lo, hi), xt::all()));
+      }
+    }
+    // a fork of the second sequence goes on at its parent's positions
+    batch.push_back(cache.fork(batch[1]));
+    const xt::xtensor<float, 3> k2 = r.tensor<float>({hkv, 4, dim}), v2 = r.tensor<float>({hkv, 4, dim});
+    cache.append(batch[2], k2, v2);
+    ks.push_back(xt::concatenate(xt::xtuple(ks[1], k2), 1));
+    vs.push_back(xt::concatenate(xt::xtuple(vs[1], v2), 1));
+
+    const xt::xtensor<float, 4> q = r.tensor<float>({batch.size(), hq, n, dim});
+    const float scale = 1 / std::sqrt(float(dim));
+    // [snippet rope_step]
+    const auto pos = cache.positions(batch, n);  // each sequence's newest n positions
+    const xt::xtensor<float, 4> got =
+        eval(softmax(mask(rope(ref(q), pos, opts) * trans(cache.keys(batch)) * scale, causal(align::bottom_right))) *
+             cache.values(batch));
+    // [end rope_step]
+    for (std::size_t b = 0; b < batch.size(); ++b) {
+      const std::size_t len = ks[b].shape()[1];
+      const xt::xtensor<float, 4> kd = xt::view(ks[b], xt::newaxis(), xt::all(), xt::all(), xt::all());
+      const xt::xtensor<float, 4> vd = xt::view(vs[b], xt::newaxis(), xt::all(), xt::all(), xt::all());
+      const xt::xtensor<float, 4> qb = xt::view(q, xt::range(b, b + 1), xt::all(), xt::all(), xt::all());
+      const xt::xtensor<std::int64_t, 1> qpos = xt::view(pos, b, xt::all());
+      const auto e = softmax(mask(rope(ref(qb), qpos, opts) * trans(rope(ref(kd), 0, opts)) * scale,
+                                  causal(align::bottom_right))) *
+                     ref(vd);
+      const auto want = reference(e).output;
+      INFO("sequence " << b << " of " << len << " tokens, dims " << opts.dims);
+      double worst = 0;
+      for (std::size_t h = 0; h < hq; ++h)
+        for (std::size_t i = 0; i < n; ++i)
+          for (std::size_t d = 0; d < dim; ++d)
+            worst = std::max(worst, std::abs(double(got(b, h, i, d)) - want(0, h, i, d)));
+      // bfloat16 pages round each rotated key to 8 bits of mantissa
+      CHECK(worst < (std::is_same_v<TestType, float> ? 2e-6 : 2e-2));
+    }
+  }
+  CHECK_THROWS_AS(kv_cache<float>({.kv_heads = 1, .head_dim = 8, .rope = rope_options{.dims = 5}}),
+                  std::invalid_argument);
+  CHECK_THROWS_WITH(kv_cache<float>({.kv_heads = 1, .head_dim = 8, .rope = rope_options{.dims = 5}}),
+                    Catch::Contains("kv_cache_options.rope") && Catch::Contains("dims must be even"));
 }
 
 TEST_CASE("cache terminals: bad input is refused with the shapes named", "[cache]") {

@@ -38,4 +38,13 @@ inline constexpr bool is_terminal_v<cache_ref<T>> = true;
 template <class T>
 inline constexpr bool is_cache_terminal_v<cache_ref<T>> = true;
 
+/// rope() of a cache terminal: the cache turns its keys as they are appended instead, each at its
+/// own position in its sequence (a rotation at read time would recompute every step's angles).
+template <class T, class... A>
+auto rope(const cache_ref<T>&, A&&...) {
+  static_assert(sizeof(T) == 0,
+                "xattn: rope(cache.keys(...)): a kv_cache stores its keys rotated as they are appended; construct it "
+                "with .rope = rope_options{...} and apply rope() to the queries only");
+}
+
 }  // namespace xattn

@@ -35,6 +35,7 @@ class kv_cache {
         vf_{o.head_dim, o.page_size},
         pool_(o.kv_heads * (kf_.head_bytes() + vf_.head_bytes()), (o.max_tokens + o.page_size - 1) / o.page_size) {
     pool_.reserve_free();
+    if (o.rope) inv_freq_ = rotary{{}, 0, *o.rope}.inverse_frequencies(o.head_dim);
   }
 
   const kv_cache_options& options() const noexcept { return opt_; }
@@ -100,6 +101,7 @@ class kv_cache {
     const bool copy_last = used && pool_.refs(s.pages.back()) > 1;
     const std::size_t fresh = n > room ? (n - room + ps - 1) / ps : 0;
     s.pages.reserve(s.pages.size() + fresh);
+    rotation turn(opt_, inv_freq_);
     auto got = pool_.acquire(fresh + (copy_last ? 1 : 0), who);  // the last call that can fail
     if (copy_last) {  // copy on write: the partial page is shared with a fork
       const std::uint32_t mine = got.back();
@@ -115,8 +117,12 @@ class kv_cache {
     for (std::size_t t = 0; t < n; ++t) {
       const std::size_t pos = s.length + t;
       const std::uint32_t page = s.pages[pos / ps];
+      turn.at(pos);
       for (std::size_t h = 0; h < opt_.kv_heads; ++h) {
-        kf_.write(key_head(page, h), pos % ps, k.view.data + k.view.at(h, t, 0), k.view.inner_stride());
+        if (opt_.rope)
+          kf_.write(key_head(page, h), pos % ps, turn.row(k.view.data + k.view.at(h, t, 0), k.view.inner_stride()), 1);
+        else
+          kf_.write(key_head(page, h), pos % ps, k.view.data + k.view.at(h, t, 0), k.view.inner_stride());
         vf_.write(value_head(page, h), pos % ps, v.view.data + v.view.at(h, t, 0), v.view.inner_stride());
       }
     }
@@ -158,6 +164,24 @@ class kv_cache {
   xt::xtensor<float, 3> stored_values(sequence_id a) const { return gather(a, false); }
 
  private:
+  /// Key rows turned by their rotary embedding at a position (options.rope), with the functions
+  /// rope() uses: the same float angles, and rows rotated in float before they are stored.
+  struct rotation {
+    const kv_cache_options& opt;
+    const std::vector<float>& inv;
+    std::vector<float> cos, sin, out;
+    rotation(const kv_cache_options& o, const std::vector<float>& inv_freq)
+        : opt(o), inv(inv_freq), cos(inv_freq.size()), sin(inv_freq.size()), out(o.rope ? o.head_dim : 0) {}
+    void at(std::size_t pos) noexcept {
+      if (opt.rope) kernel::rope_angles(std::int64_t(pos), inv.data(), inv.size(), cos.data(), sin.data());
+    }
+    template <class X>
+    const float* row(const X* x, std::ptrdiff_t xs) noexcept {
+      kernel::rope_row(x, xs, opt.head_dim, 2 * inv.size(), opt.rope->style, cos.data(), sin.data(), 1.0f, out.data());
+      return out.data();
+    }
+  };
+
   struct slot {
     std::vector<std::uint32_t> pages;
     std::size_t length = 0;
@@ -272,6 +296,7 @@ class kv_cache {
   }
 
   kv_cache_options opt_;
+  std::vector<float> inv_freq_;  // options.rope's frequencies
   page_format<KT> kf_;
   page_format<VT> vf_;
   detail::page_pool pool_;
