@@ -10,9 +10,7 @@
 #include "forward.hpp"
 #include "status.hpp"
 
-#include <cmath>
 #include <cstddef>
-#include <limits>
 #include <ranges>
 #include <tuple>
 #include <type_traits>
