@@ -39,6 +39,7 @@ template <class T>
 void cache_append(benchmark::State& state, std::size_t sequences, std::size_t heads, std::size_t dim) {
   constexpr std::size_t steps = 1024;  // tokens per sequence before the pool is emptied
   xattn::kv_cache<T> cache({.kv_heads = heads, .head_dim = dim, .page_size = 16, .max_tokens = sequences * steps});
+  cache.reserve(sequences * steps);  // a server's pool, allocated up front: appends do not take its page faults
   xt::xtensor<float, 3> k = xt::xtensor<float, 3>::from_shape({heads, 1, dim}), v = k;
   fill_uniform({k.data(), k.size()}, 1);
   fill_uniform({v.data(), v.size()}, 2);

@@ -182,6 +182,19 @@ TEST_CASE("kv_cache: bad input is named and leaves the cache as it was") {
   // the fork shares no page (it forked before any append): its first append takes the free page
   CHECK_THROWS_WITH(c.append(b, many, many), Catch::Contains("needs 2 pages but 1"));
   unchanged();
+  CHECK_THROWS_WITH(c.reserve(13),
+                    "xattn: kv_cache.reserve: 13 tokens need 4 pages but the pool holds 3 "
+                    "(max_tokens 12, page_size 4)");
+  unchanged();
+  c.reserve(12);  // memory only: no page is taken, nothing stored moves
+  unchanged();
+  kv_cache<float> fresh({.kv_heads = 2, .head_dim = 8, .page_size = 4, .max_tokens = 12});
+  fresh.reserve(12);
+  CHECK(fresh.free_pages() == 3);
+  const auto s = fresh.add_sequence();
+  fresh.append(s, k, k);
+  const bool same = fresh.stored_keys(s) == k;
+  CHECK(same);
   CHECK_THROWS_WITH(kv_cache<float>({.kv_heads = 0, .head_dim = 8}), "xattn: kv_cache: kv_heads must be > 0");
   CHECK_THROWS_WITH(kv_cache<float>({.kv_heads = 1, .head_dim = 8, .page_size = 0}),
                     "xattn: kv_cache: page_size must be > 0");

@@ -42,6 +42,17 @@ class kv_cache {
   std::size_t free_pages() const noexcept { return pool_.free_pages(); }
   std::size_t max_pages() const noexcept { return pool_.max_pages(); }
 
+  /// Allocates the pool's memory for `tokens` tokens of pages now (a server's startup, as vLLM's):
+  /// otherwise the pool grows in 64 MiB slabs as pages are first used, and the first touch of a
+  /// slab's memory (its page faults) falls in the append that needs it.
+  void reserve(std::size_t tokens) {
+    const std::size_t pages = (tokens + opt_.page_size - 1) / opt_.page_size;
+    if (pages > pool_.max_pages())
+      fail("kv_cache.reserve: ", tokens, " tokens need ", pages, " pages but the pool holds ", pool_.max_pages(),
+           " (max_tokens ", opt_.max_tokens, ", page_size ", opt_.page_size, ")");
+    pool_.reserve(pages);
+  }
+
   /// A new, empty sequence.
   sequence_id add_sequence() {
     const sequence_id id = new_slot();

@@ -49,13 +49,7 @@ class page_pool {
     std::vector<std::uint32_t> got;
     got.reserve(n);
     const std::size_t reused = std::min(n, free_.size()), fresh = n - reused;
-    const std::size_t need_slabs = (used_ + fresh + per_slab_ - 1) / per_slab_;
-    if (need_slabs > slabs_.size()) {
-      slabs_.reserve(need_slabs);
-      refs_.reserve(std::min(max_pages_, need_slabs * per_slab_));
-      while (slabs_.size() < need_slabs)  // a throw here leaves only unused slabs behind
-        slabs_.emplace_back(new (std::align_val_t{64}) std::byte[per_slab_ * page_bytes_]());  // zeroed
-    }
+    grow(used_ + fresh);
     for (std::size_t i = 0; i < reused; ++i) got.push_back(free_[free_.size() - 1 - i]);
     free_.resize(free_.size() - reused);
     for (std::size_t i = 0; i < fresh; ++i) {
@@ -66,6 +60,9 @@ class page_pool {
     return got;
   }
 
+  /// Memory for the first n pages (at most max_pages), allocated and touched now.
+  void reserve(std::size_t n) { grow(std::min(n, max_pages_)); }
+
   void retain(std::uint32_t p) noexcept { ++refs_[p]; }
   /// Drops one reference; the page is free when none is left. free_ has room: reserved in acquire.
   void release(std::uint32_t p) {
@@ -75,6 +72,17 @@ class page_pool {
   void reserve_free() { free_.reserve(max_pages_); }
 
  private:
+  /// Slabs for pages [0, n): a throw leaves only unused slabs behind. Slabs are zeroed, which
+  /// touches their memory (the page faults of a fresh slab are taken here).
+  void grow(std::size_t n) {
+    const std::size_t need_slabs = (n + per_slab_ - 1) / per_slab_;
+    if (need_slabs <= slabs_.size()) return;
+    slabs_.reserve(need_slabs);
+    refs_.reserve(std::min(max_pages_, need_slabs * per_slab_));
+    while (slabs_.size() < need_slabs)
+      slabs_.emplace_back(new (std::align_val_t{64}) std::byte[per_slab_ * page_bytes_]());
+  }
+
   struct aligned_delete {
     void operator()(std::byte* p) const noexcept { ::operator delete[](p, std::align_val_t{64}); }
   };
