@@ -7,4 +7,5 @@
 #include "pack.hpp"
 #include "pv.hpp"
 #include "qk.hpp"
+#include "qk_q8.hpp"
 #include "rows.hpp"

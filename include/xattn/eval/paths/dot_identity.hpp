@@ -7,6 +7,7 @@
 #include "../../form.hpp"
 #include "../../kernel/aligned.hpp"
 #include "../../kernel/qk.hpp"
+#include "../../kernel/qk_q8.hpp"
 #include "../../kernel/rows.hpp"
 #include "../operands/key_panels.hpp"
 #include "../plan/schedule.hpp"
@@ -87,11 +88,14 @@ struct dot_identity_path {
       const Acc* q = q_.data() + (i0 - i0_) * n_;  // rows [i0, i0 + rows) of the loaded block
       const auto& kv = base_.k.view;
       const auto key = [&](std::size_t j) { return kv.row(b, hk, j); };
-      if (const Acc* kt = reader_.panel(b, hk, j0, kv.inner_stride(), key))
+      if (const Acc* kt = reader_.panel(b, hk, j0, kv.inner_stride(), key)) {
         kernel::qk_tile(q, n_, rows, kt, n_, colsp, s, lds);
-      else
-        kernel::qk_direct(
-            q, n_, rows, [&](std::size_t c) { return kv.row(b, hk, j0 + c); }, cols, n_, s, lds);
+        return;
+      }
+      const auto in_place = [&](std::size_t c) { return kv.row(b, hk, j0 + c); };
+      if constexpr (std::is_same_v<decltype(in_place(0)), kernel::q8_row> && std::is_same_v<Acc, float>)
+        if (kernel::qk_direct_q8(q, n_, rows, in_place, cols, n_, s, lds)) return;
+      kernel::qk_direct(q, n_, rows, in_place, cols, n_, s, lds);
     }
 
    private:

@@ -1,0 +1,124 @@
+// qk_direct_q8, int8 (q8_0) key rows on int16 query codes, against the double product of the
+// queries and the dequantized keys, within the bound the query's rounding allows.
+#include "support/random.hpp"
+
+#include <xattn/kernel/qk_q8.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+using namespace xattn;
+
+namespace {
+
+/// cols key rows of n int8 codes and n / 32 scales each, as a cache page stores them.
+struct q8_keys {
+  std::size_t n;
+  std::vector<std::int8_t> codes;
+  std::vector<float> scales;
+  q8_keys(std::size_t cols, std::size_t n, testing::rng& r) : n(n), codes(cols * n), scales(cols * (n / 32)) {
+    for (auto& c : codes) c = std::int8_t(std::lround(r.uniform(-127, 127)));
+    for (auto& s : scales) s = float(r.uniform(0.001, 0.02));
+  }
+  kernel::q8_row row(std::size_t c) const { return {codes.data() + c * n, scales.data() + c * (n / 32), 0}; }
+  double at(std::size_t c, std::size_t d) const { return double(codes[c * n + d]) * scales[c * (n / 32) + d / 32]; }
+};
+
+}  // namespace
+
+TEST_CASE("qk_direct_q8: int8 keys on int16 query codes, within the rounding of the queries", "[kernel]") {
+  REQUIRE(kernel::has_q8_products);  // the tests' builds are AVX-512BW or AVX2
+  testing::rng r(17);
+  // rows 1..5 and 8: every register block and a tail; cols around multiples of 4
+  for (auto [rows, cols, n] : {std::tuple{1u, 1u, 32u},
+                               {1u, 4u, 128u},
+                               {2u, 7u, 64u},
+                               {3u, 9u, 128u},
+                               {4u, 8u, 96u},
+                               {5u, 13u, 128u},
+                               {8u, 37u, 256u}}) {
+    const std::size_t lds = cols + 2;
+    const auto q = r.tensor<float>({rows, n});
+    const q8_keys k(cols, n, r);
+    std::vector<float> s(rows * lds, -7.0f);
+    REQUIRE(kernel::qk_direct_q8(
+        q.data(), n, rows, [&](std::size_t c) { return k.row(c); }, cols, n, s.data(), lds));
+    for (std::size_t i = 0; i < rows; ++i) {
+      double qmax = 0;
+      for (std::size_t d = 0; d < n; ++d) qmax = std::max(qmax, double(std::abs(q(i, d))));
+      for (std::size_t c = 0; c < cols; ++c) {
+        double want = 0, k1 = 0, qk1 = 0;
+        for (std::size_t d = 0; d < n; ++d) {
+          want += double(q(i, d)) * k.at(c, d);
+          k1 += std::abs(k.at(c, d));
+          qk1 += std::abs(double(q(i, d)) * k.at(c, d));
+        }
+        // each query feature moves by at most half a code step, qmax / 65534; float sums add a
+        // few units of roundoff of the absolute products
+        const double bound = k1 * qmax / 65534 + 8 * qk1 * std::numeric_limits<float>::epsilon();
+        INFO("rows " << rows << ", cols " << cols << ", n " << n << ", row " << i << ", key " << c);
+        REQUIRE(std::abs(double(s[i * lds + c]) - want) <= bound);
+      }
+      REQUIRE(s[i * lds + cols] == -7.0f);  // nothing written past the row's keys
+    }
+  }
+}
+
+TEST_CASE("qk_direct_q8: query codes round to nearest with max|q| at 32767", "[kernel]") {
+  std::vector<float> q(32, 0.0f);
+  q[0] = -2.0f;
+  q[1] = 1.0f;
+  q[2] = 2.0f / 32767 * 0.49f;  // under half a step: 0
+  q[3] = 2.0f / 32767 * 0.51f;  // over: 1
+  std::vector<std::int16_t> codes(32);
+  CHECK(kernel::detail::quantize_query16(q.data(), 32, codes.data()) == Approx(2.0f / 32767));
+  CHECK(codes[0] == -32767);
+  CHECK((codes[1] == 16383 || codes[1] == 16384));  // 16383.5, either neighbour
+  CHECK(codes[2] == 0);
+  CHECK(codes[3] == 1);
+  std::vector<float> zero(32, 0.0f);
+  CHECK(kernel::detail::quantize_query16(zero.data(), 32, codes.data()) == 0.0f);
+  CHECK(codes[0] == 0);
+}
+
+TEST_CASE("qk_direct_q8 declines what it cannot do exactly, writing nothing", "[kernel]") {
+  testing::rng r(5);
+  const std::size_t cols = 5, lds = cols;
+  std::vector<float> s(2 * lds, -7.0f);
+  const auto untouched = [&] {
+    for (float x : s)
+      if (x != -7.0f) return false;
+    return true;
+  };
+  const auto k = q8_keys(cols, 64, r);
+  const auto rows = [&](std::size_t c) { return k.row(c); };
+
+  auto q = r.tensor<float>({2, 64});
+  q(1, 3) = std::numeric_limits<float>::infinity();  // inf · 0 must give NaN, as the float path does
+  CHECK_FALSE(kernel::qk_direct_q8(q.data(), 64, 2, rows, cols, 64, s.data(), lds));
+  q(1, 3) = std::numeric_limits<float>::quiet_NaN();
+  CHECK_FALSE(kernel::qk_direct_q8(q.data(), 64, 2, rows, cols, 64, s.data(), lds));
+  CHECK(untouched());
+
+  q(1, 3) = 0.5f;  // not whole groups of 32
+  CHECK_FALSE(kernel::qk_direct_q8(q.data(), 64, 2, rows, cols, 48, s.data(), lds));
+  // keys from column 16 on: their first scale covers features that are not theirs
+  CHECK_FALSE(kernel::qk_direct_q8(
+      q.data(), 64, 2,
+      [&](std::size_t c) {
+        return kernel::q8_row{k.row(c).q, k.row(c).scale, 16};
+      },
+      cols, 32, s.data(), lds));
+  CHECK(untouched());
+  // more query features than the stack holds
+  const auto many = r.tensor<float>({64, 128});
+  const auto k128 = q8_keys(cols, 128, r);
+  std::vector<float> s64(64 * cols);
+  CHECK_FALSE(kernel::qk_direct_q8(
+      many.data(), 128, 64, [&](std::size_t c) { return k128.row(c); }, cols, 128, s64.data(), cols));
+  CHECK(kernel::qk_direct_q8(q.data(), 64, 2, rows, cols, 64, s.data(), lds));
+}
