@@ -26,7 +26,10 @@ std::size_t head_dim(testing::rng& r) {
 std::size_t block(testing::rng& r) { return r.coin(0.4) ? r.size(1, 32) : r.size(1, 300); }
 
 terminal terminal_of(storage s) {
-  return s == storage::raw ? terminal::raw : s == storage::packed ? terminal::packed : terminal::rank0;
+  return s == storage::raw      ? terminal::raw
+         : s == storage::packed ? terminal::packed
+         : s == storage::cache  ? terminal::cache
+                                : terminal::rank0;
 }
 
 /// The reference evaluator is O(B·Hq·Sq·Skv·(D + Dv)) with an allocation per pair; keep each case
@@ -55,8 +58,11 @@ fuzz_case draw_case(testing::rng& r, std::uint64_t run_seed, std::uint64_t index
   c.kind = u < 0.35   ? storage::contiguous
            : u < 0.55 ? storage::strided
            : u < 0.70 ? storage::transposed
-           : u < 0.85 ? storage::raw
-                      : storage::packed;
+           : u < 0.80 ? storage::raw
+           : u < 0.90 ? storage::packed
+                      : storage::cache;
+  if (c.kind == storage::cache && (c.elem == element::f64 || c.elem == element::mixed))  // no such pages
+    c.kind = storage::contiguous;
   if (index < combination_count()) {  // every pipeline once, then random ones
     std::size_t k = 0;
     for_each_combination([&](combination p) {
@@ -67,6 +73,7 @@ fuzz_case draw_case(testing::rng& r, std::uint64_t run_seed, std::uint64_t index
       if (p.term != terminal_of(c.kind))
         c.kind = p.term == terminal::raw      ? storage::raw
                  : p.term == terminal::packed ? storage::packed
+                 : p.term == terminal::cache  ? storage::cache
                                               : storage::contiguous;
     });
   } else {
@@ -82,12 +89,12 @@ fuzz_case draw_case(testing::rng& r, std::uint64_t run_seed, std::uint64_t index
   s.B = r.size(1, 3);
   s.Hkv = s.three_d ? 1 : r.size(1, 3);
   s.G = s.three_d ? 1 : std::array<std::size_t, 5>{1, 1, 2, 3, 4}[r.size(0, 4)];
-  s.Sq = seq_len(r, 130);
+  s.Sq = t == terminal::cache && r.coin(0.5) ? r.size(1, 4) : seq_len(r, 130);  // decoding reads pages in place
   s.Skv = seq_len(r, 300);
   s.Dq = head_dim(r);
   if (rotates_rows(c.scorer)) s.Dq = std::max<std::size_t>(s.Dq, 2);
   s.Dk = needs_same_dim(c.scorer) ? s.Dq : head_dim(r);
-  s.Dv = head_dim(r);
+  s.Dv = t == terminal::cache ? s.Dk : head_dim(r);  // a cache's keys and values have one head size
   fit_budget(s);
 
   c.sch = {block(r), block(r), int(r.size(1, 2))};

@@ -18,7 +18,8 @@ enum class storage {
   strided,     // xt::view with steps and offsets into a larger, NaN-filled buffer
   transposed,  // xt::transpose of (B, S, H, D) / (B, D, S) storage: non-unit stride on D or S
   raw,         // ref(ptr, shape, strides): any axis order, padding, reversed axes (negative strides)
-  packed       // heads(view, H) over (B, S, H*D) with padded rows
+  packed,      // heads(view, H) over (B, S, H*D) with padded rows
+  cache        // K and V a kv_cache's pages: ragged sequences appended in chunks, some forked
 };
 
 inline const char* name(storage s) {
@@ -31,6 +32,8 @@ inline const char* name(storage s) {
       return "transposed";
     case storage::raw:
       return "raw-pointer";
+    case storage::cache:
+      return "kv-cache";
     default:
       return "packed-heads";
   }

@@ -53,7 +53,7 @@ inline constexpr std::size_t dot = 0, tensor = 7, rotary = 8, summed = 9;
 constexpr bool rotates_rows(std::size_t s) { return s == rotary || s == summed; }
 inline constexpr std::size_t no_masks = 0, lengths_2d = 2, causal_masks = 3, softcap_bias = 6, dead = 9;
 
-enum class terminal { rank0, raw, packed };
+enum class terminal { rank0, raw, packed, cache };
 
 /// Operand element types: all float, all double, all bfloat16, all float16, or mixed (float
 /// queries, bfloat16 keys, float16 values: a 16-bit KV cache read by float queries).
@@ -80,8 +80,11 @@ constexpr bool branch_masks(std::size_t m) {
 /// operands change how operands enter the tiles (widened in registers, when packed or read in
 /// place; bf16 pairs for vdpbf16ps where the build has it): every family with dot, every scorer
 /// without masks and with causal skips; mixed types with dot; other terminals with dot and causal.
+/// Cache terminals (no double, no mixed pages) with dot, whose keys are read where the pages hold them.
 constexpr bool allowed(element e, terminal t, std::size_t s, std::size_t m) {
   const bool is_double = e == element::f64;
+  if (t == terminal::cache)  // a kv_cache's pages: float with every family, 16-bit with causal
+    return s == dot && (e == element::f32 || ((e == element::bf16 || e == element::f16) && m == causal_masks));
   if (is_16bit(e)) {
     if (t != terminal::rank0) return s == dot && m == causal_masks;
     return s == dot || (e != element::mixed && s != tensor && (m == no_masks || m == causal_masks));
@@ -99,7 +102,7 @@ constexpr bool allowed(element e, terminal t, std::size_t s, std::size_t m) {
 /// XATTN_FUZZ_POLICY_GRADS=0: test_grad runs every policy's backward under the sanitizers, and their
 /// instantiations would double its build.)
 constexpr bool grad_checked(element e, terminal t, std::size_t s, std::size_t m) {
-  if (t == terminal::raw || is_16bit(e)) return false;
+  if (t == terminal::raw || t == terminal::cache || is_16bit(e)) return false;
   if (s == dot || s == tensor || rotates_rows(s)) return true;
   return XATTN_FUZZ_POLICY_GRADS && branch_masks(m);
 }
@@ -116,7 +119,7 @@ template <class F>
 constexpr void for_each_combination(F&& f) {
   constexpr std::array<element, 5> elements{element::f32, element::f64, element::bf16, element::f16, element::mixed};
   for (std::size_t e = 0; e < (XATTN_FUZZ_16BIT ? 5 : 2); ++e)
-    for (terminal t : {terminal::rank0, terminal::raw, terminal::packed})
+    for (terminal t : {terminal::rank0, terminal::raw, terminal::packed, terminal::cache})
       for (std::size_t s = 0; s < scorer_names.size(); ++s)
         for (std::size_t m = 0; m < mask_names.size(); ++m)
           if (allowed(elements[e], t, s, m)) f(combination{elements[e], t, s, m});

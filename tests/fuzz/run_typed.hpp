@@ -11,6 +11,9 @@ verdict run_typed(const fuzz_case& c, testing::rng& r) {
       return run_on<E, terminal::raw>(c, r);
     case storage::packed:
       return run_on<E, terminal::packed>(c, r);
+    case storage::cache:
+      if constexpr (E != element::f64 && E != element::mixed) return run_on<E, terminal::cache>(c, r);
+      return {false, "kv_cache pages are not double or mixed"};
     default:
       return run_on<E, terminal::rank0>(c, r);
   }

@@ -3,6 +3,8 @@
 // (padding, skipped steps) holds NaN, so a kernel that reads outside a view poisons its output.
 #include "fuzz_case.hpp"
 
+#include <xattn/cache.hpp>
+
 #include <xtensor/xmanipulation.hpp>
 #include <xtensor/xview.hpp>
 
@@ -11,6 +13,9 @@
 #include <limits>
 #include <memory>
 #include <stdexcept>
+#include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 namespace xattn::fuzz {
@@ -127,6 +132,62 @@ auto packed_operand(std::size_t batch, std::size_t heads_n, std::size_t seq, std
   return t;
 }
 
+/// K and V as a kv_cache's pages: each sequence of z.B gets a length in [1, Skv] (one of them
+/// Skv), appended in chunks of drawn sizes into pages of a drawn size; a later sequence may start
+/// as a fork of the first (sharing its pages, the partial one copied on its first append). Every
+/// element the terminals show is checked against what was appended, rounded to the page type:
+/// the reference reads the same pages, so a wrong page index would otherwise go unseen.
+template <class TK, class TV>
+auto cache_operands(const testing::case_sizes& z, testing::rng& r, std::vector<std::shared_ptr<const void>>& keep) {
+  const std::size_t page_size = std::array<std::size_t, 5>{1, 3, 4, 16, 64}[r.size(0, 4)], dim = z.Dk;
+  std::vector<std::size_t> lens(z.B);
+  for (auto& l : lens) l = r.size(1, z.Skv);
+  lens[r.size(0, z.B - 1)] = z.Skv;
+  std::size_t tokens = 0;
+  for (auto l : lens) tokens += l + 2 * page_size;  // a fork's copied page, and partial last pages
+  auto cache = std::make_shared<kv_cache<TK, TV>>(
+      kv_cache_options{.kv_heads = z.Hkv, .head_dim = dim, .page_size = page_size, .max_tokens = tokens});
+  keep.push_back(cache);
+  // what each sequence holds, as appended: (Hkv, S, D) keys and values
+  std::vector<xt::xtensor<float, 3>> ks, vs;
+  std::vector<sequence_id> ids;
+  for (std::size_t b = 0; b < z.B; ++b) {
+    xt::xtensor<float, 3> k = xt::xtensor<float, 3>::from_shape({z.Hkv, lens[b], dim}), v = k;
+    for (auto& x : k) x = float(r.uniform(-1, 1));
+    for (auto& x : v) x = float(r.uniform(-1, 1));
+    std::size_t t = 0;
+    if (b > 0 && lens[b] >= lens[0] && r.coin(0.5)) {  // the first lens[0] rows are the first sequence's
+      ids.push_back(cache->fork(ids[0]));
+      xt::view(k, xt::all(), xt::range(0, lens[0]), xt::all()) = ks[0];
+      xt::view(v, xt::all(), xt::range(0, lens[0]), xt::all()) = vs[0];
+      t = lens[0];
+    } else {
+      ids.push_back(cache->add_sequence());
+    }
+    while (t < lens[b]) {
+      const std::size_t n = std::min(lens[b] - t, r.coin(0.5) ? r.size(1, 5) : r.size(1, lens[b]));
+      const xt::xtensor<float, 3> kc = xt::view(k, xt::all(), xt::range(t, t + n), xt::all());
+      const xt::xtensor<float, 3> vc = xt::view(v, xt::all(), xt::range(t, t + n), xt::all());
+      cache->append(ids[b], kc, vc);
+      t += n;
+    }
+    ks.push_back(std::move(k));
+    vs.push_back(std::move(v));
+  }
+  auto kt = cache->keys(ids);
+  auto vt = cache->values(ids);
+  for (std::size_t b = 0; b < z.B; ++b)
+    for (std::size_t h = 0; h < z.Hkv; ++h)
+      for (std::size_t j = 0; j < lens[b]; ++j)
+        for (std::size_t d = 0; d < dim; ++d)
+          if (float(kt.view(b, h, j, d)) != float(TK(ks[b](h, j, d))) ||
+              float(vt.view(b, h, j, d)) != float(TV(vs[b](h, j, d))))
+            throw std::logic_error("fuzzer: cache terminal element (" + std::to_string(b) + ", " + std::to_string(h) +
+                                   ", " + std::to_string(j) + ", " + std::to_string(d) +
+                                   ") is not the one appended (page_size " + std::to_string(page_size) + ")");
+  return std::pair{kt, vt};
+}
+
 /// Build Q, K, V of element kind E for a terminal kind (compile time) and a storage (run time).
 template <element E, terminal Kind>
 auto operands(const fuzz_case& c, testing::rng& r) {
@@ -145,6 +206,11 @@ auto operands(const fuzz_case& c, testing::rng& r) {
     o.q = raw_operand<TQ>({z.B, z.Hq(), z.Sq, z.Dq}, c.q_amplitude, r, o.keep);
     o.k = raw_operand<TK>({z.B, z.Hkv, z.Skv, z.Dk}, 1, r, o.keep);
     o.v = raw_operand<TV>({z.B, z.Hkv, z.Skv, z.Dv}, 1, r, o.keep);
+    return o;
+  } else if constexpr (Kind == terminal::cache) {
+    operand_set<tensor_ref<TQ, 0>, cache_ref<TK>, cache_ref<TV>> o;
+    o.q = rank0_operand<TQ>(storage::contiguous, logical_shape(z, z.Hq(), z.Sq, z.Dq), c.q_amplitude, r, o.keep);
+    std::tie(o.k, o.v) = cache_operands<TK, TV>(z, r, o.keep);
     return o;
   } else {
     operand_set<tensor_ref<TQ, 3, true>, tensor_ref<TK, 3, true>, tensor_ref<TV, 3, true>> o;
