@@ -96,6 +96,14 @@ constexpr bool allowed(element e, terminal t, std::size_t s, std::size_t m) {
   return s == dot && (m == causal_masks || m == lengths_2d || m == softcap_bias || m == dead);
 }
 
+/// Whether scorer s takes any mask family on (e, t): run_on instantiates a scorer only then (clang
+/// instantiates a scorer's call in the mask family's lambda eagerly, as it does not depend on it).
+constexpr bool scorer_allowed(element e, terminal t, std::size_t s) {
+  for (std::size_t m = 0; m < mask_names.size(); ++m)
+    if (allowed(e, t, s, m)) return true;
+  return false;
+}
+
 /// Which of those also check grad() against reference_grad() (float and double operands): dot and the
 /// tensor scores with their whole mask table; the policies (feature-space backward) with the branch_masks --
 /// the rest would add instantiations, not paths. (The sanitizer build of CI leaves the policies out,

@@ -26,29 +26,30 @@ verdict run_on(const fuzz_case& c, testing::rng& r) {
   verdict v{false, "combination not instantiated (generator and tables disagree)"};
   const auto ops = operands<E, Kind>(c, r);
   with_index<scorer_names.size()>(c.scorer, [&](auto S) {
-    with_index<mask_names.size()>(c.masks, [&](auto M) {
-      constexpr std::size_t s = decltype(S)::value, m = decltype(M)::value;
-      if constexpr (allowed(E, Kind, s, m)) {
-        const auto scores = hana::at_c<s>(scorers)(ops.q, ops.k, c.sizes, r);
-        const auto& family = hana::at_c<m>(mask_families);
-        const auto masked = family(scores, c.sizes, r);
-        const auto e = [&] {
-          if constexpr (takes_sinks<std::decay_t<decltype(family)>>)
-            return softmax(masked, sinks(family.sink_logits(c.sizes, r))) * ops.v;  // the expression owns them
-          else
-            return softmax(masked) * ops.v;
-        }();
-        const auto want = reference(e);
-        const auto got = eval(e, c.sch);
-        const out_layout l = Kind == terminal::packed ? out_layout::packed
-                             : c.sizes.three_d        ? out_layout::bsd
-                                                      : out_layout::bhsd;
-        constexpr double p_rounding = takes_value_pairs_v<T, typename element_types<E>::v> ? 0x1p-9 : 0;
-        v = compare<T>(got, l, want, c.sizes, 1.0, p_rounding + rotated_bf16_rounding<E>(c));
-        if constexpr (grad_checked(E, Kind, s, m) && xattn::has_fused_backward_v<decltype(make_plan(e))>)
-          if (v.ok && grad_affordable(s, c.sizes)) v = check_grad<T>(e, l, want, c.sizes, c.sch, r);
-      }
-    });
+    if constexpr (scorer_allowed(E, Kind, decltype(S)::value))
+      with_index<mask_names.size()>(c.masks, [&](auto M) {
+        constexpr std::size_t s = decltype(S)::value, m = decltype(M)::value;
+        if constexpr (allowed(E, Kind, s, m)) {
+          const auto scores = hana::at_c<s>(scorers)(ops.q, ops.k, c.sizes, r);
+          const auto& family = hana::at_c<m>(mask_families);
+          const auto masked = family(scores, c.sizes, r);
+          const auto e = [&] {
+            if constexpr (takes_sinks<std::decay_t<decltype(family)>>)
+              return softmax(masked, sinks(family.sink_logits(c.sizes, r))) * ops.v;  // the expression owns them
+            else
+              return softmax(masked) * ops.v;
+          }();
+          const auto want = reference(e);
+          const auto got = eval(e, c.sch);
+          const out_layout l = Kind == terminal::packed ? out_layout::packed
+                               : c.sizes.three_d        ? out_layout::bsd
+                                                        : out_layout::bhsd;
+          constexpr double p_rounding = takes_value_pairs_v<T, typename element_types<E>::v> ? 0x1p-9 : 0;
+          v = compare<T>(got, l, want, c.sizes, 1.0, p_rounding + rotated_bf16_rounding<E>(c));
+          if constexpr (grad_checked(E, Kind, s, m) && xattn::has_fused_backward_v<decltype(make_plan(e))>)
+            if (v.ok && grad_affordable(s, c.sizes)) v = check_grad<T>(e, l, want, c.sizes, c.sch, r);
+        }
+      });
   });
   return v;
 }
