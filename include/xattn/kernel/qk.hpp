@@ -164,6 +164,11 @@ inline void qk_direct_micro(const Acc* q, std::size_t ldq, const K* k, std::size
 /// block's scores go, kept of its keys written). Keys stream from memory: the rows of the block at
 /// least 16 keys and 4 KiB ahead are prefetched into L2 (into L1, they stream more slowly; short
 /// rows, as int8's, need more keys in flight to cover the memory's latency).
+/// Query rows per block of the products reading keys in place: 4 with AVX-512's 32 registers, 2
+/// with AVX2's 16 (4 keys' accumulators for each row, plus the loaded chunks).
+template <class Acc>
+inline constexpr std::size_t direct_rows = sizeof(batch<Acc>) >= 64 ? 4 : 2;
+
 template <std::size_t rmax, class Acc, class RowFn, class Micro>
 void direct_blocks(std::size_t rows, RowFn row, std::size_t cols, std::size_t row_bytes, Acc* s, std::size_t lds,
                    Micro micro) {
@@ -201,7 +206,7 @@ template <class Acc, class RowFn>
 void qk_direct(const Acc* q, std::size_t ldq, std::size_t rows, RowFn row, std::size_t cols, std::size_t n, Acc* s,
                std::size_t lds) {
   trace::note(tile_op::qk_direct);
-  constexpr std::size_t rmax = sizeof(batch<Acc>) >= 64 ? 4 : 2;
+  constexpr std::size_t rmax = detail::direct_rows<Acc>;
   using K = decltype(row(0));
   detail::direct_blocks<rmax>(rows, row, cols, n * sizeof(row_element_t<K>), s, lds,
                               [&](auto R, std::size_t r, const K* k, Acc* sb, std::size_t kept) {

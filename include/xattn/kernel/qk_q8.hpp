@@ -112,7 +112,7 @@ bool qk_direct_q8(const float* q, std::size_t ldq, std::size_t rows, RowFn row, 
   if constexpr (!has_q8_products) {
     return false;
   } else {
-    constexpr std::size_t rmax = sizeof(simd::batch<float>) >= 64 ? 4 : 2;  // as qk_direct's
+    constexpr std::size_t rmax = detail::direct_rows<float>;
     if (n % q8_row::group != 0 || rows * n > detail::q16_stack || cols == 0 || row(0).col % q8_row::group != 0)
       return false;
     alignas(64) std::int16_t codes[detail::q16_stack];
