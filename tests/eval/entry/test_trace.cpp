@@ -154,4 +154,22 @@ TEST_CASE("trace: the explanations quoted in docs/design.md") {
     REQUIRE(x.schedule.forward.group_rows == 4);
     REQUIRE(x.schedule.forward.values == value_reads::in_place);
   }
+  SECTION("bfloat16 decoding: widened keys for a few query rows, vdpbf16ps for more") {
+    xt::xtensor<bfloat16, 4> k = xt::xtensor<bfloat16, 4>::from_shape({1, 2, 1024, 64}), v = k;
+    for (auto* t : {&k, &v})
+      for (auto& x : *t) x = bfloat16(float(r.uniform(-1, 1)));
+    const auto ops_for = [&](std::size_t sq) {
+      xt::xtensor<bfloat16, 4> q = xt::xtensor<bfloat16, 4>::from_shape({1, 2, sq, 64});
+      for (auto& x : q) x = bfloat16(float(r.uniform(-1, 1)));
+      const auto x = check_forward(softmax(ref(q) * trans(ref(k)) * 0.125f) * ref(v), two_threads);
+      REQUIRE(x.schedule.forward.keys == key_reads::in_place);
+      return x.forward_ops;
+    };
+    const auto has = [](const std::vector<tile_op>& ops, tile_op op) {
+      return std::find(ops.begin(), ops.end(), op) != ops.end();
+    };
+    REQUIRE(has(ops_for(1), tile_op::qk_direct));
+    REQUIRE(has(ops_for(4), tile_op::qk_direct));
+    REQUIRE(has(ops_for(8), kernel::has_dpbf16 ? tile_op::qk_direct_pairs : tile_op::qk_direct));
+  }
 }

@@ -217,7 +217,7 @@ std::string forward_nest(const explanation& x, bool dropout, std::vector<kernel:
                   n.op(kernel::tile_op::pack_v_pairs) + ")");
   if (attention && fs.values == value_reads::widened_per_head)
     n.line(2, "on a new (b, kv head): widen its value blocks as they are first needed");
-  if (Path::score_op(fs.keys) != kernel::tile_op::tensor_scores)
+  if (Path::score_op(fs) != kernel::tile_op::tensor_scores)
     n.line(2,
            std::string(Path::query_ops.empty() ? "gather " : "gather and project (" + n.ops(Path::query_ops) + ") ") +
                std::to_string(fs.block_q) + " query rows" + (fs.keys != key_reads::none ? ", scale folded in" : ""));
@@ -229,7 +229,7 @@ std::string forward_nest(const explanation& x, bool dropout, std::vector<kernel:
     n.line(2, "for key block in [0, " + std::to_string(span) + ") step " + std::to_string(fs.block_k) +
                   ": classify, skip hidden blocks" + pass);
     n.line(3, "scores " + std::to_string(fs.block_q) + " x " + std::to_string(fs.block_k) + ": " +
-                  n.op(Path::score_op(fs.keys)) + where);
+                  n.op(Path::score_op(fs)) + where);
     n.line(3, std::string("modifiers; masks on partial blocks") + (x.folds_log2e ? "" : "; x log2 e"));
   };
   if (attention) {
@@ -254,8 +254,8 @@ std::string forward_nest(const explanation& x, bool dropout, std::vector<kernel:
                   " x " + std::to_string(fs.block_k));
   } else {
     n.line(2, "for key block in [0, " + std::to_string(pr.kv_len) + ") step " + std::to_string(fs.block_k) +
-                  ": scores (" + n.op(Path::score_op(fs.keys)) + "), modifiers, masks; write " +
-                  std::to_string(fs.block_q) + " x " + std::to_string(fs.block_k));
+                  ": scores (" + n.op(Path::score_op(fs)) + "), modifiers, masks; write " + std::to_string(fs.block_q) +
+                  " x " + std::to_string(fs.block_k));
   }
   return n.str();
 }

@@ -38,8 +38,8 @@ struct dot_features_path {
     f.query_grads_dense = true;  // the features' own gradient rows
     return f;
   }
-  static constexpr kernel::tile_op score_op(key_reads k) {
-    return k == key_reads::in_place ? kernel::tile_op::qk_direct : kernel::tile_op::qk_tile;
+  static constexpr kernel::tile_op score_op(const forward_schedule& fs) {
+    return fs.keys == key_reads::in_place ? kernel::tile_op::qk_direct : kernel::tile_op::qk_tile;
   }
   static constexpr kernel::tile_op key_pack_op = kernel::tile_op::pack_kt;
   static constexpr std::string_view key_work = "project keys to their features";

@@ -51,8 +51,8 @@ struct dot_identity_path {
     return f;
   }
   /// The operation that fills a forward score tile, keys read as the schedule says.
-  static constexpr kernel::tile_op score_op(key_reads k) {
-    return k == key_reads::in_place ? kernel::tile_op::qk_direct : kernel::tile_op::qk_tile;
+  static constexpr kernel::tile_op score_op(const forward_schedule& fs) {
+    return fs.keys == key_reads::in_place ? kernel::tile_op::qk_direct : kernel::tile_op::qk_tile;
   }
   static constexpr kernel::tile_op key_pack_op = kernel::tile_op::pack_kt;
   static constexpr std::string_view key_work = "";  // the keys are packed as they are

@@ -3,8 +3,9 @@
 // where the build has AVX512-BF16. Forward: keys packed into panels of feature pairs (once per
 // evaluation, or per head by the thread using it); the task's queries are copied as they are, and
 // the scale multiplies the fp32 sums, so no operand is rounded. When decoding, keys are read in
-// place, their rows already pairs of the summed axis (kernel::qk_direct_pairs). Backward: the
-// operands widened to float, as dot_identity's.
+// place: their rows already pairs of the summed axis (kernel::qk_direct_pairs), or, for a few
+// query rows, widened in registers as dot_identity's. Backward: the operands widened to float, as
+// dot_identity's.
 #include "../../kernel/aligned.hpp"
 #include "../../kernel/dpbf16.hpp"
 #include "../../kernel/qk.hpp"
@@ -32,8 +33,13 @@ struct dot_pairs_path {
 
   static path_facts facts(const Base& base, const problem& pr) { return widened::facts(base, pr); }
   static constexpr bool plain_products = widened::plain_products;
-  static constexpr kernel::tile_op score_op(key_reads k) {
-    return k == key_reads::in_place ? kernel::tile_op::qk_direct_pairs : kernel::tile_op::qk_tile_pairs;
+  /// Up to this many query rows per key head (one register block), decoding widens the keys: the
+  /// product is not what bounds it, and vdpbf16ps on rows in place streams them from memory about
+  /// 1.25x more slowly. More rows make the product count, and the pairs win.
+  static constexpr std::size_t widened_rows = 4;
+  static constexpr kernel::tile_op score_op(const forward_schedule& fs) {
+    if (fs.keys != key_reads::in_place) return kernel::tile_op::qk_tile_pairs;
+    return fs.block_q <= widened_rows ? widened::score_op(fs) : kernel::tile_op::qk_direct_pairs;
   }
   static constexpr kernel::tile_op key_pack_op = kernel::tile_op::pack_kt_pairs;
   static constexpr std::string_view key_work = widened::key_work;
@@ -45,14 +51,16 @@ struct dot_pairs_path {
   using keys = operand_panels<bf16_pairs, Base>;
 
   /// One per thread: the task's queries as they are, in bf16 rows (even length, the odd feature's
-  /// partner zero).
+  /// partner zero); when decoding few rows, widened and scaled, as dot_identity's.
   class tiles {
    public:
     tiles(const Base& base, const problem& pr, const keys& k, const forward_schedule& fs)
         : base_(base),
           n_(pr.q_dim),
           ldq_(n_ + n_ % 2),
-          q16_(fs.block_q * std::max<std::size_t>(ldq_, 1), bfloat16::from_bits(0)),
+          widen_(score_op(fs) == kernel::tile_op::qk_direct),
+          q16_(widen_ ? 0 : fs.block_q * std::max<std::size_t>(ldq_, 1), bfloat16::from_bits(0)),
+          q_(widen_ ? fs.block_q * std::max<std::size_t>(n_, 1) : 0),
           reader_(k.panels, pr, n_, fs) {}
 
     /// Queries [i0, i0 + rows) of head h into tile rows [at, at + rows); at > 0 appends another
@@ -61,6 +69,11 @@ struct dot_pairs_path {
       const auto& qv = base_.q.view;
       if (at == 0) i0_ = i0;
       scale_ = scale;
+      if (widen_) {
+        for (std::size_t r = 0; r < rows; ++r)
+          kernel::scaled_copy(qv.row(b, h, i0 + r), qv.inner_stride(), n_, scale, q_.data() + (at + r) * n_, 1);
+        return;
+      }
       for (std::size_t r = 0; r < rows; ++r) {
         const auto* q = qv.row(b, h, i0 + r);
         for (std::size_t d = 0; d < n_; ++d) q16_[(at + r) * ldq_ + d] = q[std::ptrdiff_t(d) * qv.inner_stride()];
@@ -70,6 +83,12 @@ struct dot_pairs_path {
     void scores(std::size_t b, std::size_t, std::size_t hk, std::size_t i0, std::size_t rows, std::size_t j0,
                 std::size_t cols, std::size_t colsp, Acc* s, std::size_t lds) {
       const auto& kv = base_.k.view;
+      if (widen_) {
+        kernel::qk_direct(
+            q_.data() + (i0 - i0_) * n_, n_, rows, [&](std::size_t c) { return kv.row(b, hk, j0 + c); }, cols, n_, s,
+            lds);
+        return;
+      }
       const bfloat16* q = q16_.data() + (i0 - i0_) * ldq_;
       const auto key = [&](std::size_t j) { return kv.row(b, hk, j); };
       if (const bfloat16* kt = reader_.panel(b, hk, j0, kv.inner_stride(), key))
@@ -82,8 +101,10 @@ struct dot_pairs_path {
    private:
     const Base& base_;
     std::size_t n_, ldq_, i0_ = 0;
+    bool widen_;  // decoding few rows: keys read where they lie, widened
     Acc scale_ = 1;
     kernel::aligned_vector<bfloat16> q16_;
+    kernel::aligned_vector<Acc> q_;
     key_reader<bf16_pairs> reader_;
   };
 

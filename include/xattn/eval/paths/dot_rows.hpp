@@ -91,7 +91,7 @@ struct dot_rows_path {
     f.query_grads_dense = sums || base.q.how != form::packed;  // sums: the assembled rows' own gradients
     return f;
   }
-  static constexpr kernel::tile_op score_op(key_reads) {
+  static constexpr kernel::tile_op score_op(const forward_schedule&) {
     return Pairs ? kernel::tile_op::qk_tile_pairs : kernel::tile_op::qk_tile;
   }
   static constexpr kernel::tile_op key_pack_op = Pairs ? kernel::tile_op::pack_kt_pairs : kernel::tile_op::pack_kt;

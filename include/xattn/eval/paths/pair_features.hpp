@@ -34,7 +34,7 @@ struct pair_features_path {
     f.query_grads_dense = true;  // the features' own gradient rows
     return f;
   }
-  static constexpr kernel::tile_op score_op(key_reads) { return kernel::tile_op::pair_scores; }
+  static constexpr kernel::tile_op score_op(const forward_schedule&) { return kernel::tile_op::pair_scores; }
   static constexpr kernel::tile_op key_pack_op = kernel::tile_op::count;  // no panels
   static constexpr std::string_view key_work = "project keys to their features";
   static constexpr op_list key_ops{kernel::tile_op::project_rows}, query_ops{kernel::tile_op::project_rows};

@@ -33,7 +33,7 @@ struct pair_raw_path {
     f.query_grads_dense = true;  // the rows' own gradient copies
     return f;
   }
-  static constexpr kernel::tile_op score_op(key_reads) { return kernel::tile_op::pair_scores; }
+  static constexpr kernel::tile_op score_op(const forward_schedule&) { return kernel::tile_op::pair_scores; }
   static constexpr kernel::tile_op key_pack_op = kernel::tile_op::count;  // no panels
   static constexpr std::string_view key_work = "copy keys contiguous";
   static constexpr op_list key_ops{}, query_ops{};

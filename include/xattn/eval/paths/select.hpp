@@ -5,7 +5,7 @@
 //
 //   name, what                             what explain prints about the path
 //   facts(base, problem) -> path_facts      what the schedule needs to know
-//   score_op(key_reads), key_pack_op, key_work, key_ops, query_ops, backward_ops
+//   score_op(forward_schedule), key_pack_op, key_work, key_ops, query_ops, backward_ops
 //                                           the named steps it runs (explain; the tracing tests)
 //   forward:  keys                          built once per evaluation (projected, packed)
 //             tiles                         one per thread: load_queries, scores

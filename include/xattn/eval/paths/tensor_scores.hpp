@@ -18,7 +18,7 @@ struct tensor_scores_path {
 
   static constexpr bool plain_products = false;
   static path_facts facts(const Base&, const problem&) { return pair_facts<Acc>(0); }
-  static constexpr kernel::tile_op score_op(key_reads) { return kernel::tile_op::tensor_scores; }
+  static constexpr kernel::tile_op score_op(const forward_schedule&) { return kernel::tile_op::tensor_scores; }
   static constexpr kernel::tile_op key_pack_op = kernel::tile_op::count;  // no panels
   static constexpr std::string_view key_work = "";
   static constexpr op_list key_ops{}, query_ops{};
