@@ -11,9 +11,11 @@
 #include "support/random.hpp"
 
 #include <catch2/catch.hpp>
+#include <xattn/cache.hpp>
 #include <xattn/mpi.hpp>
 
 #include <xtensor/xtensor.hpp>
+#include <xtensor/xview.hpp>
 
 #include <functional>
 #include <numeric>
@@ -229,6 +231,54 @@ TEST_CASE("the ring equals one process: scoring policies and their parameters", 
   });
 }
 
+namespace {
+
+/// A cache (pages of 4 tokens) holding, for each sequence b, the rows of k[b], v[b] (Hkv, S, D) at
+/// the given positions, in that order; the last sequence `short_by` rows short.
+template <class T>
+kv_cache<T> cache_of(const xt::xtensor<float, 4>& k, const xt::xtensor<float, 4>& v, std::vector<std::size_t> rows,
+                     std::vector<sequence_id>& batch, kv_cache_options o = {}, std::size_t short_by = 0) {
+  o.kv_heads = k.shape()[1], o.head_dim = k.shape()[3], o.page_size = 4, o.max_tokens = 4 * k.shape()[2];
+  kv_cache<T> c(o);
+  batch.clear();
+  for (std::size_t b = 0; b < k.shape()[0]; ++b) {
+    if (b + 1 == k.shape()[0]) rows.resize(rows.size() - short_by);
+    batch.push_back(c.add_sequence());
+    const xt::xtensor<float, 3> kb = xt::view(k, b), vb = xt::view(v, b);
+    c.append(batch.back(), rows_at(kb, rows, 1), rows_at(vb, rows, 1));
+  }
+  return c;
+}
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("the ring equals one process: keys and values from a kv_cache", "[mpi][cache]", float, bfloat16,
+                   std::int8_t) {
+  mpi::context cp(MPI_COMM_WORLD, 64, mpi::balance::zigzag);
+  const std::size_t S = cp.seq_len();
+  const auto q = random_tensor<float, 4>({2, 4, S, 32}, 1);
+  const auto k = random_tensor<float, 4>({2, 2, S, 32}, 2), v = random_tensor<float, 4>({2, 2, S, 32}, 3);
+  std::vector<std::size_t> all(S);
+  std::iota(all.begin(), all.end(), std::size_t(0));
+  std::vector<sequence_id> whole_batch, local_batch;
+  // one process: the whole sequences in one cache (int8 rounds each token's rows alike either way)
+  const auto whole = cache_of<TestType>(k, v, all, whole_batch);
+  const auto attend = [](const auto& q_rows, const kv_cache<TestType>& c, const std::vector<sequence_id>& batch) {
+    return softmax(mask(ref(q_rows) * trans(c.keys(batch)) / 4.0f, causal())) * c.values(batch);
+  };
+  const auto full = eval_with_lse(attend(q, whole, whole_batch));
+  const auto rows = cp.local_rows();
+  const auto mine = cache_of<TestType>(k, v, rows, local_batch);
+  const xt::xtensor<float, 4> ql = rows_at(q, rows, 2);
+  const auto f = cp.eval_with_lse(attend(ql, mine, local_batch));
+  INFO("rank " << cp.rank() << " of " << cp.ranks());
+  // bf16 pages travel as bf16 tensors, whose values are multiplied by vdpbf16ps on probabilities
+  // rounded to bf16 (|V| <= 1: up to 2^-9 apart); one process reads the pages widened
+  const double p_rounding = std::is_same_v<TestType, bfloat16> && takes_value_pairs_v<float, bfloat16> ? 0x1p-9 : 0;
+  CHECK(max_abs_diff(f.output, rows_at(xt::xtensor<float, 4>(full.output), rows, 2)) < tolerance<float>() + p_rounding);
+  CHECK(max_abs_diff(f.lse, rows_at(xt::xtensor<float, 3>(full.lse), rows, 2)) < 4 * tolerance<float>());
+}
+
 TEST_CASE("ranks that disagree all get the same error", "[mpi][errors]") {
   const int rank = [] {
     int r = 0;
@@ -257,6 +307,22 @@ TEST_CASE("ranks that disagree all get the same error", "[mpi][errors]") {
   else
     CHECK_THROWS_WITH(cp.eval_with_lse(softmax(ref(q) * trans(ref(q))) * ref(q)),
                       Contains("ranks disagree on the expression's type"));
+  // caches: rank 1's second sequence is one token short; keys turned by rope at the cache's positions
+  {
+    const auto k = random_tensor<float, 4>({2, 2, 64, 8}, 4);
+    const auto ql = random_tensor<float, 4>({2, 2, n, 8}, 5);
+    std::vector<sequence_id> batch;
+    const auto c = cache_of<float>(k, k, cp.local_rows(), batch, {}, rank == 1 ? 1 : 0);
+    CHECK_THROWS_WITH(
+        cp.eval_with_lse(softmax(ref(ql) * trans(c.keys(batch))) * c.values(batch)),
+        Contains("rank 1 of") && Contains("the keys: sequence 1 of the batch holds " + std::to_string(n - 1) +
+                                          " tokens and the longest " + std::to_string(n)));
+    std::vector<sequence_id> turned_batch;
+    const auto turned = cache_of<float>(k, k, cp.local_rows(), turned_batch, {.rope = rope_options{}});
+    CHECK_THROWS_WITH(
+        cp.eval_with_lse(softmax(ref(ql) * trans(turned.keys(turned_batch))) * turned.values(turned_batch)),
+        Contains("rank 0 of") && Contains("the cache turns its keys by rope"));
+  }
   // grad: one rank's d_out has the wrong shape
   const auto e = softmax(mask(ref(q) * trans(ref(q)), causal())) * ref(q);
   const auto f = cp.eval_with_lse(e);

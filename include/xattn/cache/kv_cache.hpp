@@ -237,6 +237,7 @@ class kv_cache {
     v.head_stride = std::ptrdiff_t(pool_.part_stride(head) / sizeof(T));
     v.page_elements = ((opt_.kv_heads - 1) * pool_.part_stride(head) + head) / sizeof(T);
     t.owned = std::move(table);
+    t.rotated = keys && opt_.rope;
     return t;
   }
 

@@ -2,12 +2,14 @@
 // xattn::mpi::context: context-parallel attention over a communicator. Planned once (who holds
 // which rows, FFTW-MPI / heFFTe style), then eval_with_lse and grad any number of times. Every
 // rank passes its own rows of Q, K and V (in the order local_rows() gives) in the same expression;
-// masks and modifiers see global positions; results come back in each rank's rows.
+// masks and modifiers see global positions; results come back in each rank's rows. Keys and
+// values may come from a kv_cache whose sequences each hold the rank's rows.
 #include "../eval/entry/plumbing.hpp"
 #include "../eval/paths/select.hpp"
 #include "../eval/plan/plan.hpp"
 #include "../eval/plan/resolve.hpp"
 #include "backward.hpp"
+#include "cache_operands.hpp"
 #include "forward.hpp"
 #include "reduce.hpp"
 
@@ -54,9 +56,6 @@ constexpr bool check_ring_expression() {
   static_assert(!rotates_v<std::decay_t<decltype(std::declval<Plan>().base)>>,
                 "xattn: mpi::context does not take rope(Q, positions) or rope(K, positions) yet: rotate Q and K "
                 "before the ring, or evaluate in one process");
-  static_assert(!reads_cache_v<Plan>,
-                "xattn: mpi::context does not take keys or values from a kv_cache yet: a ring passes contiguous "
-                "key blocks; evaluate a cache's sequences in one process");
   static_assert(!is_sum_base_v<std::decay_t<decltype(std::declval<Plan>().base)>>,
                 "xattn: mpi::context does not take a sum of score products (Q1 * trans(K1) + Q2 * trans(K2)) yet: "
                 "evaluate it in one process");
@@ -124,11 +123,13 @@ class context {
   template <class Out = void, expression E>
   auto eval_with_lse(const E& e, const schedule& sch = {}) const {
     if constexpr (check_grammar<E>() && check_output_type<Out>()) {
-      const auto p = make_plan(e);
-      using P = std::decay_t<decltype(p)>;
-      if constexpr (detail::check_ring_expression<P>()) {
-        using Acc = accumulator_of_t<P>;
-        const auto rp = detail::prepare<Acc>(su_, p, "mpi::context::eval_with_lse(e)", detail::facts_of(p));
+      const auto cached = make_plan(e);
+      if constexpr (detail::check_ring_expression<std::decay_t<decltype(cached)>>()) {
+        detail::agreement a;
+        const auto p = detail::without_cache(cached, a.local_error);
+        using Acc = accumulator_of_t<std::decay_t<decltype(p)>>;
+        a.facts = detail::facts_of(p).facts;
+        const auto rp = detail::prepare<Acc>(su_, p, "mpi::context::eval_with_lse(e)", a);
         return attention_with_lse<Out>(p, rp.local, [&](const auto& out, const auto& lse) {
           detail::ring_attention<Acc>(su_, p, rp, sch, out, lse);
         });
