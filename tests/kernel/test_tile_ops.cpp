@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <limits>
+#include <numeric>
 #include <vector>
 
 using namespace xattn;
@@ -91,6 +92,31 @@ TEMPLATE_TEST_CASE("qk_direct computes Q Kᵀ from key rows in place, of any sto
   }
 }
 
+TEST_CASE("qk_direct prefetches a second stream's rows with the keys it prefetches, each once", "[kernel]") {
+  testing::rng r(10);
+  const std::size_t rows = 2, cols = 100, n = 64;  // 256-byte rows: keys 16 and more ahead are prefetched
+  const auto q = r.tensor<float>({rows, n}), k = r.tensor<float>({cols, n});
+  std::vector<float> s(rows * cols);
+  std::vector<std::size_t> seen;
+  const auto record = [&](std::size_t t) { seen.push_back(t); };
+  const kernel::row_prefetch also{[](const void* f, std::size_t t) { (*static_cast<decltype(&record)>(f))(t); },
+                                  &record};
+  kernel::qk_direct(
+      q.data(), n, rows, [&](std::size_t c) { return &k(c, 0); }, cols, n, s.data(), cols, also);
+  std::vector<std::size_t> want(cols - 16);
+  std::iota(want.begin(), want.end(), std::size_t(16));
+  REQUIRE(seen == want);
+  // the rows_prefetch handle reads rows(t) for those keys
+  std::vector<std::size_t> asked;
+  const auto rows_of = [&](std::size_t t) {
+    asked.push_back(t);
+    return &k(t, 0);
+  };
+  const kernel::rows_prefetch<decltype(rows_of)> values{rows_of, n * sizeof(float)};
+  kernel::qk_direct(
+      q.data(), n, rows, [&](std::size_t c) { return &k(c, 0); }, cols, n, s.data(), cols, values.handle());
+  REQUIRE(asked == want);
+}
 TEMPLATE_TEST_CASE("lane_sums16 sums 16 batches at once, bit for bit as hsum sums each", "[kernel]", float) {
   if constexpr (simd::width<TestType> != 16) {
     SUCCEED("lane_sums16 is for 16-lane float batches (AVX-512)");

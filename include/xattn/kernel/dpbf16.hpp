@@ -241,13 +241,14 @@ inline void qk_direct_pairs_micro(const bfloat16* q, std::size_t ldq, const bflo
 /// qk_tile_pairs.
 template <class RowFn>
 void qk_direct_pairs(const bfloat16* q, std::size_t ldq, std::size_t rows, RowFn row, std::size_t cols, std::size_t n,
-                     float scale, float* s, std::size_t lds) {
+                     float scale, float* s, std::size_t lds, row_prefetch also = {}) {
   trace::note(tile_op::qk_direct_pairs);
-  detail::direct_blocks<4>(rows, row, cols, n * sizeof(bfloat16), s, lds,
-                           [&](auto R, std::size_t r, const bfloat16* const* k, float* sb, std::size_t kept) {
-                             detail::qk_direct_pairs_micro<decltype(R)::value>(q + r * ldq, ldq, k, n, scale, sb, lds,
-                                                                               kept);
-                           });
+  detail::direct_blocks<4>(
+      rows, row, cols, n * sizeof(bfloat16), s, lds,
+      [&](auto R, std::size_t r, const bfloat16* const* k, float* sb, std::size_t kept) {
+        detail::qk_direct_pairs_micro<decltype(R)::value>(q + r * ldq, ldq, k, n, scale, sb, lds, kept);
+      },
+      also);
 }
 
 namespace detail {

@@ -159,26 +159,60 @@ inline void qk_direct_micro(const Acc* q, std::size_t ldq, const K* k, std::size
   store_sums<R>(acc, Acc(1), d < n, tail, s, lds, kept);
 }
 
-/// micro(R, r, k, s_block, kept) over the query rows in blocks of up to rmax and the keys in
-/// blocks of 4 (k: their rows as row(c) gives them, a short last block repeating a key; s_block: where the
-/// block's scores go, kept of its keys written). Keys stream from memory: the rows of the block at
-/// least 16 keys and 4 KiB ahead are prefetched into L2 (into L1, they stream more slowly; short
-/// rows, as int8's, need more keys in flight to cover the memory's latency).
 /// Query rows per block of the products reading keys in place: 4 with AVX-512's 32 registers, 2
 /// with AVX2's 16 (4 keys' accumulators for each row, plus the loaded chunks).
 template <class Acc>
 inline constexpr std::size_t direct_rows = sizeof(batch<Acc>) >= 64 ? 4 : 2;
 
+}  // namespace detail
+
+/// Rows of a second stream prefetched along with the keys read in place: also(t) for each key t
+/// as its own prefetch is issued. Decoding from a cache's pages passes the same block's values, so
+/// that both streams are in flight while the scores are computed, instead of the values waiting for
+/// the softmax.
+struct row_prefetch {
+  void (*fn)(const void*, std::size_t) = nullptr;
+  const void* ctx = nullptr;
+  void operator()(std::size_t t) const {
+    if (fn) fn(ctx, t);
+  }
+};
+
+/// A row_prefetch of rows(t), `bytes` of each (into L2), for as long as it lives.
+template <class Rows>
+struct rows_prefetch {
+  const Rows& rows;
+  std::size_t bytes;
+  row_prefetch handle() const noexcept {
+    return {[](const void* c, std::size_t t) {
+              const auto* self = static_cast<const rows_prefetch*>(c);
+              prefetch_row<1>(self->rows(t), self->bytes);
+            },
+            this};
+  }
+};
+
+namespace detail {
+
+/// micro(R, r, k, s_block, kept) over the query rows in blocks of up to rmax and the keys in
+/// blocks of 4 (k: their rows as row(c) gives them, a short last block repeating a key; s_block: where the
+/// block's scores go, kept of its keys written). Keys stream from memory: the rows of the block at
+/// least 16 keys and 4 KiB ahead are prefetched into L2 (into L1, they stream more slowly; short
+/// rows, as int8's, need more keys in flight to cover the memory's latency). also(t) follows each
+/// key t's prefetch.
 template <std::size_t rmax, class Acc, class RowFn, class Micro>
 void direct_blocks(std::size_t rows, RowFn row, std::size_t cols, std::size_t row_bytes, Acc* s, std::size_t lds,
-                   Micro micro) {
+                   Micro micro, row_prefetch also) {
   using K = decltype(row(0));
   const std::size_t ahead = std::max<std::size_t>(16, (4096 / std::max<std::size_t>(row_bytes, 1) + 3) / 4 * 4);
   for (std::size_t c = 0; c < cols; c += 4) {
     K k[4];
     for (std::size_t t = 0; t < 4; ++t) k[t] = row(std::min(c + t, cols - 1));
     if (c + ahead < cols)
-      for (std::size_t t = c + ahead; t < std::min(c + ahead + 4, cols); ++t) prefetch_row<1>(row(t), row_bytes);
+      for (std::size_t t = c + ahead; t < std::min(c + ahead + 4, cols); ++t) {
+        prefetch_row<1>(row(t), row_bytes);
+        also(t);
+      }
     const std::size_t kept = std::min<std::size_t>(4, cols - c);
     for (std::size_t r = 0; r < rows; r += rmax) {
       const std::size_t rr = std::min(rmax, rows - r);
@@ -201,17 +235,19 @@ void direct_blocks(std::size_t rows, RowFn row, std::size_t cols, std::size_t ro
 /// place: for a few query rows (decoding) packing the keys would cost more memory traffic than the
 /// product itself. Blocks of 4 keys by up to 4 rows (2 with AVX2's 16 registers): one key's dot
 /// product alone is a chain of dependent FMAs, and a key chunk loaded once serves every row of the
-/// block (grouped-query decoding stacks a group's heads as rows).
+/// block (grouped-query decoding stacks a group's heads as rows). also: rows to prefetch with the keys.
 template <class Acc, class RowFn>
 void qk_direct(const Acc* q, std::size_t ldq, std::size_t rows, RowFn row, std::size_t cols, std::size_t n, Acc* s,
-               std::size_t lds) {
+               std::size_t lds, row_prefetch also = {}) {
   trace::note(tile_op::qk_direct);
   constexpr std::size_t rmax = detail::direct_rows<Acc>;
   using K = decltype(row(0));
-  detail::direct_blocks<rmax>(rows, row, cols, n * sizeof(row_element_t<K>), s, lds,
-                              [&](auto R, std::size_t r, const K* k, Acc* sb, std::size_t kept) {
-                                detail::qk_direct_micro<decltype(R)::value>(q + r * ldq, ldq, k, n, sb, lds, kept);
-                              });
+  detail::direct_blocks<rmax>(
+      rows, row, cols, n * sizeof(row_element_t<K>), s, lds,
+      [&](auto R, std::size_t r, const K* k, Acc* sb, std::size_t kept) {
+        detail::qk_direct_micro<decltype(R)::value>(q + r * ldq, ldq, k, n, sb, lds, kept);
+      },
+      also);
 }
 
 }  // namespace xattn::kernel

@@ -108,7 +108,7 @@ inline void qk_q8_micro(const std::int16_t* q, std::size_t ldq, const float* qs,
 /// that is not finite.
 template <class RowFn>
 bool qk_direct_q8(const float* q, std::size_t ldq, std::size_t rows, RowFn row, std::size_t cols, std::size_t n,
-                  float* s, std::size_t lds) {
+                  float* s, std::size_t lds, row_prefetch also = {}) {
   if constexpr (!has_q8_products) {
     return false;
   } else {
@@ -123,9 +123,11 @@ bool qk_direct_q8(const float* q, std::size_t ldq, std::size_t rows, RowFn row, 
     }
     trace::note(tile_op::qk_direct);
     detail::direct_blocks<rmax>(
-        rows, row, cols, n, s, lds, [&](auto R, std::size_t r, const q8_row* k, float* sb, std::size_t kept) {
+        rows, row, cols, n, s, lds,
+        [&](auto R, std::size_t r, const q8_row* k, float* sb, std::size_t kept) {
           detail::qk_q8_micro<decltype(R)::value>(codes + r * n, n, scales + r, k, n, sb, lds, kept);
-        });
+        },
+        also);
     return true;
   }
 }

@@ -101,6 +101,9 @@ struct dot_features_path {
       }
     }
 
+    /// Rows to prefetch with the keys the next scores read in place (kernel::row_prefetch).
+    void prefetch_with_keys(kernel::row_prefetch also) noexcept { also_ = also; }
+
     void scores(std::size_t b, std::size_t, std::size_t hk, std::size_t i0, std::size_t rows, std::size_t j0,
                 std::size_t cols, std::size_t colsp, Acc* s, std::size_t lds) {
       const std::size_t r0 = i0 - i0_;  // rows [i0, i0 + rows) of the loaded block
@@ -110,7 +113,7 @@ struct dot_features_path {
         kernel::qk_tile(q, n_, rows, kt, n_, colsp, s, lds);
       else
         kernel::qk_direct(
-            q, n_, rows, [&](std::size_t c) { return k_.f.row(b, hk, j0 + c); }, cols, n_, s, lds);
+            q, n_, rows, [&](std::size_t c) { return k_.f.row(b, hk, j0 + c); }, cols, n_, s, lds, also_);
       for (std::size_t r = 0; r < rows; ++r)
         for (std::size_t c = 0; c < cols; ++c)
           s[r * lds + c] += alpha_[r0 + r] + scale_ * Acc(k_.f.term_of(b, hk, j0 + c));
@@ -122,6 +125,7 @@ struct dot_features_path {
     const problem& pr_;
     std::size_t n_, i0_ = 0;
     Acc scale_;
+    kernel::row_prefetch also_;
     kernel::aligned_vector<Acc> q_;
     std::vector<Acc> alpha_;
     std::vector<S> proj_, raw_;

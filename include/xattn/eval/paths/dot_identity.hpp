@@ -83,6 +83,9 @@ struct dot_identity_path {
         kernel::scaled_copy(qv.row(b, h, i0 + r), qv.inner_stride(), n_, scale, q_.data() + (at + r) * n_, 1);
     }
 
+    /// Rows to prefetch with the keys the next scores read in place (kernel::row_prefetch).
+    void prefetch_with_keys(kernel::row_prefetch also) noexcept { also_ = also; }
+
     void scores(std::size_t b, std::size_t, std::size_t hk, std::size_t i0, std::size_t rows, std::size_t j0,
                 std::size_t cols, std::size_t colsp, Acc* s, std::size_t lds) {
       const Acc* q = q_.data() + (i0 - i0_) * n_;  // rows [i0, i0 + rows) of the loaded block
@@ -94,13 +97,14 @@ struct dot_identity_path {
       }
       const auto in_place = [&](std::size_t c) { return kv.row(b, hk, j0 + c); };
       if constexpr (std::is_same_v<decltype(in_place(0)), kernel::q8_row> && std::is_same_v<Acc, float>)
-        if (kernel::qk_direct_q8(q, n_, rows, in_place, cols, n_, s, lds)) return;
-      kernel::qk_direct(q, n_, rows, in_place, cols, n_, s, lds);
+        if (kernel::qk_direct_q8(q, n_, rows, in_place, cols, n_, s, lds, also_)) return;
+      kernel::qk_direct(q, n_, rows, in_place, cols, n_, s, lds, also_);
     }
 
    private:
     const Base& base_;
     std::size_t n_, i0_ = 0;
+    kernel::row_prefetch also_;
     kernel::aligned_vector<Acc> q_;
     key_reader<strips<Acc>> reader_;
   };

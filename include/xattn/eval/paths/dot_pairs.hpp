@@ -80,13 +80,16 @@ struct dot_pairs_path {
       }
     }
 
+    /// Rows to prefetch with the keys the next scores read in place (kernel::row_prefetch).
+    void prefetch_with_keys(kernel::row_prefetch also) noexcept { also_ = also; }
+
     void scores(std::size_t b, std::size_t, std::size_t hk, std::size_t i0, std::size_t rows, std::size_t j0,
                 std::size_t cols, std::size_t colsp, Acc* s, std::size_t lds) {
       const auto& kv = base_.k.view;
       if (widen_) {
         kernel::qk_direct(
             q_.data() + (i0 - i0_) * n_, n_, rows, [&](std::size_t c) { return kv.row(b, hk, j0 + c); }, cols, n_, s,
-            lds);
+            lds, also_);
         return;
       }
       const bfloat16* q = q16_.data() + (i0 - i0_) * ldq_;
@@ -95,7 +98,7 @@ struct dot_pairs_path {
         kernel::qk_tile_pairs(q, ldq_, rows, kt, n_, colsp, scale_, s, lds);
       else
         kernel::qk_direct_pairs(
-            q, ldq_, rows, [&](std::size_t c) { return kv.row(b, hk, j0 + c); }, cols, n_, scale_, s, lds);
+            q, ldq_, rows, [&](std::size_t c) { return kv.row(b, hk, j0 + c); }, cols, n_, scale_, s, lds, also_);
     }
 
    private:
@@ -103,6 +106,7 @@ struct dot_pairs_path {
     std::size_t n_, ldq_, i0_ = 0;
     bool widen_;  // decoding few rows: keys read where they lie, widened
     Acc scale_ = 1;
+    kernel::row_prefetch also_;
     kernel::aligned_vector<bfloat16> q16_;
     kernel::aligned_vector<Acc> q_;
     key_reader<bf16_pairs> reader_;
