@@ -60,9 +60,10 @@ std::string cache_error(const X& x, const char* what) {
 }
 
 /// The plan p with its cache terminals gathered and the sequence-lengths mask that reading a cache
-/// added dropped; error says why this rank's caches cannot take part ("" if they can).
+/// added dropped; error says why this rank's caches cannot take part ("" if they can). A plan
+/// without cache terminals is p itself (a reference, not a copy).
 template <class Plan>
-auto without_cache(const Plan& p, std::string& error) {
+decltype(auto) without_cache(const Plan& p, std::string& error) {
   if constexpr (reads_cache_v<Plan>) {
     using base_t = std::decay_t<decltype(p.base)>;
     static_assert(!base_t::tensor_scores && !is_sum_base_v<base_t>);  // refused by check_ring_expression

@@ -126,7 +126,7 @@ class context {
       const auto cached = make_plan(e);
       if constexpr (detail::check_ring_expression<std::decay_t<decltype(cached)>>()) {
         detail::agreement a;
-        const auto p = detail::without_cache(cached, a.local_error);
+        const auto& p = detail::without_cache(cached, a.local_error);
         using Acc = accumulator_of_t<std::decay_t<decltype(p)>>;
         a.facts = detail::facts_of(p).facts;
         const auto rp = detail::prepare<Acc>(su_, p, "mpi::context::eval_with_lse(e)", a);
