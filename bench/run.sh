@@ -40,16 +40,9 @@ if [[ -x $mpi_exe ]] && command -v mpirun >/dev/null; then
     echo "run.sh: xattn-mpi-bench (2 ranks) failed; continuing" >&2
 fi
 
-# Build cost: one TU with five pipelines at -O2, the flags of the project's own builds. Best of
-# three: on this shared VM a single compile varied from 7.3 to 12 s within an hour.
-root=$(cd "$here/.." && pwd)
-best=
-for _ in 1 2 3; do
-  start=$(date +%s%N)
-  g++ -std=c++20 -O2 -march=native -fopenmp -I"$root/include" -c "$here/compile_probe.cpp" -o "$out/compile_probe.o"
-  best=$(awk -v a="$start" -v b="$(date +%s%N)" -v m="$best" 'BEGIN { s = (b - a) / 1e9; printf "%.2f", (m == "" || s < m) ? s : m }')
-done
-echo "{\"benchmarks\": [{\"name\": \"compile/five_pipelines_O2\", \"run_type\": \"iteration\", \"seconds\": $best}]}" > "$out/compile.json"
+# Build cost: the quickstart, a TU training a user policy, and one with five pipelines, compiled at
+# -O2 (best of three; compile_probe.sh REV compares with another revision's headers).
+bash "$here/compile_probe.sh" --json "$out/compile.json" || echo "run.sh: compile probe failed; continuing" >&2
 
 # ONNX Runtime side by side, same machine, same run (skipped when its harness is not installed).
 bash "$here/ort.sh" "$out/ort.json" || echo "run.sh: ONNX Runtime comparison failed; continuing" >&2

@@ -1,5 +1,8 @@
 """pip install --no-build-isolation ./python (no network): builds libxattn_c from this checkout
-with CMake and packages it with the Python sources and the headers xattn.policy compiles against."""
+with CMake and packages it with the Python sources and the headers xattn.policy compiles against.
+XATTN_BUILD_DIR names an existing Release build of the checkout to bring up to date and take the
+library from, instead of configuring and compiling one afresh (make test's package test does)."""
+import contextlib
 import os
 import shutil
 import subprocess
@@ -16,9 +19,12 @@ class build_with_cmake(build_py):
     def run(self):
         super().run()
         package = os.path.join(self.build_lib, "xattn")
-        with tempfile.TemporaryDirectory() as build:
-            subprocess.run(["cmake", "-S", ROOT, "-B", build, "-DCMAKE_BUILD_TYPE=Release", "-DXATTN_BUILD_TESTS=OFF",
-                            "-DXATTN_BUILD_BENCH=OFF"], check=True, stdout=subprocess.DEVNULL)
+        existing = os.environ.get("XATTN_BUILD_DIR")
+        with contextlib.nullcontext(existing) if existing else tempfile.TemporaryDirectory() as build:
+            if not existing:
+                subprocess.run(["cmake", "-S", ROOT, "-B", build, "-DCMAKE_BUILD_TYPE=Release",
+                                "-DXATTN_BUILD_TESTS=OFF", "-DXATTN_BUILD_BENCH=OFF"], check=True,
+                               stdout=subprocess.DEVNULL)
             subprocess.run(["cmake", "--build", build, "--target", "xattn_python", "-j", str(os.cpu_count() or 1)],
                            check=True)
             shutil.copy(os.path.join(build, "python", "xattn", "libxattn_c.so"), package)

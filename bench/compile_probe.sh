@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Compile time of three translation units a user writes, with this tree's headers and, given a git
+# revision, with that revision's headers side by side on the same machine:
+#   quickstart      dsl/quickstart.cpp (the README's first program: one pipeline)
+#   train_policy    bench/compile_probe_train.cpp (a user policy evaluated and trained with grad)
+#   five_pipelines  bench/compile_probe.cpp (five pipelines in one source)
+# g++ -std=c++20 -O2 -march=native -fopenmp, the best of N compiles (a shared VM's compile times
+# vary by 1.5x within an hour), CPU seconds (user + system) and peak memory.
+# With --tests, instead: the compiler CPU time of `make test`'s build (every default target of a
+# fresh Release build, the tree's own or REV's), summed over its compiles.
+#
+# usage: bench/compile_probe.sh [--json FILE] [--repeat N] [--tests] [REV]
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/.." && pwd)
+if [[ ${1:-} == --wrap ]]; then  # the compiler launcher of --tests: run the compile, log its CPU time
+  log=$2
+  shift 2
+  /usr/bin/time -f "%U %S" -a -o "$log" "$@"
+  exit
+fi
+json="" repeat=3 rev="" tests=0
+while (($#)); do
+  case $1 in
+    --json) json=$2; shift 2 ;;
+    --repeat) repeat=$2; shift 2 ;;
+    --tests) tests=1; shift ;;
+    -h | --help) sed -n 2,12p "$0"; exit 0 ;;
+    *) rev=$1; shift ;;
+  esac
+done
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+# build_cpu TREE: the summed CPU seconds of every compile in a fresh build of TREE's default targets.
+build_cpu() {
+  local tree=$1 log=$work/compiles.log
+  : > "$log"
+  cmake -S "$tree" -B "$work/build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER_LAUNCHER="$here/compile_probe.sh;--wrap;$log" \
+    -DCMAKE_C_COMPILER_LAUNCHER="$here/compile_probe.sh;--wrap;$log" > /dev/null
+  cmake --build "$work/build" -j "$(nproc)" > /dev/null
+  rm -rf "$work/build"
+  awk '{ t += $1 + $2 } END { printf "%.0f", t }' "$log"
+}
+if ((tests)); then
+  now=$(build_cpu "$root")
+  if [[ -n $rev ]]; then
+    mkdir -p "$work/old"
+    git -C "$root" archive "$rev" | tar -x -C "$work/old"
+    old=$(build_cpu "$work/old")
+    echo "make test's compiles: $now s of CPU; at $rev $old s; ratio $(awk -v a="$now" -v b="$old" 'BEGIN { printf "%.2f", a / b }')"
+  else
+    echo "make test's compiles: $now s of CPU"
+  fi
+  exit
+fi
+names=(quickstart train_policy five_pipelines)
+sources=(dsl/quickstart.cpp bench/compile_probe_train.cpp bench/compile_probe.cpp)
+
+# best_of TREE SOURCE: "cpu_seconds peak_mb", the smallest CPU time of $repeat compiles.
+best_of() {
+  local tree=$1 src=$2 best="" mb=0
+  for ((n = 0; n < repeat; ++n)); do
+    /usr/bin/time -f "%U %S %M" -o "$work/time" g++ -std=c++20 -O2 -march=native -fopenmp -I"$tree/include" \
+      -I"$tree/dsl" -c "$root/$src" -o "$work/probe.o"
+    read -r user sys kb < "$work/time"
+    best=$(awk -v u="$user" -v s="$sys" -v b="$best" 'BEGIN { t = u + s; printf "%.2f", (b == "" || t < b) ? t : b }')
+    mb=$(awk -v k="$kb" -v m="$mb" 'BEGIN { printf "%d", (k / 1024 > m) ? k / 1024 : m }')
+  done
+  echo "$best $mb"
+}
+
+if [[ -n $rev ]]; then
+  mkdir -p "$work/old"
+  git -C "$root" archive "$rev" include dsl | tar -x -C "$work/old"
+fi
+
+rows=()
+printf '%-16s %10s %8s' translation_unit seconds MB
+[[ -n $rev ]] && printf ' %10s %8s %7s' "at_$rev" MB ratio
+printf '\n'
+for i in "${!names[@]}"; do
+  read -r now now_mb < <(best_of "$root" "${sources[$i]}")
+  printf '%-16s %10s %8s' "${names[$i]}" "$now" "$now_mb"
+  row="{\"name\": \"compile/${names[$i]}_O2\", \"run_type\": \"iteration\", \"seconds\": $now, \"peak_mb\": $now_mb"
+  if [[ -n $rev ]]; then
+    read -r old old_mb < <(best_of "$work/old" "${sources[$i]}")
+    ratio=$(awk -v a="$now" -v b="$old" 'BEGIN { printf "%.2f", a / b }')
+    printf ' %10s %8s %7s' "$old" "$old_mb" "$ratio"
+    row+=", \"seconds_before\": $old, \"ratio\": $ratio"
+  fi
+  printf '\n'
+  rows+=("$row}")
+done
+if [[ -n $json ]]; then
+  (IFS=,; echo "{\"benchmarks\": [${rows[*]}]}") > "$json"
+fi
