@@ -5,7 +5,9 @@
 #   train_policy    bench/compile_probe_train.cpp (a user policy evaluated and trained with grad)
 #   five_pipelines  bench/compile_probe.cpp (five pipelines in one source)
 # g++ -std=c++20 -O2 -march=native -fopenmp, the best of N compiles (a shared VM's compile times
-# vary by 1.5x within an hour), CPU seconds (user + system) and peak memory.
+# vary by 1.5x within an hour), CPU seconds (user + system) and peak memory. Each once header-only
+# and once as a program linking xattn::kernels compiles it (-DXATTN_PRECOMPILED_KERNELS: rows
+# <name>_kernels; REV's headers, which may not have the switch, are timed header-only for both).
 # With --tests, instead: the compiler CPU time of `make test`'s build (every default target of a
 # fresh Release build, the tree's own or REV's), summed over its compiles.
 #
@@ -58,12 +60,12 @@ fi
 names=(quickstart train_policy five_pipelines)
 sources=(dsl/quickstart.cpp bench/compile_probe_train.cpp bench/compile_probe.cpp)
 
-# best_of TREE SOURCE: "cpu_seconds peak_mb", the smallest CPU time of $repeat compiles.
+# best_of TREE SOURCE [FLAG]: "cpu_seconds peak_mb", the smallest CPU time of $repeat compiles.
 best_of() {
-  local tree=$1 src=$2 best="" mb=0
+  local tree=$1 src=$2 flag=${3:-} best="" mb=0
   for ((n = 0; n < repeat; ++n)); do
     /usr/bin/time -f "%U %S %M" -o "$work/time" g++ -std=c++20 -O2 -march=native -fopenmp -I"$tree/include" \
-      -I"$tree/dsl" -c "$root/$src" -o "$work/probe.o"
+      -I"$tree/dsl" $flag -c "$root/$src" -o "$work/probe.o"
     read -r user sys kb < "$work/time"
     best=$(awk -v u="$user" -v s="$sys" -v b="$best" 'BEGIN { t = u + s; printf "%.2f", (b == "" || t < b) ? t : b }')
     mb=$(awk -v k="$kb" -v m="$mb" 'BEGIN { printf "%d", (k / 1024 > m) ? k / 1024 : m }')
@@ -77,21 +79,26 @@ if [[ -n $rev ]]; then
 fi
 
 rows=()
-printf '%-16s %10s %8s' translation_unit seconds MB
+printf '%-24s %10s %8s' translation_unit seconds MB
 [[ -n $rev ]] && printf ' %10s %8s %7s' "at_$rev" MB ratio
 printf '\n'
 for i in "${!names[@]}"; do
-  read -r now now_mb < <(best_of "$root" "${sources[$i]}")
-  printf '%-16s %10s %8s' "${names[$i]}" "$now" "$now_mb"
-  row="{\"name\": \"compile/${names[$i]}_O2\", \"run_type\": \"iteration\", \"seconds\": $now, \"peak_mb\": $now_mb"
-  if [[ -n $rev ]]; then
-    read -r old old_mb < <(best_of "$work/old" "${sources[$i]}")
-    ratio=$(awk -v a="$now" -v b="$old" 'BEGIN { printf "%.2f", a / b }')
-    printf ' %10s %8s %7s' "$old" "$old_mb" "$ratio"
-    row+=", \"seconds_before\": $old, \"ratio\": $ratio"
-  fi
-  printf '\n'
-  rows+=("$row}")
+  [[ -n $rev ]] && read -r old old_mb < <(best_of "$work/old" "${sources[$i]}")
+  for kernels in "" _kernels; do
+    flag=""
+    [[ -n $kernels ]] && flag=-DXATTN_PRECOMPILED_KERNELS
+    read -r now now_mb < <(best_of "$root" "${sources[$i]}" "$flag")
+    name=${names[$i]}$kernels
+    printf '%-24s %10s %8s' "$name" "$now" "$now_mb"
+    row="{\"name\": \"compile/${name}_O2\", \"run_type\": \"iteration\", \"seconds\": $now, \"peak_mb\": $now_mb"
+    if [[ -n $rev ]]; then
+      ratio=$(awk -v a="$now" -v b="$old" 'BEGIN { printf "%.2f", a / b }')
+      printf ' %10s %8s %7s' "$old" "$old_mb" "$ratio"
+      row+=", \"seconds_before\": $old, \"ratio\": $ratio"
+    fi
+    printf '\n'
+    rows+=("$row}")
+  done
 done
 if [[ -n $json ]]; then
   (IFS=,; echo "{\"benchmarks\": [${rows[*]}]}") > "$json"

@@ -49,5 +49,8 @@ int main() {
   MPI_Initialized(&initialized);
   std::cout << " mpi " << initialized;
 #endif
+#if defined(XATTN_CONSUMER_HAS_kernels)  // linked, and its layout is this program's
+  std::cout << " kernels " << kernel::precompiled::layout_checked;
+#endif
   std::cout << '\n';
 }

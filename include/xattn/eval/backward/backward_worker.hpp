@@ -11,6 +11,7 @@
 // The worker does not know which score path it runs.
 #include "../../kernel/aligned.hpp"
 #include "../../kernel/backward.hpp"
+#include "../../kernel/instances.hpp"
 #include "../../kernel/pack.hpp"
 #include "../../kernel/qk.hpp"
 #include "../../kernel/trace.hpp"

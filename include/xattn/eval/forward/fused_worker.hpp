@@ -5,6 +5,7 @@
 // fills the score tile; the worker does not know which path it runs.
 #include "../../kernel/aligned.hpp"
 #include "../../kernel/blocking.hpp"
+#include "../../kernel/instances.hpp"
 #include "../../kernel/pv.hpp"
 #include "../../kernel/rows.hpp"
 #include "../../layout.hpp"
