@@ -27,7 +27,7 @@ while (($#)); do
     --json) json=$2; shift 2 ;;
     --repeat) repeat=$2; shift 2 ;;
     --tests) tests=1; shift ;;
-    -h | --help) sed -n 2,12p "$0"; exit 0 ;;
+    -h | --help) sed -n 2,14p "$0"; exit 0 ;;
     *) rev=$1; shift ;;
   esac
 done

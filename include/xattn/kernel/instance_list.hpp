@@ -21,9 +21,6 @@ namespace xattn::kernel {
   XATTN_KERNEL_INSTANCE void pv_tile_transposed_strips<Acc, Acc, every_column>(                                       \
       const Acc*, std::size_t, std::size_t, const Acc*, std::size_t, std::size_t, Acc*, std::size_t, std::size_t,     \
       every_column);                                                                                                  \
-  XATTN_KERNEL_INSTANCE void pv_tile_transposed<Acc, Acc, every_column>(const Acc*, std::size_t, std::size_t,         \
-                                                                        const Acc*, std::size_t, std::size_t, Acc*,   \
-                                                                        std::size_t, std::size_t, every_column);      \
   XATTN_KERNEL_INSTANCE void pv_tile_at<Acc, strided_rows<Acc>, every_column>(                                        \
       const Acc*, std::size_t, std::size_t, const strided_rows<Acc>&, std::size_t, Acc*, std::size_t, std::size_t,    \
       every_column);
