@@ -37,8 +37,10 @@ inline constexpr std::array<attention_shape, 4> backward_shapes{{
 }};
 
 /// Forward: eval_with_lse timed too; Sinks: softmax(..., sinks(t)) (rows xattn_sinks_fwd_bwd);
-/// Rope: rope(Q, positions) * trans(rope(K, positions)) (rows xattn_rope_fwd_bwd).
-template <bool Forward, bool Sinks = false, bool Rope = false>
+/// Rope: rope(Q, positions) * trans(rope(K, positions)) (rows xattn_rope_fwd_bwd); E: the element
+/// type of Q, K, V and dO (bfloat16: rows xattn_bf16_bwd, xattn_bf16_fwd_bwd, the same values
+/// rounded once, as a bf16 training step holds them).
+template <bool Forward, bool Sinks = false, bool Rope = false, class E = float>
 void run_backward(benchmark::State& state, const attention_shape& s, int threads) {
   set_threads(threads);
   attention_data data(s);
@@ -49,8 +51,14 @@ void run_backward(benchmark::State& state, const attention_shape& s, int threads
                                            std::size_t(s.head_dim)};
     return xt::adapt(b.span().data(), b.span().size(), xt::no_ownership(), shape);
   };
-  auto q = adapt(data.q, s.seq_q), k = adapt(data.k, s.seq_kv), v = adapt(data.v, s.seq_kv);
-  auto dout = adapt(d_out, s.seq_q);
+  const auto as_e = [](const auto& x) {
+    if constexpr (std::is_same_v<E, float>)
+      return x;
+    else
+      return xt::xtensor<E, 4>(xt::cast<E>(x));
+  };
+  auto q = as_e(adapt(data.q, s.seq_q)), k = as_e(adapt(data.k, s.seq_kv)), v = as_e(adapt(data.v, s.seq_kv));
+  auto dout = as_e(adapt(d_out, s.seq_q));
   auto V = xattn::ref(v);
   const xt::xtensor<std::int64_t, 1> qpos = xt::arange<std::int64_t>(s.seq_kv - s.seq_q, s.seq_kv),
                                      kpos = xt::arange<std::int64_t>(s.seq_kv);
@@ -196,6 +204,16 @@ void register_backward() {
           ->Unit(benchmark::kMillisecond);
       benchmark::RegisterBenchmark(bench_name("xattn_fwd_bwd", s, threads).c_str(),
                                    [s, threads](benchmark::State& st) { run_backward<true>(st, s, threads); })
+          ->UseRealTime()
+          ->Unit(benchmark::kMillisecond);
+      benchmark::RegisterBenchmark(
+          bench_name("xattn_bf16_bwd", s, threads).c_str(),
+          [s, threads](benchmark::State& st) { run_backward<false, false, false, xattn::bfloat16>(st, s, threads); })
+          ->UseRealTime()
+          ->Unit(benchmark::kMillisecond);
+      benchmark::RegisterBenchmark(
+          bench_name("xattn_bf16_fwd_bwd", s, threads).c_str(),
+          [s, threads](benchmark::State& st) { run_backward<true, false, false, xattn::bfloat16>(st, s, threads); })
           ->UseRealTime()
           ->Unit(benchmark::kMillisecond);
       benchmark::RegisterBenchmark(bench_name("blas_unfused_bwd", s, threads).c_str(),

@@ -213,6 +213,11 @@ TEMPLATE_TEST_CASE("dot_row: Δ of a row, contiguous or strided, a batch at a ti
     double want_f = 0;
     for (std::size_t d = 0; d < n; ++d) want_f += double(af[d]) * double(b(d));
     REQUIRE(kernel::dot_row<T>(af.data(), 1, b.data(), 1, n) == Approx(want_f).margin(tol));
+    std::vector<bfloat16> a16(n);  // 16-bit rows: widened in registers (float), or one by one
+    for (std::size_t d = 0; d < n; ++d) a16[d] = bfloat16(a(d));
+    double want16 = 0;
+    for (std::size_t d = 0; d < n; ++d) want16 += double(float(a16[d])) * double(b(d));
+    REQUIRE(kernel::dot_row<T>(a16.data(), 1, b.data(), 1, n) == Approx(want16).margin(tol));
   }
 }
 

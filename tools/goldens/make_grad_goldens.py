@@ -303,6 +303,35 @@ def mla_decoding_case(name, q_nope, q_pe, c_kv, k_pe, w_uk, w_uv, gen):
             "d_q_pe": tensor(q_pe.grad), "d_c_kv": tensor(c_kv.grad), "d_k_pe": tensor(k_pe.grad)}
 
 
+def compact(t):  # results to 9 significant digits: far below the bf16 tests' tolerances, half the bytes
+    return {"shape": list(t.shape), "data": [float(f"{float(x):.9g}") for x in t.detach().reshape(-1).tolist()]}
+
+
+def bf16_attention_case(name, q, k, v, causal, gen):
+    """Scaled dot-product attention of bfloat16 operands and upstream gradient, the gradients both in
+    float64 (the reference, on the same bf16 values) and in PyTorch's own bfloat16 eager math (each
+    product and the softmax rounded to bf16): PyTorch's SDPA tests take their bf16 tolerance from the
+    distance between the two."""
+    q, k, v = (t.to(torch.bfloat16) for t in (q, k, v))
+    d_out = torch.randn(q.shape[:-1] + (v.shape[-1],), dtype=torch.float64, generator=gen).to(torch.bfloat16)
+    sq, skv = q.shape[-2], k.shape[-2]
+
+    def attention(q, k, v):
+        s = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+        if causal:  # is_causal's top-left diagonal
+            s = s.masked_fill(torch.ones(sq, skv, dtype=torch.bool).triu(1), float("-inf"))
+        return torch.softmax(s, dim=-1) @ v
+
+    case = {"name": name, "causal": causal, "q": tensor(q), "k": tensor(k), "v": tensor(v), "d_output": tensor(d_out)}
+    for dtype, suffix in ((torch.float64, ""), (torch.bfloat16, "_bf16")):
+        leaves = [t.to(dtype).requires_grad_(True) for t in (q, k, v)]
+        out = attention(*leaves)
+        out.backward(d_out.to(dtype))
+        case.update({"output" + suffix: compact(out), "d_q" + suffix: compact(leaves[0].grad),
+                     "d_k" + suffix: compact(leaves[1].grad), "d_v" + suffix: compact(leaves[2].grad)})
+    return case
+
+
 def main(out_dir):
     warnings.filterwarnings("ignore", message="Lazy modules")  # d2l's LazyLinear, as the chapter writes it
     gen = torch.Generator().manual_seed(20261124)
@@ -399,6 +428,16 @@ def main(out_dir):
                           gen),
     ]
     with open(f"{out_dir}/deepseek_mla.json", "w") as f:
+        json.dump({"generator": "tools/goldens/make_grad_goldens.py", "torch": torch.__version__, "cases": cases}, f)
+    gen = torch.Generator().manual_seed(20261129)
+    f64 = dict(dtype=torch.float64, generator=gen)
+    cases = [  # (B, H, S, D): whole 16-key batches without a mask; odd sizes under a causal mask
+        bf16_attention_case("64 keys, D 32, Dv 16, no mask", torch.randn(1, 1, 32, 32, **f64),
+                            torch.randn(1, 1, 64, 32, **f64), torch.randn(1, 1, 64, 16, **f64), False, gen),
+        bf16_attention_case("causal, 45 tokens, D 40, Dv 24", torch.randn(1, 1, 45, 40, **f64),
+                            torch.randn(1, 1, 45, 40, **f64), torch.randn(1, 1, 45, 24, **f64), True, gen),
+    ]
+    with open(f"{out_dir}/torch_bf16_attention.json", "w") as f:
         json.dump({"generator": "tools/goldens/make_grad_goldens.py", "torch": torch.__version__, "cases": cases}, f)
 
 

@@ -126,17 +126,18 @@ T accumulate_row(const T* g, std::size_t n, T* col) {
   return simd::hsum(sum);
 }
 
-/// Σ_d a[d]·b[d] over [0, n) for rows of any element types, in T; contiguous rows of T a batch at a
-/// time, since the backward takes one per query row (Δ = rowsum(dO ∘ O)).
+/// Σ_d a[d]·b[d] over [0, n) for rows of any element types, in T; contiguous rows of T (or of
+/// 16-bit floats widened in registers) a batch at a time, since the backward takes one per query
+/// row (Δ = rowsum(dO ∘ O)).
 template <class T, class A, class B>
 T dot_row(const A* a, std::ptrdiff_t sa, const B* b, std::ptrdiff_t sb, std::size_t n) {
   T s = 0;
   std::size_t d = 0;
-  if constexpr (std::is_same_v<A, T> && std::is_same_v<B, T>) {
+  if constexpr ((std::is_same_v<A, T> || simd::widens16_v<T, A>)&&(std::is_same_v<B, T> || simd::widens16_v<T, B>)) {
     constexpr std::size_t w = simd::width<T>;
     if (sa == 1 && sb == 1 && n >= w) {
       batch<T> acc(T(0));
-      for (; d + w <= n; d += w) acc = xsimd::fma(simd::load(a + d), simd::load(b + d), acc);
+      for (; d + w <= n; d += w) acc = xsimd::fma(simd::load_as<T>(a + d), simd::load_as<T>(b + d), acc);
       s = simd::hsum(acc);
     }
   }

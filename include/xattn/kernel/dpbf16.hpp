@@ -135,6 +135,16 @@ void pack_v_pairs(RowFn row, std::size_t keys, std::size_t dv, std::ptrdiff_t st
     const S* a = row(2 * t);
     const S* b = 2 * t + 1 < keys ? row(2 * t + 1) : nullptr;
     std::size_t d = 0;
+    if constexpr (has_dpbf16 && std::is_same_v<S, float>)
+      if (stride == 1) {
+        // 16 features of both keys rounded by one conversion (a's low, b's high), then interleaved
+        const __m512i mix = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6,
+                                             21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+        for (; d + 16 <= dv; d += 16) {
+          const __m512 x = _mm512_loadu_ps(a + d), y = b ? _mm512_loadu_ps(b + d) : _mm512_setzero_ps();
+          _mm512_storeu_si512(dst + 2 * d, _mm512_permutexvar_epi16(mix, (__m512i)_mm512_cvtne2ps_pbh(y, x)));
+        }
+      }
     if constexpr (has_dpbf16 && std::is_same_v<S, bfloat16>)
       if (stride == 1) {
         // 32 features of both keys: interleaved by one permute each for the low and high 16
@@ -166,24 +176,46 @@ inline void round_row_bf16(const P* p, std::size_t n, bfloat16* out) noexcept {
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + j), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(p + j)));
 }
 
+/// out[d] = x[d · stride] in bf16 for d < n: bfloat16 rows copied, float rows (contiguous) rounded
+/// 16 at a time by AVX512-BF16's conversion (subnormals become zero), anything else one by one.
+template <class S>
+inline void round_to_bf16(const S* x, std::ptrdiff_t stride, std::size_t n, bfloat16* out) noexcept {
+  std::size_t d = 0;
+  if (stride == 1) {
+    if constexpr (std::is_same_v<S, bfloat16>) {
+      std::memcpy(out, x, n * sizeof(bfloat16));
+      return;
+    } else if constexpr (has_dpbf16 && std::is_same_v<S, float>) {
+      for (; d + 16 <= n; d += 16)
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + d), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(x + d)));
+    }
+  }
+  for (; d < n; ++d) out[d] = to_bf16(x[std::ptrdiff_t(d) * stride]);
+}
+
 namespace detail {
 
-/// s[r, c] = scale · sum_p q-pair(r, p) · key-pair(c, p) for R rows x C registers of keys.
-template <std::size_t R, std::size_t C>
+/// s[r, c] = scale · sum_p q-pair(r, p) · key-pair(c, p) for R rows x C registers of keys, each
+/// row's sums through the epilogue (plain_epilogue: stored).
+template <std::size_t R, std::size_t C, class Epi>
 inline void qk_pairs_micro(const bfloat16* q, std::size_t ldq, const bfloat16* kt, std::size_t n2, float scale,
-                           float* s, std::size_t lds) {
-  __m512 acc[R][C];
+                           float* s, std::size_t lds, const Epi& epi) {
+  using B = typename lanes16<Epi>::type;
+  B acc[R][C];
   each<R * C>([&](auto i) { acc[i / C][i % C] = _mm512_setzero_ps(); });
   for (std::size_t p = 0; p < n2; ++p) {
     __m512i k[C];
     each<C>([&](auto c) { k[c] = _mm512_loadu_si512(kt + p * 2 * pair_strip + c * 32); });
     each<R>([&](auto r) {
       const __m512i qv = _mm512_set1_epi32(pair_bits(q + r * ldq + 2 * p));
-      each<C>([&](auto c) { acc[r][c] = dpbf16(acc[r][c], qv, k[c]); });
+      each<C>([&](auto c) { acc[r][c] = dpbf16(__m512(acc[r][c]), qv, k[c]); });
     });
   }
-  const __m512 sc = _mm512_set1_ps(scale);
-  each<R * C>([&](auto i) { _mm512_storeu_ps(s + i / C * lds + i % C * 16, _mm512_mul_ps(acc[i / C][i % C], sc)); });
+  if (scale != 1.0f) {
+    const B sc(scale);
+    each<R * C>([&](auto i) { acc[i / C][i % C] *= sc; });
+  }
+  each<R>([&](auto r) { epi(r, acc[r], s + r * lds); });
 }
 
 }  // namespace detail
@@ -191,21 +223,23 @@ inline void qk_pairs_micro(const bfloat16* q, std::size_t ldq, const bfloat16* k
 /// s[r, c] = scale · sum_d q[r, d] · key(c)[d] for r < rows, c < cols_padded (a multiple of 16):
 /// queries as bf16 rows ldq apart (n rounded up to even, the odd partner zero), keys packed by
 /// pack_kt_pairs. The scale multiplies the fp32 sums, so the queries need no rounding of their own.
-template <class Q = bfloat16>
+/// The sums go through an epilogue as qk_tile's (plain_epilogue: stored as they are).
+template <class Q = bfloat16, class Epi = plain_epilogue>
 void qk_tile_pairs(const Q* q, std::size_t ldq, std::size_t rows, const bfloat16* kt, std::size_t n,
-                   std::size_t cols_padded, float scale, float* s, std::size_t lds) {
+                   std::size_t cols_padded, float scale, float* s, std::size_t lds, const Epi& epi = {}) {
   trace::note(tile_op::qk_tile_pairs);
+  if constexpr (requires { Epi::op; }) trace::note(Epi::op);
   const std::size_t n2 = (n + 1) / 2;
   std::size_t c = 0;
   for (; c + pair_strip <= cols_padded; c += pair_strip)
     detail::by_row_blocks<float>(rows, [&](auto R, std::size_t r) {
       detail::qk_pairs_micro<decltype(R)::value, 4>(q + r * ldq, ldq, kt + pair_panel_offset(c, 0, n), n2, scale,
-                                                    s + r * lds + c, lds);
+                                                    s + r * lds + c, lds, epi.at(r, c));
     });
   for (; c < cols_padded; c += 16)  // the last, partial strip: one register at a time
     detail::by_row_blocks<float>(rows, [&](auto R, std::size_t r) {
       detail::qk_pairs_micro<decltype(R)::value, 1>(q + r * ldq, ldq, kt + pair_panel_offset(c, 0, n), n2, scale,
-                                                    s + r * lds + c, lds);
+                                                    s + r * lds + c, lds, epi.at(r, c));
     });
 }
 
@@ -251,6 +285,33 @@ void qk_direct_pairs(const bfloat16* q, std::size_t ldq, std::size_t rows, RowFn
       also);
 }
 
+/// out[c · ldo + r] = x[r · ldx + c] rounded to bf16 for r < rows, c < cols, and out[c · ldo + rows]
+/// = 0 when rows is odd: a tile transposed into rows of pairs along its own rows, the left operand
+/// of the backward's Pᵀ·dO and dSᵀ·Q on vdpbf16ps (pv_tile_pairs). Blocks of 16 x 16 go through
+/// registers (one transpose, one conversion per row).
+template <class X = float>
+inline void transpose_pairs(const X* x, std::size_t ldx, std::size_t rows, std::size_t cols, bfloat16* out,
+                            std::size_t ldo) {
+  trace::note(tile_op::transpose_pairs);
+  std::size_t r = 0;
+  for (; r + 16 <= rows; r += 16) {
+    std::size_t c = 0;
+    for (; c + 16 <= cols; c += 16) {
+      std::array<typename detail::lanes16<X>::type, 16> t;
+      for (std::size_t i = 0; i < 16; ++i) t[i] = _mm512_loadu_ps(x + (r + i) * ldx + c);
+      detail::transpose16(t);
+      for (std::size_t k = 0; k < 16; ++k)
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + (c + k) * ldo + r), (__m256i)_mm512_cvtneps_pbh(t[k]));
+    }
+    for (; c < cols; ++c)
+      for (std::size_t i = r; i < r + 16; ++i) out[c * ldo + i] = bfloat16(x[i * ldx + c]);
+  }
+  for (; r < rows; ++r)
+    for (std::size_t c = 0; c < cols; ++c) out[c * ldo + r] = bfloat16(x[r * ldx + c]);
+  if (rows % 2 != 0)
+    for (std::size_t c = 0; c < cols; ++c) out[c * ldo + rows] = bfloat16::from_bits(0);
+}
+
 namespace detail {
 
 /// o[r, c0 + d] += sum_t p-pair(r, t) · v-pair(t, c0 + d) for one register block, the block's sum
@@ -286,13 +347,16 @@ inline unsigned pv_pairs_micro(const bfloat16* p, std::size_t ldp, const bfloat1
 
 /// o[:width] += sum over keys j with p32[j] != 0 of p[j] · v[j, :width], from key-pair rows: a
 /// flagged row again, where a key of weight 0 (masked, underflowed) must not bring V's inf or NaN
-/// in. The weights are the rounded ones of the other rows (or p32's where rounding flushed them).
+/// in. The weights are the rounded ones of the other rows (or p32's where rounding flushed them);
+/// without p32, the rounded ones, keys of rounded weight 0 skipped.
 inline void pv_exact_pairs_row(const bfloat16* p, const float* p32, const bfloat16* vp, std::size_t ldv,
                                std::size_t keys, float* o, std::size_t width) {
   for (std::size_t d = 0; d < width; ++d) {
     float acc = 0;
-    for (std::size_t j = 0; j < keys; ++j)
-      if (p32[j] != 0.0f) acc += (float(p[j]) != 0.0f ? float(p[j]) : p32[j]) * float(vp[j / 2 * ldv + 2 * d + j % 2]);
+    for (std::size_t j = 0; j < keys; ++j) {
+      const float w = float(p[j]) != 0.0f || !p32 ? float(p[j]) : p32[j];
+      if (w != 0.0f) acc += w * float(vp[j / 2 * ldv + 2 * d + j % 2]);
+    }
     o[d] += acc;
   }
 }
@@ -302,7 +366,8 @@ inline void pv_exact_pairs_row(const bfloat16* p, const float* p32, const bfloat
 /// o[r, :] += sum_j p[r, j] · v[j, :] for r < rows, j < keys: p as bf16 rows ldp apart (rounded by
 /// round_row_bf16, zero past keys up to an even count), v packed by pack_v_pairs (ldv = 2·dvp),
 /// dvp a multiple of 16. p32 (the same rows unrounded, ldp32 apart) serves rows whose sum is not
-/// finite: they are recomputed skipping keys of weight 0, like pv_tile.
+/// finite: they are recomputed skipping keys of weight 0, like pv_tile (p32 may be null: the
+/// rounded weights decide).
 template <class Acc = float>
 void pv_tile_pairs(const bfloat16* p, std::size_t ldp, const Acc* p32, std::size_t ldp32, std::size_t rows,
                    const bfloat16* vp, std::size_t keys, float* o, std::size_t ldo, std::size_t dvp) {
@@ -316,7 +381,7 @@ void pv_tile_pairs(const bfloat16* p, std::size_t ldp, const Acc* p32, std::size
           detail::pv_pairs_micro<RR, CC>(p + r * ldp, ldp, vp + 2 * c0, ldv, pairs, o + r * ldo + c0, ldo);
       for (std::size_t i = 0; flagged != 0 && i < RR; ++i)
         if (flagged & (1u << i))
-          detail::pv_exact_pairs_row(p + (r + i) * ldp, p32 + (r + i) * ldp32, vp + 2 * c0, ldv, keys,
+          detail::pv_exact_pairs_row(p + (r + i) * ldp, p32 ? p32 + (r + i) * ldp32 : nullptr, vp + 2 * c0, ldv, keys,
                                      o + (r + i) * ldo + c0, CC * 16);
     });
   });

@@ -125,6 +125,17 @@ TEST_CASE("trace: the backward runs what explain names") {
     const auto s = r.tensor<float>({2, 100, 300}), v3 = r.tensor<float>({2, 300, 32});
     check_backward(softmax(ref(s)) * ref(v3));
   }
+  SECTION("bfloat16 operands: all five products on vdpbf16ps where the build has it") {
+    const xt::xtensor<bfloat16, 4> q16 = xt::cast<bfloat16>(q), k16 = xt::cast<bfloat16>(k),
+                                   v16 = xt::cast<bfloat16>(v);
+    auto Q16 = ref(q16), K16 = ref(k16), V16 = ref(v16);
+    const auto x = check_backward(softmax(mask(Q16 * trans(K16) / 8.0f, causal())) * V16);
+    const bool pairs = std::count(x.backward_ops.begin(), x.backward_ops.end(), tile_op::pv_tile_pairs) > 0;
+    REQUIRE(pairs == kernel::has_dpbf16);
+    // bfloat16 values alone: dP and dV on vdpbf16ps, S, dQ and dK in float
+    const auto y = check_backward(softmax(Q * trans(K) / 8.0f) * V16);
+    REQUIRE(std::count(y.backward_ops.begin(), y.backward_ops.end(), tile_op::qk_tile_pairs) == kernel::has_dpbf16);
+  }
 }
 
 // The three explanations and the backward docs/design.md prints, on the shapes it prints them for.

@@ -8,16 +8,17 @@
 // dK and dV of the key block stay in this worker until every query has been seen (no races); dQ
 // goes to its key chunk's partial, summed in chunk order afterwards, each query block's rows taking
 // the chunk's key blocks in key order. Filled and excluded scores are constants (dS = 0 there).
-// The worker does not know which score path it runs.
+// The worker does not know which score path it runs. Its own products, dP = dO·Vᵀ and
+// dV += Zᵀ·dO, are products of rows as a dot path's (dot_grads with V as the keys and dO as the
+// queries): on vdpbf16ps for bfloat16 values where the build has it, as the forward's P·V.
 #include "../../kernel/aligned.hpp"
 #include "../../kernel/backward.hpp"
 #include "../../kernel/instances.hpp"
-#include "../../kernel/pack.hpp"
-#include "../../kernel/qk.hpp"
 #include "../../kernel/trace.hpp"
 #include "../../random/philox_dropout.hpp"
-#include "../operands/tile_rows.hpp"
+#include "../operands/value_pairs.hpp"
 #include "../paths/parts/dot_grads.hpp"
+#include "../paths/parts/dot_pair_grads.hpp"
 #include "../plan/schedule.hpp"
 #include "../tiling/mask_eval.hpp"
 #include "../tiling/tasks.hpp"
@@ -48,7 +49,9 @@ struct backward_io {
 template <class Acc, class Path, class Plan, class Ops, class Masks, class IO>
 class backward_worker {
   static constexpr Acc ninf = -std::numeric_limits<Acc>::infinity();
-  static constexpr std::size_t sw = kernel::strip_width<Acc>;
+  using value_type = typename std::decay_t<decltype(std::declval<const Plan&>().v)>::value_type;
+  // the value side's products: V in the keys' place, dO in the queries'
+  using value_products = std::conditional_t<takes_value_pairs_v<Acc, value_type>, dot_pair_grads<Acc>, dot_grads<Acc>>;
 
  public:
   backward_worker(const Plan& p, const problem& pr, const Ops& ops, const Masks& masks, const backward_schedule& bs,
@@ -61,16 +64,12 @@ class backward_worker {
         tiles_(p.base, pr, grads, bs, Acc(p.scale)),
         bq_(bs.block_q),
         lds_(simd::padded<Acc>(bs.block_k)),
-        dvp_(simd::padded<Acc>(pr.v_dim)),
         mods_(ops, io.modifiers, bq_, lds_),
         ranges_(bq_, lds_),
-        do_(bq_ * dvp_),
+        values_(pr.v_dim, bs, false),
         s_(bq_ * lds_),
         dp_(bq_ * lds_),
         z_(bq_ * lds_),
-        vp_(kernel::packed_kt_size<Acc>(bs.block_k, std::max<std::size_t>(pr.v_dim, 1))),
-        dos_(bq_ * round_up(dvp_, sw)),
-        dv_(bs.block_k * dvp_),
         dead_(bq_, 0),
         lse2_(bq_),
         sums_(bq_, simd::batch<Acc>(Acc(0))) {}
@@ -92,11 +91,8 @@ class backward_worker {
  private:
   void key_block(std::size_t b, std::size_t hk, std::size_t chunk, std::size_t j0, std::size_t cols) {
     const std::size_t group = pr_.q_heads / pr_.kv_heads;
-    const auto& v = p_.v.view;
-    kernel::pack_kt<Acc>([&](std::size_t c) { return v.row(b, hk, j0 + c); }, cols, pr_.v_dim, v.inner_stride(),
-                         vp_.data());
+    values_.load_keys(p_.v.view, b, hk, j0, cols);
     tiles_.load_keys(b, hk, j0, cols);
-    std::fill(dv_.begin(), dv_.end(), Acc(0));
     // The chunk's key blocks add into its dQ partial rows (and row sums, the terms' partials) in
     // key order, whichever threads run them: each query block waits for its turn.
     const auto mine = std::uint32_t(j0 % bs_.chunk_keys / bs_.block_k);
@@ -113,9 +109,7 @@ class backward_worker {
         turn.store(mine + 1, std::memory_order_release);
         turn.notify_all();
       }
-    for (std::size_t c = 0; c < cols; ++c)
-      kernel::scaled_copy(dv_.data() + c * dvp_, 1, pr_.v_dim, Acc(1), io_.dv.row(b, hk, j0 + c),
-                          io_.dv.inner_stride());
+    values_.store_keys(io_.dv, b, hk, j0, cols);
     tiles_.store_keys(b, hk, j0, cols);
   }
 
@@ -124,16 +118,11 @@ class backward_worker {
     return io_.dq_part.data ? io_.dq_part.row(chunk, b, h, i0) : nullptr;
   }
 
-  /// dV += Zᵀ·dO for this tile (Z: the weights after dropout, lds_ apart); returns the tile's dO
-  /// rows as tile_rows gives them, for dP.
-  std::pair<const Acc*, std::size_t> value_gradient(std::size_t b, std::size_t h, std::size_t i0, std::size_t rows,
-                                                    std::size_t cols, const Acc* z) {
-    const auto rows_at = tile_rows(io_.d_out, b, h, i0, rows, pr_.v_dim, dvp_, do_.data());
-    const Acc* d_out = rows_at.first;
-    const std::size_t ldd = rows_at.second;
-    kernel::pack_strips<Acc>([&](std::size_t r) { return d_out + r * ldd; }, rows, pr_.v_dim, 1, dos_.data(), bq_ * sw);
-    transposed_by_strips(z, lds_, cols, dos_.data(), bq_ * sw, rows, dv_.data(), dvp_, dvp_, ranges_.keys());
-    return {d_out, ldd};
+  /// dV += Zᵀ·dO for this tile (Z: the weights after dropout, lds_ apart); the tile's dO rows stay
+  /// loaded for dP.
+  void value_gradient(std::size_t b, std::size_t h, std::size_t i0, std::size_t rows, std::size_t cols, const Acc* z) {
+    values_.load_queries(io_.d_out, b, h, i0, rows);
+    values_.key_gradient(z, lds_, cols, ranges_.keys());
   }
 
   /// Whether a tile takes the epilogues (the schedule allows them: plain products, no modifier or
@@ -159,8 +148,8 @@ class backward_worker {
     tiles_.product(cols, s_.data(), lds_,
                    kernel::probs_epilogue<Acc>{lse2_.data(), Acc(p_.scale * kernel::log2e), sums_.data()});
     for (std::size_t r = 0; r < rows; ++r) io_.row_sums(chunk, b, h, i0 + r) += simd::hsum(sums_[r]);
-    const auto [d_out, ldd] = value_gradient(b, h, i0, rows, cols, s_.data());
-    kernel::qk_tile(d_out, ldd, rows, vp_.data(), pr_.v_dim, cols, dp_.data(), lds_, kernel::every_column{},
+    value_gradient(b, h, i0, rows, cols, s_.data());
+    values_.product(cols, dp_.data(), lds_, kernel::every_column{},
                     kernel::softmax_grad_epilogue<Acc>{&io_.delta(b, h, i0), scale, s_.data() - dp_.data()});
     tiles_.gradients(dp_.data(), lds_, cols, cols, dq_rows(chunk, b, h, i0), ranges_.rows(), ranges_.keys());
   }
@@ -194,9 +183,8 @@ class backward_worker {
         random::scale_row(p_.drop, std::uint32_t(b), std::uint32_t(h), std::uint32_t(i), std::uint32_t(j0), cols, z);
       }
     }
-    const auto [d_out, ldd] = value_gradient(b, h, i0, rows, cols, p_.drop.p > 0 ? z_.data() : s_.data());
-    // dP = dO · Vᵀ, then dS
-    kernel::qk_tile(d_out, ldd, rows, vp_.data(), pr_.v_dim, colsp, dp_.data(), lds_, ranges_.rows());
+    value_gradient(b, h, i0, rows, cols, p_.drop.p > 0 ? z_.data() : s_.data());
+    values_.product(colsp, dp_.data(), lds_, ranges_.rows());  // dP = dO · Vᵀ, then dS
     const Acc scale = Acc(p_.scale);
     for (std::size_t r = 0; r < rows; ++r) {
       Acc* dp = dp_.data() + r * lds_;
@@ -225,13 +213,11 @@ class backward_worker {
   const backward_schedule& bs_;
   const IO& io_;
   typename Path::grad_tiles tiles_;
-  std::size_t bq_, lds_, dvp_;
+  std::size_t bq_, lds_;
   modifier_chain<Acc, Ops> mods_;
   key_ranges<Acc> ranges_;
-  kernel::aligned_vector<Acc> do_, s_, dp_, z_;
-  kernel::aligned_vector<Acc> vp_;                 // this key block's values as a panel, for dP = dO·Vᵀ
-  kernel::aligned_vector<Acc> dos_;                // this query block's dO rows in strips, for dV
-  kernel::aligned_vector<Acc> dv_;                 // this key block's dV
+  value_products values_;  // this key block's V and dV, this query block's dO
+  kernel::aligned_vector<Acc> s_, dp_, z_;
   std::vector<char> dead_;                         // rows that see no key
   std::vector<Acc> lse2_;                          // a plain tile's rows: log-sum-exp times log2 e
   kernel::aligned_vector<simd::batch<Acc>> sums_;  // a plain tile's rows: partial sums of P

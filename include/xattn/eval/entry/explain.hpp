@@ -260,10 +260,11 @@ std::string forward_nest(const explanation& x, bool dropout, std::vector<kernel:
   return n.str();
 }
 
-/// The backward loop nest: the path's preparation, the key-block tasks, one tile's steps.
+/// The backward loop nest: the path's preparation, the key-block tasks, one tile's steps;
+/// value_pairs: dP and dV on vdpbf16ps (bfloat16 values).
 template <class Path>
 std::string backward_nest(const explanation& x, std::size_t lanes, bool masked, bool modified, bool dropout,
-                          std::vector<kernel::tile_op>& ops) {
+                          bool value_pairs, std::vector<kernel::tile_op>& ops) {
   using kernel::tile_op;
   const problem& pr = x.sizes;
   const backward_schedule& bs = x.schedule.backward;
@@ -287,7 +288,15 @@ std::string backward_nest(const explanation& x, std::size_t lanes, bool masked, 
                 std::to_string(per_chunk) + " = " + std::to_string(bs.tasks) + " tasks on " +
                 std::to_string(bs.threads) + " thread" + (bs.threads == 1 ? "" : "s") + " (streams in groups of " +
                 std::to_string(bs.group) + ")");
-  n.line(2, "values into a panel (" + n.op(tile_op::pack_kt) + ")" +
+  // the value side: V in the keys' place of a product of rows, dO in the queries'
+  const tile_op v_pack = value_pairs ? tile_op::pack_kt_pairs : tile_op::pack_kt,
+                dp_op = value_pairs ? tile_op::qk_tile_pairs : tile_op::qk_tile;
+  const std::string dv = "dV += Pᵀ·dO (" +
+                         (value_pairs ? n.op(tile_op::pack_v_pairs) + ", " + n.op(tile_op::transpose_pairs) + ", " +
+                                            n.op(tile_op::pv_tile_pairs)
+                                      : n.op(tile_op::pack_strips) + ", " + n.op(tile_op::pv_tile_transposed_strips)) +
+                         ")";
+  n.line(2, "values into a panel (" + n.op(v_pack) + ")" +
                 (Path::backward_ops.keys.empty() ? "" : "; keys (" + n.ops(Path::backward_ops.keys) + ")") +
                 "; zero dK, dV");
   n.line(2, "for query head of the group, query block in [0, " + std::to_string(pr.q_len) + ") step " +
@@ -297,17 +306,15 @@ std::string backward_nest(const explanation& x, std::size_t lanes, bool masked, 
   // tiles that are not plain: with a mask hiding part of them, a last block of part of a batch,
   // or without the epilogues at all (rows of an exact rescan are not plain either)
   const bool general = !plain || masked || pr.kv_len % lanes != 0;
-  const std::string dv =
-      "dV += Pᵀ·dO (" + n.op(tile_op::pack_strips) + ", " + n.op(tile_op::pv_tile_transposed_strips) + ")";
   if (plain) {
     n.line(3, std::string(general ? "a tile nothing hides, of whole batches: " : "") +
-                  "S and P: " + n.op(tile_op::qk_tile) + " with " + n.op(tile_op::probs_epilogue) + "; " + dv +
-                  "; dP and dS: " + n.op(tile_op::qk_tile) + " with " + n.op(tile_op::softmax_grad_epilogue));
+                  "S and P: " + n.ops(Path::backward_ops.scores) + " with " + n.op(tile_op::probs_epilogue) + "; " +
+                  dv + "; dP and dS: " + n.op(dp_op) + " with " + n.op(tile_op::softmax_grad_epilogue));
   }
   if (general) {
     n.line(3, std::string(plain ? "any other tile: " : "") + "S: " + n.ops(Path::backward_ops.scores) +
                   (modified ? "; modifiers" : "") + "; masks; P: " + n.op(tile_op::probs_row) +
-                  (dropout ? "; dropout" : "") + "; " + dv + "; dP: " + n.op(tile_op::qk_tile) +
+                  (dropout ? "; dropout" : "") + "; " + dv + "; dP: " + n.op(dp_op) +
                   "; dS: " + n.op(tile_op::softmax_grad_row) + (modified ? ", back through the modifiers" : ""));
   }
   n.line(3, "from dS: " + n.ops(Path::backward_ops.gradients));
@@ -342,7 +349,8 @@ explanation explain_impl(const E& e, const schedule& sch) {
     if constexpr (Backward) {
       if constexpr (check_backward<P>())
         os << backward_nest<Path>(x, simd::width<Acc>, !decltype(hana::is_empty(masks))::value,
-                                  !decltype(hana::is_empty(ops))::value, p.drop.p > 0, x.backward_ops);
+                                  !decltype(hana::is_empty(ops))::value, p.drop.p > 0,
+                                  takes_value_pairs_v<Acc, typename decltype(p.v)::value_type>, x.backward_ops);
     }
     x.text = os.str();
   }

@@ -41,24 +41,63 @@ void zero_strided(const strided_view<T>& v) {
       }
 }
 
+/// An operand gradient tensor's type holding Out instead.
+template <class Out, class T>
+struct retyped;
+template <class Out, class A, std::size_t N, xt::layout_type L>
+struct retyped<Out, xt::xtensor<A, N, L>> {
+  using type = xt::xtensor<Out, N>;
+};
+template <class Out, class A, xt::layout_type L>
+struct retyped<Out, xt::xarray<A, L>> {
+  using type = xt::xarray<Out>;
+};
+template <class Out, class T>
+using retyped_t = typename retyped<Out, T>::type;
+
+/// The gradients of the operands (Q, K, V, X, and the second product's) rounded once to Out;
+/// the others (bias, policy, modifier, sink gradients) keep the accumulator type.
+template <class Out, class DQ, class DK, class DV, class DX, class DScore, class Acc, class DQ2, class DK2>
+auto gradients_as(gradients<DQ, DK, DV, DX, DScore, Acc, DQ2, DK2>&& g) {
+  if constexpr (std::is_void_v<Out> || std::is_same_v<Out, Acc>) {
+    return std::move(g);
+  } else {
+    const auto as = [](const auto& t) { return retyped_t<Out, std::decay_t<decltype(t)>>(xt::cast<Out>(t)); };
+    using R = gradients<retyped_t<Out, DQ>, retyped_t<Out, DK>, retyped_t<Out, DV>, retyped_t<Out, DX>, DScore, Acc,
+                        retyped_t<Out, DQ2>, retyped_t<Out, DK2>>;
+    return R{.dq = as(g.dq),
+             .dk = as(g.dk),
+             .dq2 = as(g.dq2),
+             .dk2 = as(g.dk2),
+             .dv = as(g.dv),
+             .dx = as(g.dx),
+             .dscore = std::move(g.dscore),
+             .dbias = std::move(g.dbias),
+             .dmodify = std::move(g.dmodify),
+             .dsinks = std::move(g.dsinks)};
+  }
+}
+
 }  // namespace detail
 
 /// Gradients of sum(d_out ∘ output) with respect to Q, K, V (or X), bias tensors and the scoring
 /// policy's parameters, given f = eval_with_lse(e). Results hold the accumulator type, each in
-/// the shape (and form) of its operand.
-template <expression E, class F, class DOut>
+/// the shape (and form) of its operand; grad<Out> rounds the operands' gradients (dQ, dK, dV or
+/// dX) to Out once at the end, as eval<Out> does the output (grad<bfloat16> for a bf16 training
+/// step); the other gradients keep the accumulator type.
+template <class Out = void, expression E, class F, class DOut>
 auto grad(const E& e, const F& f, const DOut& d_out, const schedule& sch = {}) {
-  if constexpr (check_grammar<E>()) {
+  if constexpr (check_grammar<E>() && check_output_type<Out>()) {
     const auto p = make_plan(e);
     using P = std::decay_t<decltype(p)>;
     if constexpr (check_backward<P>()) {
       const problem pr = resolve(p);
       check_gradient_inputs(p, pr, f, d_out, "grad(e, f, d_out)");
       const backward_schedule bs = schedule_for(p, pr, sch, pass_kind::attention).backward;
-      return gradients_of(p, pr, f, d_out, bs.threads, [&](const auto& in, const auto& out) {
+      return detail::gradients_as<Out>(gradients_of(p, pr, f, d_out, bs.threads, [&](const auto& in, const auto& out) {
         detail::checked_backward(p, pr, bs, in, out, "grad(e, f, d_out)", "f.lse",
                                  "f must be eval_with_lse(e) of this expression and these inputs");
-      });
+      }));
     }
   }
 }

@@ -3,6 +3,7 @@
 // (B, Sq, Dv), (B, H, Sq, Dv), or packed (B, Sq, H*Dv). Weights and scores are (B, Sq, Skv) or
 // (B, H, Sq, Skv).
 #include "../../form.hpp"
+#include "../../kernel/huge_pages.hpp"
 
 #include <xtensor/xarray.hpp>
 #include <xtensor/xtensor.hpp>
@@ -16,16 +17,20 @@ namespace xattn {
 template <class T, std::size_t Rank>
 using result_t = std::conditional_t<Rank == 0, xt::xarray<T>, xt::xtensor<T, Rank == 0 ? 1 : Rank>>;
 
-/// A container R (xtensor or xarray) of the given shape, elements uninitialised.
+/// A container R (xtensor or xarray) of the given shape, elements uninitialised (a large one
+/// advised to use huge pages before anything touches it).
 template <class R>
 R allocate(const std::vector<std::size_t>& shape) {
+  R r;
   if constexpr (std::is_same_v<R, xt::xarray<typename R::value_type>>) {
-    return R::from_shape(shape);
+    r = R::from_shape(shape);
   } else {
     typename R::shape_type s{};
     std::copy(shape.begin(), shape.end(), s.begin());
-    return R::from_shape(s);
+    r = R::from_shape(s);
   }
+  kernel::advise_huge_pages(r.data(), r.size() * sizeof(typename R::value_type));
+  return r;
 }
 
 /// A result of type R for a (B, H, S, L) tensor in form f, and the kernel's view of it.

@@ -4,8 +4,8 @@
 // evaluation, or per head by the thread using it); the task's queries are copied as they are, and
 // the scale multiplies the fp32 sums, so no operand is rounded. When decoding, keys are read in
 // place: their rows already pairs of the summed axis (kernel::qk_direct_pairs), or, for a few
-// query rows, widened in registers as dot_identity's. Backward: the operands widened to float, as
-// dot_identity's.
+// query rows, widened in registers as dot_identity's. Backward: the products on vdpbf16ps too
+// (parts/dot_pair_grads.hpp), dS rounded to bf16 for dQ and dK.
 #include "../../kernel/aligned.hpp"
 #include "../../kernel/dpbf16.hpp"
 #include "../../kernel/qk.hpp"
@@ -13,6 +13,8 @@
 #include "../operands/key_panels.hpp"
 #include "../plan/schedule.hpp"
 #include "dot_identity.hpp"
+#include "parts/dot_pair_grads.hpp"
+#include "parts/row_grad_tiles.hpp"
 
 #include <string_view>
 
@@ -44,7 +46,12 @@ struct dot_pairs_path {
   static constexpr kernel::tile_op key_pack_op = kernel::tile_op::pack_kt_pairs;
   static constexpr std::string_view key_work = widened::key_work;
   static constexpr op_list key_ops = widened::key_ops, query_ops = widened::query_ops;
-  static constexpr backward_steps backward_ops = widened::backward_ops;
+  static constexpr backward_steps backward_ops{
+      {},
+      {kernel::tile_op::pack_kt_pairs, kernel::tile_op::pack_v_pairs},
+      {kernel::tile_op::qk_tile_pairs},
+      {kernel::tile_op::pack_v_pairs, kernel::tile_op::transpose_pairs, kernel::tile_op::pv_tile_pairs},
+      {}};
 
   // ---- forward ----
 
@@ -115,7 +122,7 @@ struct dot_pairs_path {
   // ---- backward ----
 
   using grads = typename widened::grads;
-  using grad_tiles = typename widened::grad_tiles;
+  using grad_tiles = row_grad_tiles<Acc, grads, dot_pair_grads<Acc>>;
 };
 
 }  // namespace xattn

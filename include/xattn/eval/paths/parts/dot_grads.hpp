@@ -36,14 +36,16 @@ class dot_grads {
   static constexpr std::size_t sw = kernel::strip_width<Acc>;
 
  public:
-  /// Rows of n features; blocks of the backward schedule.
-  dot_grads(std::size_t n, const backward_schedule& bs)
+  /// Rows of n features; blocks of the backward schedule; with_dq: whether gradients() takes dS into
+  /// dQ too (the value side, dP = dO·Vᵀ and dV += Pᵀ·dO, has no dQ: key_gradient only).
+  dot_grads(std::size_t n, const backward_schedule& bs, bool with_dq = true)
       : n_(n),
         np_(simd::padded<Acc>(n)),
         bq_(bs.block_q),
         bk_(bs.block_k),
+        with_dq_(with_dq),
         kp_(kernel::packed_kt_size<Acc>(bk_, std::max<std::size_t>(n, 1))),
-        ks_(bk_ * round_up(np_, sw)),
+        ks_(with_dq ? bk_ * round_up(np_, sw) : 0),
         q_(bq_ * np_),
         qs_(bq_ * round_up(np_, sw)),
         dk_(bk_ * np_) {}
@@ -57,7 +59,7 @@ class dot_grads {
   void load_keys(const View& k, std::size_t b, std::size_t hk, std::size_t j0, std::size_t cols) {
     const auto key = [&](std::size_t c) { return k.row(b, hk, j0 + c); };
     kernel::pack_kt<Acc>(key, cols, n_, k.inner_stride(), kp_.data());
-    kernel::pack_strips<Acc>(key, cols, n_, k.inner_stride(), ks_.data(), bk_ * sw);
+    if (with_dq_) kernel::pack_strips<Acc>(key, cols, n_, k.inner_stride(), ks_.data(), bk_ * sw);
     std::fill(dk_.begin(), dk_.end(), Acc(0));
   }
 
@@ -81,11 +83,17 @@ class dot_grads {
     product(cols_padded, s, lds, range);
   }
 
+  /// dK += dSᵀ·Q from the tile's dS (lds apart, cols keys).
+  template <class KeyRange>
+  void key_gradient(const Acc* ds, std::size_t lds, std::size_t cols, KeyRange keys_range) {
+    kernel::pack_strips<Acc>([&](std::size_t r) { return q_rows_ + r * ldq_; }, rows_, n_, 1, qs_.data(), bq_ * sw);
+    transposed_by_strips(ds, lds, cols, qs_.data(), bq_ * sw, rows_, dk_.data(), np_, np_, keys_range);
+  }
+
   /// dK += dSᵀ·Q and dq += dS·K from the tile's dS (lds apart, cols keys); dq's rows np apart.
   template <class RowRange, class KeyRange>
   void gradients(const Acc* ds, std::size_t lds, std::size_t cols, Acc* dq, RowRange rows_range, KeyRange keys_range) {
-    kernel::pack_strips<Acc>([&](std::size_t r) { return q_rows_ + r * ldq_; }, rows_, n_, 1, qs_.data(), bq_ * sw);
-    transposed_by_strips(ds, lds, cols, qs_.data(), bq_ * sw, rows_, dk_.data(), np_, np_, keys_range);
+    key_gradient(ds, lds, cols, keys_range);
     kernel::pv_tile_strips(ds, lds, rows_, ks_.data(), bk_ * sw, cols, dq, np_, np_, rows_range);
   }
 
@@ -97,6 +105,7 @@ class dot_grads {
 
  private:
   std::size_t n_, np_, bq_, bk_;
+  bool with_dq_;
   kernel::aligned_vector<Acc> kp_;  // the key block as a panel, for S
   kernel::aligned_vector<Acc> ks_;  // the key block in strips, for dQ
   kernel::aligned_vector<Acc> q_;   // the query rows, when not read in place

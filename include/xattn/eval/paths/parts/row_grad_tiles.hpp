@@ -1,7 +1,8 @@
 #pragma once
 // One thread's backward tiles of a score that is a plain product of rows, S = scale · Q·Kᵀ, on
 // the rows a path's grads hold (the operands themselves, or rows assembled once per evaluation):
-// the products of rows (dot_grads.hpp), dK's rows written where the grads say.
+// the products of rows (dot_grads.hpp, or dot_pair_grads.hpp on vdpbf16ps), dK's rows written
+// where the grads say.
 #include "../../../kernel/rows.hpp"
 #include "../../plan/schedule.hpp"
 #include "dot_grads.hpp"
@@ -11,8 +12,8 @@
 namespace xattn {
 
 /// Grads provides width(), query_rows(), key_rows() (views of rows of width() features) and
-/// key_grads() (where dK's rows go).
-template <class Acc, class Grads>
+/// key_grads() (where dK's rows go); Dot: the products (dot_grads<Acc> or dot_pair_grads).
+template <class Acc, class Grads, class Dot = dot_grads<Acc>>
 class row_grad_tiles {
  public:
   template <class Base>
@@ -49,7 +50,7 @@ class row_grad_tiles {
 
  private:
   Grads& g_;
-  dot_grads<Acc> dot_;
+  Dot dot_;
   Acc scale_;
   std::size_t rows_ = 0;
 };
