@@ -35,7 +35,7 @@ GQA = ["xattn_gqa", "xattn_bf16_gqa", "xattn_f16_gqa"]
 # The backward pass: its own table, same shape fields, FlashAttention-2's flop count.
 # blas_products_bwd: the backward's five matrix products alone, by OpenBLAS (no softmax gradient).
 BACKWARD = ["xattn_bwd", "blas_products_bwd", "blas_unfused_bwd", "xattn_fwd_bwd", "blas_unfused_fwd_bwd",
-            "torch_d2l_fwd_bwd"]
+            "torch_d2l_fwd_bwd", "xattn_bf16_bwd", "xattn_bf16_fwd_bwd"]
 # Today's attention words beside the plain rows of the same shapes: (row, the row it costs against).
 MODERN = [("xattn_sinks", "xattn"), ("xattn_sinks_fwd_bwd", "xattn_fwd_bwd"), ("xattn_rope", "xattn"),
           ("xattn_rope_fwd_bwd", "xattn_fwd_bwd")]
@@ -764,7 +764,7 @@ def main(argv):
         write_plot(out_dir, dat, points, peaks, columns, variants)
     else:
         print("report.py: no D = 64 non-causal results to plot", file=sys.stderr)
-    write_bars(out_dir, "backward", "fp32 backward and forward + backward: GFLOP/s by FlashAttention-2's count",
+    write_bars(out_dir, "backward", "backward and forward + backward: GFLOP/s by FlashAttention-2's count",
                shape_rows(results, BACKWARD), BACKWARD, peak_lines(results, PEAK))
     write_bars(out_dir, "sixteen_bit", "16-bit operands against fp32 (fp32 accumulation): GFLOP/s",
                sixteen_rows(results), [FUSED] + SIXTEEN, peak_lines(results, PEAK) + peak_lines(results, PEAK_BF16))
