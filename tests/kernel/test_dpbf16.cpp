@@ -125,6 +125,38 @@ TEMPLATE_TEST_CASE("vdpbf16ps tiles: Q Kᵀ, P rounded to bf16, P·V", "[kernel]
   }
 }
 
+// A template test (of one type), so that a build without AVX512-BF16 discards its body unseen.
+TEMPLATE_TEST_CASE("pv_tile_pairs reads a transposed operand in place: Xᵀ·Y of row pairs (the backward's dK, dV)",
+                   "[kernel][bf16]", float) {
+  if constexpr (!kernel::has_dpbf16) {
+    WARN("this build has no AVX512-BF16: the vdpbf16ps tiles are not compiled");
+  } else {
+    testing::rng r(44);
+    for (const auto& sizes : {std::tuple{1u, 1u, 16u}, {7u, 13u, 16u}, {96u, 192u, 64u}, {33u, 70u, 48u}}) {
+      // X (rows x cols, float, as dS or P) interleaved by pairs of rows; Y (rows x n) in row pairs
+      const std::size_t rows = std::get<0>(sizes), cols = std::get<1>(sizes), n = std::get<2>(sizes);
+      const std::size_t lds = cols + 5, cols16 = (cols + 15) / 16 * 16, ldt = 2 * cols16;
+      std::vector<float> x(rows * lds);
+      for (auto& e : x) e = float(r.uniform(-1, 1));
+      const auto y = random_rows<bfloat16>(r, rows * n);
+      std::vector<bfloat16> xp((rows + rows % 2) * ldt), yp((rows + rows % 2) * n);
+      kernel::pack_v_pairs([&](std::size_t i) { return x.data() + i * lds; }, rows, cols, 1, cols16, xp.data());
+      kernel::pack_v_pairs([&](std::size_t i) { return y.data() + i * n; }, rows, n, 1, n, yp.data());
+      std::vector<float> o(cols * n, 0.5f);
+      kernel::pv_tile_pairs(xp.data(), 2, static_cast<const float*>(nullptr), 0, cols, yp.data(), rows, o.data(), n, n,
+                            ldt);
+      for (std::size_t j = 0; j < cols; ++j)
+        for (std::size_t d = 0; d < n; ++d) {
+          double want = 0.5;  // X rounded once to bf16, exact products, fp32 sums
+          for (std::size_t i = 0; i < rows; ++i)
+            want += double(float(bfloat16(x[i * lds + j]))) * double(float(y[i * n + d]));
+          INFO("key " << j << " feature " << d);
+          REQUIRE(std::abs(o[j * n + d] - want) <= double(rows + 1) * 0x1p-24 * double(rows + 1));
+        }
+    }
+  }
+}
+
 TEMPLATE_TEST_CASE("qk_direct_pairs: bf16 queries times bf16 key rows in place, by vdpbf16ps", "[kernel][bf16]",
                    float) {
   if constexpr (!kernel::has_dpbf16) {

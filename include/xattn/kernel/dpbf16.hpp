@@ -285,39 +285,13 @@ void qk_direct_pairs(const bfloat16* q, std::size_t ldq, std::size_t rows, RowFn
       also);
 }
 
-/// out[c · ldo + r] = x[r · ldx + c] rounded to bf16 for r < rows, c < cols, and out[c · ldo + rows]
-/// = 0 when rows is odd: a tile transposed into rows of pairs along its own rows, the left operand
-/// of the backward's Pᵀ·dO and dSᵀ·Q on vdpbf16ps (pv_tile_pairs). Blocks of 16 x 16 go through
-/// registers (one transpose, one conversion per row).
-template <class X = float>
-inline void transpose_pairs(const X* x, std::size_t ldx, std::size_t rows, std::size_t cols, bfloat16* out,
-                            std::size_t ldo) {
-  trace::note(tile_op::transpose_pairs);
-  std::size_t r = 0;
-  for (; r + 16 <= rows; r += 16) {
-    std::size_t c = 0;
-    for (; c + 16 <= cols; c += 16) {
-      std::array<typename detail::lanes16<X>::type, 16> t;
-      for (std::size_t i = 0; i < 16; ++i) t[i] = _mm512_loadu_ps(x + (r + i) * ldx + c);
-      detail::transpose16(t);
-      for (std::size_t k = 0; k < 16; ++k)
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + (c + k) * ldo + r), (__m256i)_mm512_cvtneps_pbh(t[k]));
-    }
-    for (; c < cols; ++c)
-      for (std::size_t i = r; i < r + 16; ++i) out[c * ldo + i] = bfloat16(x[i * ldx + c]);
-  }
-  for (; r < rows; ++r)
-    for (std::size_t c = 0; c < cols; ++c) out[c * ldo + r] = bfloat16(x[r * ldx + c]);
-  if (rows % 2 != 0)
-    for (std::size_t c = 0; c < cols; ++c) out[c * ldo + rows] = bfloat16::from_bits(0);
-}
-
 namespace detail {
 
-/// o[r, c0 + d] += sum_t p-pair(r, t) · v-pair(t, c0 + d) for one register block, the block's sum
-/// added to o once; rows whose sum is not finite are left untouched and flagged, as in pv_micro.
+/// o[r, c0 + d] += sum_t p-pair(r, t) · v-pair(t, c0 + d) for one register block (p-pair(r, t) at
+/// p + r·ldp + t·ldt), the block's sum added to o once; rows whose sum is not finite are left
+/// untouched and flagged, as in pv_micro.
 template <std::size_t R, std::size_t CC>
-inline unsigned pv_pairs_micro(const bfloat16* p, std::size_t ldp, const bfloat16* vp, std::size_t ldv,
+inline unsigned pv_pairs_micro(const bfloat16* p, std::size_t ldp, std::size_t ldt, const bfloat16* vp, std::size_t ldv,
                                std::size_t pairs, float* o, std::size_t ldo) {
   __m512 acc[R][CC];
   each<R * CC>([&](auto i) { acc[i / CC][i % CC] = _mm512_setzero_ps(); });
@@ -325,7 +299,7 @@ inline unsigned pv_pairs_micro(const bfloat16* p, std::size_t ldp, const bfloat1
     __m512i vv[CC];
     each<CC>([&](auto c) { vv[c] = _mm512_loadu_si512(vp + t * ldv + c * 32); });
     each<R>([&](auto r) {
-      const __m512i pr = _mm512_set1_epi32(pair_bits(p + r * ldp + 2 * t));
+      const __m512i pr = _mm512_set1_epi32(pair_bits(p + r * ldp + t * ldt));
       each<CC>([&](auto c) { acc[r][c] = dpbf16(acc[r][c], pr, vv[c]); });
     });
   }
@@ -348,13 +322,15 @@ inline unsigned pv_pairs_micro(const bfloat16* p, std::size_t ldp, const bfloat1
 /// o[:width] += sum over keys j with p32[j] != 0 of p[j] · v[j, :width], from key-pair rows: a
 /// flagged row again, where a key of weight 0 (masked, underflowed) must not bring V's inf or NaN
 /// in. The weights are the rounded ones of the other rows (or p32's where rounding flushed them);
-/// without p32, the rounded ones, keys of rounded weight 0 skipped.
-inline void pv_exact_pairs_row(const bfloat16* p, const float* p32, const bfloat16* vp, std::size_t ldv,
-                               std::size_t keys, float* o, std::size_t width) {
+/// without p32, the rounded ones, keys of rounded weight 0 skipped. Key j's weight is at
+/// p + j/2·ldt + j%2.
+inline void pv_exact_pairs_row(const bfloat16* p, std::size_t ldt, const float* p32, const bfloat16* vp,
+                               std::size_t ldv, std::size_t keys, float* o, std::size_t width) {
   for (std::size_t d = 0; d < width; ++d) {
     float acc = 0;
     for (std::size_t j = 0; j < keys; ++j) {
-      const float w = float(p[j]) != 0.0f || !p32 ? float(p[j]) : p32[j];
+      const float pj = float(p[j / 2 * ldt + j % 2]);
+      const float w = pj != 0.0f || !p32 ? pj : p32[j];
       if (w != 0.0f) acc += w * float(vp[j / 2 * ldv + 2 * d + j % 2]);
     }
     o[d] += acc;
@@ -367,10 +343,13 @@ inline void pv_exact_pairs_row(const bfloat16* p, const float* p32, const bfloat
 /// round_row_bf16, zero past keys up to an even count), v packed by pack_v_pairs (ldv = 2·dvp),
 /// dvp a multiple of 16. p32 (the same rows unrounded, ldp32 apart) serves rows whose sum is not
 /// finite: they are recomputed skipping keys of weight 0, like pv_tile (p32 may be null: the
-/// rounded weights decide).
+/// rounded weights decide). ldt: elements between a row's consecutive pairs, 2 for rows as they
+/// are; a transposed operand interleaved by pack_v_pairs (pairs of its rows) is read in place
+/// with ldp = 2 and ldt its pair rows' distance.
 template <class Acc = float>
 void pv_tile_pairs(const bfloat16* p, std::size_t ldp, const Acc* p32, std::size_t ldp32, std::size_t rows,
-                   const bfloat16* vp, std::size_t keys, float* o, std::size_t ldo, std::size_t dvp) {
+                   const bfloat16* vp, std::size_t keys, float* o, std::size_t ldo, std::size_t dvp,
+                   std::size_t ldt = 2) {
   trace::note(tile_op::pv_tile_pairs);
   const std::size_t pairs = (keys + 1) / 2, ldv = 2 * dvp;
   detail::by_row_blocks<float>(rows, [&](auto R, std::size_t r) {
@@ -378,11 +357,11 @@ void pv_tile_pairs(const bfloat16* p, std::size_t ldp, const Acc* p32, std::size
     detail::by_column_blocks<RR, float>(dvp, [&](auto cvecs, std::size_t c0) {
       constexpr std::size_t CC = decltype(cvecs)::value;
       const unsigned flagged =
-          detail::pv_pairs_micro<RR, CC>(p + r * ldp, ldp, vp + 2 * c0, ldv, pairs, o + r * ldo + c0, ldo);
+          detail::pv_pairs_micro<RR, CC>(p + r * ldp, ldp, ldt, vp + 2 * c0, ldv, pairs, o + r * ldo + c0, ldo);
       for (std::size_t i = 0; flagged != 0 && i < RR; ++i)
         if (flagged & (1u << i))
-          detail::pv_exact_pairs_row(p + (r + i) * ldp, p32 ? p32 + (r + i) * ldp32 : nullptr, vp + 2 * c0, ldv, keys,
-                                     o + (r + i) * ldo + c0, CC * 16);
+          detail::pv_exact_pairs_row(p + (r + i) * ldp, ldt, p32 ? p32 + (r + i) * ldp32 : nullptr, vp + 2 * c0, ldv,
+                                     keys, o + (r + i) * ldo + c0, CC * 16);
     });
   });
 }

@@ -26,7 +26,6 @@ enum class tile_op : unsigned {
   pv_tile_strips,             // O += P·V against values in strips (the backward's dQ += dS·K too)
   pv_tile_pairs,              // O += P·V of bf16 probabilities and values by vdpbf16ps
   pv_tile_transposed_strips,  // O += Pᵀ·X against rows in strips (the backward's dV and dK)
-  transpose_pairs,            // a tile transposed into bf16 pairs of its rows (the backward's Pᵀ and dSᵀ)
   probs_epilogue,             // P from the score product's registers (whole tiles of plain products)
   softmax_grad_epilogue,      // dS from dP's product's registers (the same tiles)
   probs_row,                  // P from a finished score row
@@ -42,12 +41,18 @@ enum class tile_op : unsigned {
 };
 
 inline constexpr std::array<std::string_view, std::size_t(tile_op::count)> tile_op_names = {
-    "pack_kt",          "pack_kt_pairs",    "pack_strips",           "pack_v_pairs",
-    "qk_tile",          "qk_direct",        "qk_tile_pairs",         "qk_direct_pairs",
-    "pv_tile",          "pv_tile_strips",   "pv_tile_pairs",         "pv_tile_transposed_strips",
-    "transpose_pairs",  "probs_epilogue",   "softmax_grad_epilogue", "probs_row",
-    "softmax_grad_row", "merge_row",        "pair_scores",           "pair_gradients",
-    "tensor_scores",    "tensor_gradients", "project_rows",          "project_back"};
+    "pack_kt",          "pack_kt_pairs",
+    "pack_strips",      "pack_v_pairs",
+    "qk_tile",          "qk_direct",
+    "qk_tile_pairs",    "qk_direct_pairs",
+    "pv_tile",          "pv_tile_strips",
+    "pv_tile_pairs",    "pv_tile_transposed_strips",
+    "probs_epilogue",   "softmax_grad_epilogue",
+    "probs_row",        "softmax_grad_row",
+    "merge_row",        "pair_scores",
+    "pair_gradients",   "tensor_scores",
+    "tensor_gradients", "project_rows",
+    "project_back"};
 
 constexpr std::string_view name_of(tile_op op) noexcept { return tile_op_names[std::size_t(op)]; }
 

@@ -292,8 +292,7 @@ std::string backward_nest(const explanation& x, std::size_t lanes, bool masked, 
   const tile_op v_pack = value_pairs ? tile_op::pack_kt_pairs : tile_op::pack_kt,
                 dp_op = value_pairs ? tile_op::qk_tile_pairs : tile_op::qk_tile;
   const std::string dv = "dV += Pᵀ·dO (" +
-                         (value_pairs ? n.op(tile_op::pack_v_pairs) + ", " + n.op(tile_op::transpose_pairs) + ", " +
-                                            n.op(tile_op::pv_tile_pairs)
+                         (value_pairs ? n.op(tile_op::pack_v_pairs) + ", " + n.op(tile_op::pv_tile_pairs)
                                       : n.op(tile_op::pack_strips) + ", " + n.op(tile_op::pv_tile_transposed_strips)) +
                          ")";
   n.line(2, "values into a panel (" + n.op(v_pack) + ")" +

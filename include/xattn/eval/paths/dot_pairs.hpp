@@ -46,12 +46,11 @@ struct dot_pairs_path {
   static constexpr kernel::tile_op key_pack_op = kernel::tile_op::pack_kt_pairs;
   static constexpr std::string_view key_work = widened::key_work;
   static constexpr op_list key_ops = widened::key_ops, query_ops = widened::query_ops;
-  static constexpr backward_steps backward_ops{
-      {},
-      {kernel::tile_op::pack_kt_pairs, kernel::tile_op::pack_v_pairs},
-      {kernel::tile_op::qk_tile_pairs},
-      {kernel::tile_op::pack_v_pairs, kernel::tile_op::transpose_pairs, kernel::tile_op::pv_tile_pairs},
-      {}};
+  static constexpr backward_steps backward_ops{{},
+                                               {kernel::tile_op::pack_kt_pairs, kernel::tile_op::pack_v_pairs},
+                                               {kernel::tile_op::qk_tile_pairs},
+                                               {kernel::tile_op::pack_v_pairs, kernel::tile_op::pv_tile_pairs},
+                                               {}};
 
   // ---- forward ----
 

@@ -3,8 +3,9 @@
 // PyTorch's CPU flash backward does. Operands are rounded to bf16 once (bfloat16 rows are copied
 // as they are): per key block the keys into a panel of feature pairs for S = Q·Kᵀ and into key
 // pairs for dQ += dS·K; per query block the query rows for S and in row pairs for dK += dSᵀ·Q.
-// dS (and P, on the value side) is rounded to bf16 for the products it enters, transposed into
-// pairs of query rows for dK (dV); every sum, dQ and dK stay fp32.
+// dS (and P, on the value side) is rounded to bf16 for the products it enters: row by row for dQ,
+// and interleaved by pairs of its rows for dK (dV), which pv_tile_pairs reads transposed where it
+// lies; every sum, dQ and dK stay fp32.
 #include "../../../kernel/aligned.hpp"
 #include "../../../kernel/dpbf16.hpp"
 #include "../../../kernel/rows.hpp"
@@ -30,14 +31,13 @@ class dot_pair_grads {
         np_(simd::padded<float>(n)),
         bq_(bs.block_q),
         bk_(bs.block_k),
-        ldt_(round_up(bq_, 2)),
         lds16_(round_up(bk_, 32)),
         with_dq_(with_dq),
         kt_(kernel::packed_pairs_size(bk_, std::max<std::size_t>(n, 1))),
         kv_(with_dq ? round_up(bk_, 2) * np_ : 0),
         q16_(bq_ * ldq_, bfloat16::from_bits(0)),
         qp_(round_up(bq_, 2) * np_),
-        dst_(bk_ * ldt_),
+        dst_(round_up(bq_, 2) * 2 * round_up(bk_, 16)),
         ds16_(with_dq ? bq_ * lds16_ : 0),
         dk_(bk_ * np_) {}
 
@@ -72,9 +72,11 @@ class dot_pair_grads {
   /// of 16).
   template <class KeyRange>
   void key_gradient(const float* ds, std::size_t lds, std::size_t cols, KeyRange) {
-    kernel::transpose_pairs(ds, lds, rows_, cols, dst_.data(), ldt_);
-    kernel::pv_tile_pairs(dst_.data(), ldt_, static_cast<const float*>(nullptr), 0, cols, qp_.data(), rows_, dk_.data(),
-                          np_, np_);
+    // key j's pair t (dS of rows 2t and 2t + 1) at 2j + t·ldt
+    const std::size_t cols16 = round_up(cols, 16), ldt = 2 * cols16;
+    kernel::pack_v_pairs([&](std::size_t r) { return ds + r * lds; }, rows_, cols, 1, cols16, dst_.data());
+    kernel::pv_tile_pairs(dst_.data(), 2, static_cast<const float*>(nullptr), 0, cols, qp_.data(), rows_, dk_.data(),
+                          np_, np_, ldt);
   }
 
   /// dK += dSᵀ·Q and dq += dS·K from the tile's dS; dq's rows np apart.
@@ -94,13 +96,13 @@ class dot_pair_grads {
   }
 
  private:
-  std::size_t n_, ldq_, np_, bq_, bk_, ldt_, lds16_;
+  std::size_t n_, ldq_, np_, bq_, bk_, lds16_;
   bool with_dq_;
   kernel::aligned_vector<bfloat16> kt_;    // the key block as a pair panel, for S
   kernel::aligned_vector<bfloat16> kv_;    // the key block in key pairs, for dQ
   kernel::aligned_vector<bfloat16> q16_;   // the query rows, for S
   kernel::aligned_vector<bfloat16> qp_;    // the query rows in row pairs, for dK
-  kernel::aligned_vector<bfloat16> dst_;   // dSᵀ in pairs of query rows
+  kernel::aligned_vector<bfloat16> dst_;   // dS interleaved by pairs of rows, for dK
   kernel::aligned_vector<bfloat16> ds16_;  // dS rounded, for dQ
   kernel::aligned_vector<float> dk_;       // the key block's gradient
   std::size_t rows_ = 0;
