@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # usage: bench/ort.sh OUT_JSON
-# ONNX Runtime's CPU attention on the shape table, same threads, written as Google-Benchmark-like
-# JSON ("ort/<B>/<H>/<Sq>/<Skv>/<D>/<causal>/<threads>" with "gflops") for report.py to merge.
+# ONNX Runtime's CPU attention on the shape table and the encoder-sized batch, same threads,
+# written as Google-Benchmark-like JSON ("ort/<B>/<H>/<Sq>/<Skv>/<D>/<causal>/<threads>" with "gflops") for report.py to merge.
 # Runs only where the harness of ../shared/tools/ort is installed (ORT_DIR, default
 # ~/.cache/xattn-ort; install with `bash ../shared/tools/ort/setup.sh ~/.cache/xattn-ort`).
 # Dense shapes use ORT's fastest path (com.microsoft MultiHeadAttention, flash); causal ones its
@@ -10,7 +10,7 @@ set -euo pipefail
 out=${1:?usage: bench/ort.sh OUT_JSON}
 dir=${ORT_DIR:-$HOME/.cache/xattn-ort}
 [[ -f $dir/ort_attention.mjs && -d $dir/node_modules/onnxruntime-node ]] || { echo "ort.sh: no ORT harness in $dir; skipped" >&2; exit 0; }
-shapes="1,8,512,512,64,0 1,8,2048,2048,64,0 1,8,4096,4096,64,0 1,8,2048,2048,128,0 4,16,256,256,64,0 1,8,2048,2048,64,1 1,32,1,4096,128,0"
+shapes="1,8,512,512,64,0 1,8,2048,2048,64,0 1,8,4096,4096,64,0 1,8,2048,2048,128,0 4,16,256,256,64,0 1,8,2048,2048,64,1 1,32,1,4096,128,0 32,12,128,128,64,0"
 {
   echo '{"benchmarks": ['
   first=1

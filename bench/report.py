@@ -563,6 +563,10 @@ def times(values):
     return span(values, "{:.2f}", "×")
 
 
+# The encoder-sized batches (B, H, Sq, Skv, D) whose rows the summary states on their own.
+ENCODER_SHAPES = {(32, 12, 128, 128, 64), (4, 16, 256, 256, 64)}
+
+
 def kind(shape):
     """decode (Sq = 1), causal, long (dense, Sq >= 2048) or short (dense, Sq < 2048)."""
     b, h, sq, skv, d, causal, threads = shape
@@ -586,6 +590,21 @@ def summary(context, results, benchmarks, label=None):
 
     def pick(t, kinds):
         return [(s, r) for s, r in rows.items() if s[-1] == t and kind(s) in kinds]
+
+    def encoder(t):
+        return [(s, r) for s, r in rows.items() if s[-1] == t and s[:5] in ENCODER_SHAPES and not s[5]]
+
+    def encoder_cells(variant, over=None, ceiling=None, threads_ratio=False):
+        """The encoder-sized batches: % of a peak, ÷ another variant, or two threads ÷ one."""
+        def cells(t):
+            if threads_ratio:
+                if t != 2:
+                    return ""
+                return times([ratio(r.get(variant), rows.get(s[:-1] + (1,), {}).get(variant)) for s, r in encoder(2)])
+            if ceiling is not None:
+                return percent([ratio(r.get(variant), ceiling.get(t)) for s, r in encoder(t)])
+            return times([ratio(r.get(variant), r.get(over)) for s, r in encoder(t)])
+        return cells
 
     def of_peak(variant, kinds, ceiling):
         return lambda t: percent([ratio(r.get(variant), ceiling.get(t)) for s, r in pick(t, kinds)])
@@ -657,6 +676,12 @@ def summary(context, results, benchmarks, label=None):
         ("forward fp32, dense, S ≥ 2048: % of `peak_fma`", of_peak(FUSED, {"long"}, peaks)),
         ("forward fp32, dense, S ≤ 512: % of `peak_fma`", of_peak(FUSED, {"short"}, peaks)),
         ("forward fp32, causal: % of `peak_fma`", of_peak(FUSED, {"causal"}, peaks)),
+        ("encoder batches (32, 12, 128², 64), (4, 16, 256², 64) fp32: % of `peak_fma`",
+         encoder_cells(FUSED, ceiling=peaks)),
+        ("encoder batches bf16: % of `peak_bf16`", encoder_cells("xattn_bf16", ceiling=peak16)),
+        ("encoder batches fp32: two threads ÷ one", encoder_cells(FUSED, threads_ratio=True)),
+        ("encoder batches bf16: two threads ÷ one", encoder_cells("xattn_bf16", threads_ratio=True)),
+        ("encoder batches fp32: xattn ÷ ONNX Runtime", encoder_cells(FUSED, over="ort")),
         ("forward fp32: two threads ÷ one", two_over_one(FUSED, {"long", "short", "causal"})),
         ("forward: xattn ÷ OpenBLAS unfused, dense", versus(FUSED, "blas_unfused", {"long", "short"})),
         ("forward: xattn ÷ OpenBLAS unfused, causal", versus(FUSED, "blas_unfused", {"causal"})),

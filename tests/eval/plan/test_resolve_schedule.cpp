@@ -71,6 +71,19 @@ TEST_CASE("resolve_schedule: block_q shrinks in 6-row steps until every thread h
           6);  // cannot reach 8: stops at 6
 }
 
+TEST_CASE("resolve_schedule: a short head's queries are one task") {
+  // Sq <= 128 and Sq x block_k <= 60 x 512: the encoder-sized batch takes a task per head
+  const auto enc = resolved({}, shape(32, 12, 128, 128, 64, 64), dot_path(64), cores(2));
+  REQUIRE(enc.block_q == 128);
+  REQUIRE(enc.q_blocks == 1);
+  REQUIRE(enc.tasks == 32 * 12);
+  REQUIRE(resolved({}, shape(2, 4, 100, 300, 64, 64), dot_path(64), cores(2)).block_q == 100);  // 100 x 304
+  REQUIRE(resolved({}, shape(2, 4, 100, 400, 64, 64), dot_path(64), cores(2)).block_q == 60);   // 100 x 400
+  REQUIRE(resolved({}, shape(4, 16, 256, 256, 64, 64), dot_path(64), cores(2)).block_q == 60);  // Sq > 128
+  // fewer heads than 4 tasks per thread: 6 rows fewer at a time
+  REQUIRE(resolved({}, shape(1, 2, 128, 128, 64, 64), dot_path(64), cores(2)).block_q == 38);  // 4 blocks each
+}
+
 TEST_CASE("resolve_schedule: the user's values are kept, clamped to the problem") {
   const auto s = resolved({24, 100, 2}, shape(1, 2, 50, 80, 64, 64), dot_path(64), cores(2));
   REQUIRE(s.block_q == 24);
@@ -177,6 +190,29 @@ TEST_CASE("keys packed per head or once per evaluation give the same bits") {
   same_bits(softmax(score(gaussian{3.0}, Q, ref(k))) * V, 2e-6);
 }
 
+TEST_CASE("a short head's task, its values in place and the prefetching give the long sequences' bits") {
+  testing::rng r(11);
+  const xt::xtensor<float, 4> q = r.tensor<float>({3, 4, 100, 64}), k = r.tensor<float>({3, 2, 100, 64}),
+                              v = r.tensor<float>({3, 2, 100, 32});
+  auto Q = ref(q), K = ref(k), V = ref(v);
+  const auto same_bits = [](const auto& e) {
+    const schedule chosen{.threads = 2};
+    const forward_schedule fs = explain(e, chosen).schedule.forward;
+    REQUIRE(fs.block_q == 100);
+    REQUIRE(fs.values == value_reads::in_place);
+    REQUIRE(fs.prefetch_next);
+    // panels once per evaluation, values in strips, 60-row tasks: no prefetching
+    const schedule long_form{.block_q = 60, .threads = 2, .pack_per_head_below = 1};
+    REQUIRE(!explain(e, long_form).schedule.forward.prefetch_next);
+    REQUIRE(explain(e, long_form).schedule.forward.values == value_reads::strips);
+    const xt::xtensor<float, 4> a = eval(e, chosen), b = eval(e, long_form);
+    REQUIRE(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+    REQUIRE(testing::max_abs_diff(a, reference(e).output) < 2e-6);
+  };
+  same_bits(softmax(Q * trans(K) / 8.0f) * V);  // GQA
+  same_bits(softmax(mask(Q * trans(K) / 8.0f, causal(align::bottom_right))) * V);
+}
+
 TEST_CASE("a chosen schedule gives the bits of the same schedule written out") {
   testing::rng r(5);
   const xt::xtensor<float, 4> q = r.tensor<float>({1, 2, 300, 64}), k = r.tensor<float>({1, 2, 1500, 64}),
@@ -276,6 +312,20 @@ TEST_CASE("resolve_schedule: values, dQ in place, the epilogues and the rescan a
   REQUIRE(values(decode, {.bf16_pairs = true, .in_place_ok = true}) == value_reads::in_place);
   REQUIRE(values(decode, {.in_place_ok = false, .same_type = true}) == value_reads::copied_per_task);
   REQUIRE(values(decode, {.in_place_ok = false, .same_type = false}) == value_reads::widened_per_head);
+  // keys packed per head (short sequences): values of the accumulator type read in place
+  const problem enc = shape(32, 12, 128, 128, 64, 64);
+  REQUIRE(values(enc, {.in_place_ok = true}) == value_reads::in_place);
+  REQUIRE(values(enc, {.in_place_ok = false}) == value_reads::strips);
+  REQUIRE(values(enc, {.in_place_ok = true, .same_type = false}) == value_reads::strips);  // 16-bit: widened once
+  REQUIRE(values(dense, {.in_place_ok = true}) == value_reads::strips);                    // panels: long keys
+  // the next task's operands prefetched where keys are packed per head, not when decoding
+  const auto prefetch = [&](const problem& pr) {
+    return resolve_schedule({}, pr, with({}), pass_kind::attention, cores(2)).forward.prefetch_next;
+  };
+  REQUIRE(prefetch(enc));
+  REQUIRE(!prefetch(dense));
+  REQUIRE(!prefetch(decode));
+  REQUIRE(!resolve_schedule({}, enc, with({}), pass_kind::weights, cores(2)).forward.prefetch_next);
 
   path_facts dense_rows = dot_path(64);
   dense_rows.query_grads_dense = dense_rows.plain_products = true;

@@ -208,6 +208,10 @@ std::string forward_nest(const explanation& x, bool dropout, std::vector<kernel:
   if (fs.keys == key_reads::per_head)
     n.line(2, "on a new (b, kv head): pack its key blocks into panels of " + std::to_string(fs.block_k) +
                   " keys as they are first needed, in this thread (" + n.op(Path::key_pack_op) + ")");
+  if (fs.prefetch_next)
+    n.line(2,
+           "prefetch the next task's query and output rows, and on a new (b, kv head) the next head's keys and "
+           "values, a few lines per row of the softmax and finalization");
   const bool attention = fs.kind == pass_kind::attention;
   if (attention && fs.values == value_reads::strips)
     n.line(2, "on a new (b, kv head): pack its value blocks into strips as they are first needed (" +

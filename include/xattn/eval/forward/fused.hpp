@@ -55,8 +55,19 @@ template <class Acc, class Plan, class Out>
 void run_fused(const Plan& p, const problem& pr, const forward_schedule& fs, const strided_view<Out>& out,
                const strided_view<Acc, 3>& lse = {}) {
   if (fs.key_chunks == 1) {
+    // prefetch_next: a thread mostly runs t + 1 after t; a kv head's tasks are group · q_blocks in a row
+    const std::size_t group = std::max<std::size_t>(pr.q_heads / std::max<std::size_t>(pr.kv_heads, 1), 1),
+                      per_head = group * fs.q_blocks;
     detail::run_tasks<Acc>(p, pr, fs, [&](auto& wk, std::size_t t) {
       const forward_task c = forward_task_at(t, pr, fs);
+      if (fs.prefetch_next && t + 1 < fs.tasks) {
+        if (t % per_head == 0 && t + per_head < fs.tasks) {
+          const forward_task n = forward_task_at(t + per_head, pr, fs);
+          wk.prefetch_head(n.b, n.h / group);
+        }
+        const forward_task n = forward_task_at(t + 1, pr, fs);
+        wk.prefetch_task(n.b, n.h, n.i0, out);
+      }
       if (fs.group_rows > 0)
         wk.run_group(c.b, c.h / fs.group_rows, fs.group_rows, 0, pr.kv_len, out, lse);
       else

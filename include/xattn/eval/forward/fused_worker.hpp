@@ -6,6 +6,7 @@
 #include "../../kernel/aligned.hpp"
 #include "../../kernel/blocking.hpp"
 #include "../../kernel/instances.hpp"
+#include "../../kernel/prefetch_queue.hpp"
 #include "../../kernel/pv.hpp"
 #include "../../kernel/rows.hpp"
 #include "../../layout.hpp"
@@ -105,6 +106,21 @@ class fused_worker {
     run_rows(b, row_map{hk * group, 0, pr_.q_len}, group * pr_.q_len, k0, k1, out, lse);
   }
 
+  /// Queues the query and output rows of task (b, h, i0) (forward_schedule::prefetch_next), to be
+  /// fetched while the tasks before it run.
+  template <class Out>
+  void prefetch_task(std::size_t b, std::size_t h, std::size_t i0, const strided_view<Out>& out) {
+    const std::size_t rows = std::min(bq_, pr_.q_len - i0);
+    if constexpr (requires { p_.base.q.view; }) queue_rows(p_.base.q.view, b, h, i0, rows, false);
+    queue_rows(out, b, h, i0, rows, true);
+  }
+
+  /// Queues the key and value rows of kv head (b, hk).
+  void prefetch_head(std::size_t b, std::size_t hk) {
+    if constexpr (requires { p_.base.k.view; }) queue_rows(p_.base.k.view, b, hk, 0, pr_.kv_len, false);
+    if constexpr (Plan::has_values) queue_rows(p_.v.view, b, hk, 0, pr_.kv_len, false);
+  }
+
   /// The softmax weights of queries [i0, i0 + block_q) against every key, into out (B, H, Sq, Skv):
   /// a first pass over the key blocks for each row's max and sum, a second writing normalised tiles.
   template <class Out>
@@ -191,6 +207,7 @@ class fused_worker {
                 const strided_view<Out>& out, const strided_view<Acc, 3>& lse) {
     start(b, m, rows, k0 == 0);
     std::fill(o_.begin(), o_.begin() + rows * dvp_, Acc(0));
+    ahead_rate_ = (ahead_.pending() + 2 * rows - 1) / (2 * rows);  // all of it by the end of the task
     const std::size_t hk = kv_head(m.h0);
     for (std::size_t j0 = k0; j0 < k1; j0 += bk_) {
       const tile_extent p = block_probabilities_prefetching(b, m, rows, j0, std::min(bk_, k1 - j0), hk);
@@ -212,6 +229,7 @@ class fused_worker {
       }
     }
     for (std::size_t r = 0; r < rows; ++r) {
+      ahead_.issue(ahead_rate_);
       kernel::finalize_row(o_.data() + r * dvp_, pr_.v_dim, st_[r].l, out.row(b, m.h(r), m.i(r)), out.inner_stride());
       if (lse.data) lse(b, m.h(r), m.i(r)) = kernel::row_lse(st_[r]);
     }
@@ -304,6 +322,7 @@ class fused_worker {
       if (!fold_log2e_) kernel::to_base2_row(s, colsp);  // padding is overwritten next
       std::fill(s + p.cols, s + colsp, -std::numeric_limits<Acc>::infinity());
       kernel::online_softmax_row(s, colsp, st_[r], to_output ? o_.data() + r * dvp_ : nullptr, dvp_);
+      ahead_.issue(ahead_rate_);
       if (to_output && p_.drop.p > 0)  // after the running sum: dropout rescales what reaches V, not the normaliser
         random::scale_row(p_.drop, std::uint32_t(b), std::uint32_t(m.h(r)), std::uint32_t(m.i(r)), std::uint32_t(j0),
                           p.cols, s);
@@ -366,6 +385,17 @@ class fused_worker {
     f(kernel::strided_rows<Acc>{vb_.data(), dvp_});
   }
 
+  /// Rows [i0, i0 + rows) of (b, h) into the prefetch queue: views of contiguous rows only (a
+  /// cache's pages are prefetched as they are read).
+  template <class T>
+  void queue_rows(const strided_view<T>& v, std::size_t b, std::size_t h, std::size_t i0, std::size_t rows,
+                  bool write) {
+    if (v.data && v.rows_contiguous())
+      ahead_.add(v.row(b, h, i0), rows, v.at.shape[3] * sizeof(T), v.at.stride[2] * std::ptrdiff_t(sizeof(T)), write);
+  }
+  template <class View>
+  void queue_rows(const View&, std::size_t, std::size_t, std::size_t, std::size_t, bool) {}
+
   template <class Out>
   static void write_row(const Acc* s, std::size_t n, const strided_view<Out>& out, std::size_t b, std::size_t h,
                         std::size_t i, std::size_t j0) {
@@ -385,7 +415,9 @@ class fused_worker {
   head_blocks<Acc> vh_;      // values in strips, or (decoding) of another type widened: allocated when first needed
   value_pairs<Acc> vpairs_;  // bf16 values in key pairs (vdpbf16ps), unless decoding
   std::vector<kernel::row_state<Acc>> st_;
-  value_reads values_;  // how V is read (forward_schedule::values)
+  value_reads values_;            // how V is read (forward_schedule::values)
+  kernel::prefetch_queue ahead_;  // what the next tasks read and write (forward_schedule::prefetch_next)
+  std::size_t ahead_rate_ = 0;    // lines asked for per row visited
 };
 
 }  // namespace xattn

@@ -95,6 +95,7 @@ struct forward_schedule {
   key_reads keys = key_reads::none;
   value_reads values = value_reads::strips;
   std::size_t group_rows = 0;  // > 0: grouped-query decoding, the group's query heads as one task's rows
+  bool prefetch_next = false;  // a task prefetches the next task's rows (and the next head's keys and values)
   std::size_t tasks = 0;       // B · Hq · q_blocks · key_chunks (grouped rows: B · Hkv · key_chunks)
   double flop = 0;             // 2 · B · Hq · Sq · Skv · (n + Dv)
   std::string threads_reason;  // why this many threads
@@ -165,9 +166,11 @@ inline forward_schedule resolve_forward(const schedule& requested, const problem
 
   std::size_t bq = requested.block_q;
   if (bq == 0) {
-    bq = 60;
+    // a short head's queries in one task when their tile is no larger than the long sequences'
+    // 60 x 512: no short last block of a few rows, and the per-task work done once per head
+    bq = pr.q_len <= 128 && pr.q_len * r.block_k <= 60 * 512 ? std::max<std::size_t>(pr.q_len, 1) : 60;
     const std::size_t heads = pr.batch * pr.q_heads, want = 4 * std::size_t(r.threads);
-    while (bq > 6 && heads * blocks_of(pr.q_len, bq) < want) bq -= 6;
+    while (bq > 6 && heads * blocks_of(pr.q_len, bq) < want) bq = std::max<std::size_t>(bq - 6, 6);
   }
   r.block_q = std::min(bq, std::max<std::size_t>(pr.q_len, 1));  // blocks beyond the problem change nothing
   r.q_blocks = blocks_of(pr.q_len, r.block_q);
@@ -183,10 +186,13 @@ inline forward_schedule resolve_forward(const schedule& requested, const problem
     r.keys = head_bytes < per_head_below ? key_reads::per_head : key_reads::panels;
 
   // Values: decoding reads each value once, so a copy would double the bytes read; otherwise they
-  // are packed once per head and thread, every query block of the head reading the copy.
+  // are packed once per head and thread, every query block of the head reading the copy, unless a
+  // short head's rows of Acc can be read where they lie (they stay in L2 for its few blocks).
   const value_facts& v = facts.values;
   if (!r.decoding)
-    r.values = v.bf16_pairs ? value_reads::bf16_pairs : value_reads::strips;
+    r.values = v.bf16_pairs                                                    ? value_reads::bf16_pairs
+               : r.keys == key_reads::per_head && v.same_type && v.in_place_ok ? value_reads::in_place
+                                                                               : value_reads::strips;
   else if (v.in_place_ok)
     r.values = value_reads::in_place;
   else
@@ -213,6 +219,7 @@ inline forward_schedule resolve_forward(const schedule& requested, const problem
   } else {
     r.tasks = pr.batch * pr.q_heads * r.q_blocks * r.key_chunks;
   }
+  r.prefetch_next = kind == pass_kind::attention && !r.decoding && r.keys == key_reads::per_head;
   return r;
 }
 
@@ -255,8 +262,9 @@ inline backward_schedule resolve_backward(const schedule& requested, const probl
 ///  - block_k: 512 keys, halved (down to 64) until one key block's packed keys and values,
 ///    block_k · (n + Dv) elements, fit in L2 -- the next block's keys then stream in beside them.
 ///    Larger blocks pay the per-block costs (rescaling O, block sums, classification) less often.
-///  - block_q: 60 query rows; with fewer than 4 tasks per thread, smaller multiples of 6 so the
-///    hand-out can balance (block_q never changes a result bit).
+///  - block_q: 60 query rows, or all of a head's queries when Sq is at most 128 and Sq x block_k
+///    at most 60 x 512 (short sequences: a task per head); with fewer than 4 tasks per thread,
+///    6 rows fewer at a time so the hand-out can balance (block_q never changes a result bit).
 ///  - keys packed into panels: once per evaluation, or, when one head's panels take less than a
 ///    quarter of L2, per head by the thread whose task needs it (then still in its L2 when used).
 ///  - decoding (at most 16 query rows per key head): keys scored in place, not packed; with no more
@@ -265,7 +273,13 @@ inline backward_schedule resolve_backward(const schedule& requested, const probl
 ///    the thread count, so results stay bitwise identical across thread counts. With grouped
 ///    queries, one task takes the group's query heads as the rows of one tile.
 ///  - values: packed in strips per head and thread (in key pairs for vdpbf16ps when bfloat16);
-///    when decoding, read in place when they can be, else converted.
+///    read in place when the keys are packed per head and V holds contiguous rows of the
+///    accumulator type (a short head's values stay in L2 for its few query blocks); when decoding,
+///    read in place when they can be, else converted.
+///  - prefetch_next: when keys are packed per head (short sequences), each task prefetches the
+///    query and output rows of the thread's next task, and a head's first task the keys and values
+///    of the next head, a few lines per row of its softmax and finalisation: such tasks are too
+///    short to wait for their operands' first touch.
 ///
 /// Backward (attention only):
 ///  - block_k (or as requested): the least multiple of 6 and of the P·V microkernel's strip width
