@@ -80,10 +80,8 @@ struct dot_pairs_path {
           kernel::scaled_copy(qv.row(b, h, i0 + r), qv.inner_stride(), n_, scale, q_.data() + (at + r) * n_, 1);
         return;
       }
-      for (std::size_t r = 0; r < rows; ++r) {
-        const auto* q = qv.row(b, h, i0 + r);
-        for (std::size_t d = 0; d < n_; ++d) q16_[(at + r) * ldq_ + d] = q[std::ptrdiff_t(d) * qv.inner_stride()];
-      }
+      for (std::size_t r = 0; r < rows; ++r)
+        kernel::round_to_bf16(qv.row(b, h, i0 + r), qv.inner_stride(), n_, q16_.data() + (at + r) * ldq_);
     }
 
     /// Rows to prefetch with the keys the next scores read in place (kernel::row_prefetch).
