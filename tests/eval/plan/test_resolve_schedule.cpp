@@ -325,6 +325,9 @@ TEST_CASE("resolve_schedule: values, dQ in place, the epilogues and the rescan a
   REQUIRE(prefetch(enc));
   REQUIRE(!prefetch(dense));
   REQUIRE(!prefetch(decode));
+  const problem mqa = shape(1, 128, 1, 512, 64, 64, 1);  // 128 query heads as one task's rows
+  REQUIRE(resolve_schedule({}, mqa, with({}), pass_kind::attention, cores(2)).forward.group_rows == 128);
+  REQUIRE(!prefetch(mqa));
   REQUIRE(!resolve_schedule({}, enc, with({}), pass_kind::weights, cores(2)).forward.prefetch_next);
 
   path_facts dense_rows = dot_path(64);

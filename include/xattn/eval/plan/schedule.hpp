@@ -219,7 +219,7 @@ inline forward_schedule resolve_forward(const schedule& requested, const problem
   } else {
     r.tasks = pr.batch * pr.q_heads * r.q_blocks * r.key_chunks;
   }
-  r.prefetch_next = kind == pass_kind::attention && !r.decoding && r.keys == key_reads::per_head;
+  r.prefetch_next = kind == pass_kind::attention && !r.decoding && r.keys == key_reads::per_head && r.group_rows == 0;
   return r;
 }
 
@@ -278,8 +278,8 @@ inline backward_schedule resolve_backward(const schedule& requested, const probl
 ///    read in place when they can be, else converted.
 ///  - prefetch_next: when keys are packed per head (short sequences), each task prefetches the
 ///    query and output rows of the thread's next task, and a head's first task the keys and values
-///    of the next head, a few lines per row of its softmax and finalisation: such tasks are too
-///    short to wait for their operands' first touch.
+///    of the next head, a few lines per row of its softmax and finalization (not with grouped
+///    rows): such tasks are too short to wait for their operands' first touch.
 ///
 /// Backward (attention only):
 ///  - block_k (or as requested): the least multiple of 6 and of the P·V microkernel's strip width
