@@ -567,6 +567,11 @@ def times(values):
 ENCODER_SHAPES = {(32, 12, 128, 128, 64), (4, 16, 256, 256, 64)}
 
 
+def encoder(shape):
+    """Whether a row is one of the dense encoder-sized batches."""
+    return shape[:5] in ENCODER_SHAPES and not shape[5]
+
+
 def kind(shape):
     """decode (Sq = 1), causal, long (dense, Sq >= 2048) or short (dense, Sq < 2048)."""
     b, h, sq, skv, d, causal, threads = shape
@@ -589,22 +594,9 @@ def summary(context, results, benchmarks, label=None):
     threads = (1, 2)
 
     def pick(t, kinds):
-        return [(s, r) for s, r in rows.items() if s[-1] == t and kind(s) in kinds]
-
-    def encoder(t):
-        return [(s, r) for s, r in rows.items() if s[-1] == t and s[:5] in ENCODER_SHAPES and not s[5]]
-
-    def encoder_cells(variant, over=None, ceiling=None, threads_ratio=False):
-        """The encoder-sized batches: % of a peak, ÷ another variant, or two threads ÷ one."""
-        def cells(t):
-            if threads_ratio:
-                if t != 2:
-                    return ""
-                return times([ratio(r.get(variant), rows.get(s[:-1] + (1,), {}).get(variant)) for s, r in encoder(2)])
-            if ceiling is not None:
-                return percent([ratio(r.get(variant), ceiling.get(t)) for s, r in encoder(t)])
-            return times([ratio(r.get(variant), r.get(over)) for s, r in encoder(t)])
-        return cells
+        """The rows of t threads whose kind is in kinds (or, kinds a function, for which it holds)."""
+        keep = kinds if callable(kinds) else (lambda s: kind(s) in kinds)
+        return [(s, r) for s, r in rows.items() if s[-1] == t and keep(s)]
 
     def of_peak(variant, kinds, ceiling):
         return lambda t: percent([ratio(r.get(variant), ceiling.get(t)) for s, r in pick(t, kinds)])
@@ -677,11 +669,11 @@ def summary(context, results, benchmarks, label=None):
         ("forward fp32, dense, S ≤ 512: % of `peak_fma`", of_peak(FUSED, {"short"}, peaks)),
         ("forward fp32, causal: % of `peak_fma`", of_peak(FUSED, {"causal"}, peaks)),
         ("encoder batches (32, 12, 128², 64), (4, 16, 256², 64) fp32: % of `peak_fma`",
-         encoder_cells(FUSED, ceiling=peaks)),
-        ("encoder batches bf16: % of `peak_bf16`", encoder_cells("xattn_bf16", ceiling=peak16)),
-        ("encoder batches fp32: two threads ÷ one", encoder_cells(FUSED, threads_ratio=True)),
-        ("encoder batches bf16: two threads ÷ one", encoder_cells("xattn_bf16", threads_ratio=True)),
-        ("encoder batches fp32: xattn ÷ ONNX Runtime", encoder_cells(FUSED, over="ort")),
+         of_peak(FUSED, encoder, peaks)),
+        ("encoder batches bf16: % of `peak_bf16`", of_peak("xattn_bf16", encoder, peak16)),
+        ("encoder batches fp32: two threads ÷ one", two_over_one(FUSED, encoder)),
+        ("encoder batches bf16: two threads ÷ one", two_over_one("xattn_bf16", encoder)),
+        ("encoder batches fp32: xattn ÷ ONNX Runtime", versus(FUSED, "ort", encoder)),
         ("forward fp32: two threads ÷ one", two_over_one(FUSED, {"long", "short", "causal"})),
         ("forward: xattn ÷ OpenBLAS unfused, dense", versus(FUSED, "blas_unfused", {"long", "short"})),
         ("forward: xattn ÷ OpenBLAS unfused, causal", versus(FUSED, "blas_unfused", {"causal"})),

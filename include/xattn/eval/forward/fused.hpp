@@ -63,7 +63,7 @@ void run_fused(const Plan& p, const problem& pr, const forward_schedule& fs, con
       if (fs.prefetch_next && t + 1 < fs.tasks) {
         if (t % per_head == 0 && t + per_head < fs.tasks) {
           const forward_task n = forward_task_at(t + per_head, pr, fs);
-          wk.prefetch_head(n.b, n.h / group);
+          wk.prefetch_head(n.b, n.h);
         }
         const forward_task n = forward_task_at(t + 1, pr, fs);
         wk.prefetch_task(n.b, n.h, n.i0, out);

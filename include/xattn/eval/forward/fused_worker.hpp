@@ -115,8 +115,9 @@ class fused_worker {
     queue_rows(out, b, h, i0, rows, true);
   }
 
-  /// Queues the key and value rows of kv head (b, hk).
-  void prefetch_head(std::size_t b, std::size_t hk) {
+  /// Queues the key and value rows that query head (b, h) reads.
+  void prefetch_head(std::size_t b, std::size_t h) {
+    const std::size_t hk = kv_head(h);
     if constexpr (requires { p_.base.k.view; }) queue_rows(p_.base.k.view, b, hk, 0, pr_.kv_len, false);
     if constexpr (Plan::has_values) queue_rows(p_.v.view, b, hk, 0, pr_.kv_len, false);
   }
