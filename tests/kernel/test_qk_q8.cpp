@@ -1,7 +1,9 @@
 // qk_direct_q8, int8 (q8_0) key rows on int16 query codes, against the double product of the
-// queries and the dequantized keys, within the bound the query's rounding allows.
+// queries and the dequantized keys, within the bound the query's rounding allows; and the
+// dequantized loads of q8_0 value rows.
 #include "support/random.hpp"
 
+#include <xattn/kernel/pv.hpp>
 #include <xattn/kernel/qk_q8.hpp>
 
 #include <catch2/catch.hpp>
@@ -121,4 +123,29 @@ TEST_CASE("qk_direct_q8 declines what it cannot do exactly, writing nothing", "[
   CHECK_FALSE(kernel::qk_direct_q8(
       many.data(), 128, 64, [&](std::size_t c) { return k128.row(c); }, cols, 128, s64.data(), cols));
   CHECK(kernel::qk_direct_q8(q.data(), 64, 2, rows, cols, 64, s.data(), lds));
+}
+
+TEMPLATE_TEST_CASE("load_row_as: a q8_0 row's batches are its dequantized features, from any column", "[kernel]", float,
+                   double) {
+  testing::rng r(12);
+  const q8_keys rows(2, 256, r);
+  constexpr std::size_t w = simd::width<TestType>, cc = 8;
+  for (const std::size_t col : {std::size_t(0), w, 2 * w, 32 + w, std::size_t(3)}) {  // 3: not on a batch boundary
+    INFO("from column " << col);
+    const kernel::q8_row row = rows.row(1) + col;
+    simd::batch<TestType> got[cc], pinned[cc];
+    kernel::detail::load_row_as<false>(row, got);
+    kernel::detail::load_row_as<true>(row, pinned);
+    for (std::size_t c = 0; c < cc; ++c) {
+      alignas(64) TestType lanes[w], held[w];
+      got[c].store_aligned(lanes);
+      pinned[c].store_aligned(held);
+      for (std::size_t i = 0; i < w; ++i) {
+        const std::size_t d = col + c * w + i;
+        const TestType want = TestType(float(rows.codes[256 + d]) * rows.scales[8 + d / 32]);  // as q8_row[d]
+        REQUIRE(lanes[i] == want);
+        REQUIRE(held[i] == want);
+      }
+    }
+  }
 }

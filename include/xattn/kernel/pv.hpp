@@ -27,6 +27,25 @@ struct strided_rows {
 
 namespace detail {
 
+/// The CC batches of Acc of a row from its first column on: load_as for each, bit for bit (kept
+/// in registers if InRegister, see simd::in_register). A q8_0 row starting on a batch boundary has
+/// its codes and scales located once for the row: through its handle, per batch, the lookups cost
+/// more than the dequantization (decoding's P·V).
+template <bool InRegister, class Acc, std::size_t CC, class Row>
+inline void load_row_as(const Row& row, batch<Acc> (&out)[CC]) noexcept {
+  constexpr std::size_t w = simd::width<Acc>;
+  if constexpr (std::is_same_v<Row, q8_row> && q8_widens<Acc>)
+    if (row.col % w == 0) {
+      const std::int8_t* codes = row.q + row.col;
+      each<CC>([&](auto c) { out[c] = q8_batch<Acc>(codes + c * w, row.scale[(row.col + c * w) / q8_row::group]); });
+      return;
+    }
+  if constexpr (InRegister)
+    each<CC>([&](auto c) { out[c] = simd::in_register(simd::load_as<Acc>(row + c * w)); });
+  else
+    each<CC>([&](auto c) { out[c] = simd::load_as<Acc>(row + c * w); });
+}
+
 /// Element (r, j) of the left operand: p[r, j], or p[j, r] when it is stored transposed (PT).
 template <bool PT>
 constexpr std::size_t p_at(std::size_t r, std::size_t j, std::size_t ldp) noexcept {
@@ -47,8 +66,7 @@ inline unsigned pv_micro(const Acc* p, std::size_t ldp, const Rows& v, std::size
     if constexpr (R <= 4)  // few rows (decoding): values stream from memory, ask for those 16 keys ahead
       if (j + 16 < keys) prefetch_row(v(j + 16), CC * w * sizeof(V));
     batch<Acc> vv[CC];
-    const auto row = v(j);
-    each<CC>([&](auto c) { vv[c] = simd::load_as<Acc>(row + c * w); });
+    load_row_as<false>(v(j), vv);
     each<R>([&](auto r) {
       const batch<Acc> pr(p[p_at<PT>(r, j, ldp)]);
       each<CC>([&](auto c) { acc[r][c] = xsimd::fma(pr, vv[c], acc[r][c]); });
@@ -107,8 +125,7 @@ inline void pv_micro_continue(const Acc* p, std::size_t ldp, const Rows& v, std:
   for (std::size_t j = 0; j < keys; ++j) {
     if (ahead_bytes != 0) prefetch_row<1>(v(j + ahead_keys), ahead_bytes);  // 0: that row may not exist
     batch<Acc> vv[CC];
-    const auto row = v(j);
-    each<CC>([&](auto c) { vv[c] = simd::in_register(simd::load_as<Acc>(row + c * w)); });
+    load_row_as<true>(v(j), vv);
     each<R>([&](auto r) {
       const batch<Acc> pr(p[p_at<PT>(r, j, ldp)]);
       each<CC>([&](auto c) { acc[r][c] = xsimd::fma(pr, vv[c], acc[r][c]); });

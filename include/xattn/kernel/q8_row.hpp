@@ -49,6 +49,20 @@ inline void prefetch_row(const q8_row& r, std::size_t bytes) noexcept {
   prefetch_row<Locality>(r.scale + r.col / q8_row::group, (bytes + q8_row::group - 1) / q8_row::group * sizeof(float));
 }
 
+/// Whether batches of T are dequantized from q8_0 codes in registers (float on AVX2 or AVX-512).
+template <class T>
+inline constexpr bool q8_widens = std::is_same_v<T, float>&& simd::avx2_or_avx512;
+
+/// The float batch of the codes at p, times scale: widened and converted in registers.
+template <class T = float>
+inline simd::batch<T> q8_batch(const std::int8_t* p, float scale) noexcept {
+  using B = simd::batch<T>;
+  if constexpr (simd::width<T> == 16)
+    return B(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))))) * B(scale);
+  else
+    return B(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))))) * B(scale);
+}
+
 }  // namespace xattn::kernel
 
 #pragma GCC diagnostic push  // GCC PR 105593, see simd/compat.hpp
@@ -65,16 +79,8 @@ namespace xattn::simd {
 template <class T>
 inline batch<T> load_as(const kernel::q8_row& r) noexcept {
   constexpr std::size_t w = width<T>;
-  const std::int8_t* p = r.q + r.col;
-  if constexpr (std::is_same_v<T, float> && avx2_or_avx512) {
-    if (r.col % w == 0) {
-      const batch<T> s(r.scale[r.col / kernel::q8_row::group]);
-      if constexpr (w == 16)
-        return batch<T>(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)p)))) * s;
-      else
-        return batch<T>(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)p)))) * s;
-    }
-  }
+  if constexpr (kernel::q8_widens<T>)
+    if (r.col % w == 0) return kernel::q8_batch<T>(r.q + r.col, r.scale[r.col / kernel::q8_row::group]);
   alignas(64) std::array<T, w> lanes;
   for (std::size_t i = 0; i < w; ++i) lanes[i] = T(r[std::ptrdiff_t(i)]);
   return batch<T>::load_aligned(lanes.data());
