@@ -216,3 +216,29 @@ TEST_CASE("kv_cache: rows from ref(ptr, shape, strides), strided views and bfloa
   CHECK_THROWS_WITH(c.append(a, ref(k.data(), {2, 2, 5, 4}, {40, 20, 4, 1}), k),
                     Catch::Contains("a ref() of 2 batches"));
 }
+
+TEMPLATE_TEST_CASE("kv_cache: a head's rows stepped through a page are the rows looked up one by one", "[cache]", float,
+                   std::int8_t) {
+  testing::rng r(41);
+  const std::size_t ps = GENERATE(4, 6, 16), dim = 64, len = 53;
+  kv_cache<TestType> cache({.kv_heads = 2, .head_dim = dim, .page_size = ps, .max_tokens = 256});
+  const auto a = cache.add_sequence(), b = cache.add_sequence();
+  cache.append(a, r.tensor<float>({2, 7, dim}), r.tensor<float>({2, 7, dim}));
+  cache.append(b, r.tensor<float>({2, len, dim}), r.tensor<float>({2, len, dim}));  // pages after a's
+  const auto V = cache.values({a, b});
+  for (const std::size_t j0 : {std::size_t(0), std::size_t(5), ps}) {
+    INFO("page size " << ps << ", rows from key " << j0);
+    const auto rows = V.view.rows(1, 1).at(j0, 32);
+    for (std::size_t j = 0; j + j0 < len; ++j) {
+      const std::size_t left = rows.same_page(j);
+      REQUIRE(left == ps - (j0 + j) % ps);
+      if (left > 1) {
+        const auto next = rows.next(rows(j)), want = rows(j + 1);
+        if constexpr (std::is_same_v<TestType, std::int8_t>)
+          REQUIRE((next.q == want.q && next.scale == want.scale && next.col == want.col));
+        else
+          REQUIRE(next == want);
+      }
+    }
+  }
+}

@@ -46,6 +46,9 @@ struct page_rows_at {
     else
       return rows + (r * dim + c);
   }
+  /// The row after row handle r in the same page.
+  const T* next(const T* r) const noexcept { return r + dim; }
+  kernel::q8_row next(const kernel::q8_row& r) const noexcept { return {r.q + dim, r.scale + groups, r.col}; }
 };
 
 /// The value rows of one (sequence, head), from key j0 and column c0 on, for kernel::pv_tile_at.
@@ -61,6 +64,13 @@ struct paged_rows {
   auto operator()(std::size_t j) const noexcept {
     const auto [p, r] = idx(j0 + j);
     return in.row(pages[p] + head_offset, r, c0);
+  }
+  /// Rows from j to the end of row j's page, and the row after a row of that page: kernels
+  /// stepping through a page skip the page lookup of every key.
+  std::size_t same_page(std::size_t j) const noexcept { return idx.size - idx(j0 + j).second; }
+  template <class Row>
+  Row next(const Row& r) const noexcept {
+    return in.next(r);
   }
   paged_rows at(std::size_t j, std::size_t c) const noexcept {
     paged_rows r = *this;

@@ -6,6 +6,8 @@
 #include "q8_row.hpp"
 #include "trace.hpp"
 
+#include <concepts>
+
 #pragma GCC diagnostic push  // GCC PR 105593, see simd/compat.hpp
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #if !defined(__clang__)  // a GCC-only warning
@@ -46,6 +48,27 @@ inline void load_row_as(const Row& row, batch<Acc> (&out)[CC]) noexcept {
     each<CC>([&](auto c) { out[c] = simd::load_as<Acc>(row + c * w); });
 }
 
+/// f(j, v(j)) for j in [0, keys), in order. Rows that name the extent of their page (a cache's:
+/// same_page, next) are stepped through it, a page lookup per page rather than per key.
+template <class Rows, class F>
+[[gnu::always_inline]] inline void for_each_row(const Rows& v, std::size_t keys, F&& f) {
+  if constexpr (requires {
+                  { v.next(v(0)) } -> std::same_as<decltype(v(0))>;
+                  v.same_page(0);
+                }) {
+    for (std::size_t j = 0; j < keys;) {
+      auto row = v(j);
+      for (const std::size_t end = std::min(keys, j + v.same_page(j));;) {
+        f(j, row);
+        if (++j == end) break;
+        row = v.next(row);
+      }
+    }
+  } else {
+    for (std::size_t j = 0; j < keys; ++j) f(j, v(j));
+  }
+}
+
 /// Element (r, j) of the left operand: p[r, j], or p[j, r] when it is stored transposed (PT).
 template <bool PT>
 constexpr std::size_t p_at(std::size_t r, std::size_t j, std::size_t ldp) noexcept {
@@ -62,16 +85,16 @@ inline unsigned pv_micro(const Acc* p, std::size_t ldp, const Rows& v, std::size
   constexpr std::size_t w = simd::width<Acc>;
   batch<Acc> acc[R][CC];
   each<R * CC>([&](auto i) { acc[i / CC][i % CC] = batch<Acc>(Acc(0)); });
-  for (std::size_t j = 0; j < keys; ++j) {
+  for_each_row(v, keys, [&](std::size_t j, auto row) {
     if constexpr (R <= 4)  // few rows (decoding): values stream from memory, ask for those 16 keys ahead
       if (j + 16 < keys) prefetch_row(v(j + 16), CC * w * sizeof(V));
     batch<Acc> vv[CC];
-    load_row_as<false>(v(j), vv);
+    load_row_as<false>(row, vv);
     each<R>([&](auto r) {
       const batch<Acc> pr(p[p_at<PT>(r, j, ldp)]);
       each<CC>([&](auto c) { acc[r][c] = xsimd::fma(pr, vv[c], acc[r][c]); });
     });
-  }
+  });
   unsigned flagged = 0;
   each<R>([&](auto r) {
     batch<Acc> probe(Acc(0));  // x - x is 0 for finite x and NaN otherwise
@@ -122,15 +145,15 @@ inline void pv_micro_continue(const Acc* p, std::size_t ldp, const Rows& v, std:
   constexpr std::size_t w = simd::width<Acc>;
   batch<Acc> acc[R][CC];
   each<R * CC>([&](auto i) { acc[i / CC][i % CC] = simd::load(part + i / CC * ldpart + i % CC * w); });
-  for (std::size_t j = 0; j < keys; ++j) {
+  for_each_row(v, keys, [&](std::size_t j, auto row) {
     if (ahead_bytes != 0) prefetch_row<1>(v(j + ahead_keys), ahead_bytes);  // 0: that row may not exist
     batch<Acc> vv[CC];
-    load_row_as<true>(v(j), vv);
+    load_row_as<true>(row, vv);
     each<R>([&](auto r) {
       const batch<Acc> pr(p[p_at<PT>(r, j, ldp)]);
       each<CC>([&](auto c) { acc[r][c] = xsimd::fma(pr, vv[c], acc[r][c]); });
     });
-  }
+  });
   each<R * CC>([&](auto i) { simd::store(part + i / CC * ldpart + i % CC * w, acc[i / CC][i % CC]); });
 }
 
