@@ -5,8 +5,8 @@
 // mask is dropped: every sequence of the batch must hold exactly this rank's rows.
 #include "../cache/cache_ref.hpp"
 #include "../eval/plan/plan.hpp"
+#include "../hana.hpp"
 
-#include <boost/hana.hpp>
 #include <cstdint>
 #include <memory>
 #include <string>

@@ -5,7 +5,7 @@
 //    (std::uniform_real_distribution is not: its algorithm is implementation-defined);
 //  - dropout: the Philox key of a module's n-th training call is call_seed(seed, n), so
 //    successive calls drop different weights and a run replays exactly from the same seed.
-#include <Random123/philox.h>
+#include "../random/philox.hpp"
 
 #include <cstddef>
 #include <cstdint>
@@ -45,12 +45,10 @@ class dropout_counter {
 /// out[n] = uniform in [-bound, bound) for n < count; `stream` tells a module's tensors apart.
 template <class T>
 void uniform_init(T* out, std::size_t count, double bound, std::uint64_t seed, std::uint32_t stream) {
-  using philox = r123::Philox4x32;
-  const philox::key_type key = {{std::uint32_t(seed), std::uint32_t(seed >> 32)}};
+  const random::philox_key key = {std::uint32_t(seed), std::uint32_t(seed >> 32)};
   for (std::size_t n = 0; n < count; n += 4) {
     const std::uint64_t blk = n / 4;
-    const philox::ctr_type ctr = {{std::uint32_t(blk), std::uint32_t(blk >> 32), stream, 0x696e6974u}};
-    const auto words = philox{}(ctr, key);
+    const auto words = random::philox4x32_10({std::uint32_t(blk), std::uint32_t(blk >> 32), stream, 0x696e6974u}, key);
     for (std::size_t w = 0; w < 4 && n + w < count; ++w) {
       const double u = double(words[w] >> 8) * 0x1p-24;  // 24 bits: exact in float, in [0, 1)
       out[n + w] = T(bound * (2 * u - 1));

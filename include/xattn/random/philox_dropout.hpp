@@ -3,7 +3,7 @@
 // (seed, batch, head, query, key), so a mask never has to be stored — the forward
 // pass, the backward pass and any tiling of either recompute exactly the same one.
 //
-// Mapping onto Random123's Philox4x32 (10 rounds; 4-word counter, 2-word key):
+// Mapping onto Philox4x32-10 (random/philox.hpp; 4-word counter, 2-word key):
 //   key     = { seed & 0xffffffff, seed >> 32 }
 //   counter = { b, h, i, j / 4 }
 //   word    = output[j % 4]
@@ -16,7 +16,7 @@
 // the threshold always fits 32 bits and P(keep) = 1 - threshold / 2^32 differs from
 // 1 - p by at most 2^-33. p = 0 gives threshold 0: every word passes.
 
-#include <Random123/philox.h>
+#include "philox.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -56,11 +56,9 @@ inline double keep_scale(float p) noexcept { return 1.0 / (1.0 - static_cast<dou
 
 namespace detail {
 
-inline r123::Philox4x32::ctr_type philox_block(std::uint64_t seed, std::uint32_t b, std::uint32_t h, std::uint32_t i,
-                                               std::uint32_t block) noexcept {
-  const r123::Philox4x32::ctr_type ctr = {{b, h, i, block}};
-  const r123::Philox4x32::key_type key = {{static_cast<std::uint32_t>(seed), static_cast<std::uint32_t>(seed >> 32)}};
-  return r123::Philox4x32{}(ctr, key);
+inline philox_counter philox_block(std::uint64_t seed, std::uint32_t b, std::uint32_t h, std::uint32_t i,
+                                   std::uint32_t block) noexcept {
+  return philox4x32_10({b, h, i, block}, {static_cast<std::uint32_t>(seed), static_cast<std::uint32_t>(seed >> 32)});
 }
 
 // Calls f(offset, keep) for offset = 0 .. n-1, key j = j0 + offset. Each key's

@@ -4,11 +4,10 @@
 // way at every bias tensor, and the gradients of each modifier's learnables (learnable.hpp) added
 // by a second evaluation on the tape. Without modifiers every member does nothing.
 #include "../../dual.hpp"
+#include "../../hana.hpp"
 #include "../../learnable.hpp"
 #include "../../policy/gradient.hpp"
 #include "../plan/bias_terms.hpp"
-
-#include <boost/hana.hpp>
 
 #include <array>
 #include <span>

@@ -4,6 +4,7 @@
 // and gradients_of each take the computation as an argument, so eval_with_lse and grad and their
 // mpi::context counterparts run through the same function.
 #include "../../error.hpp"
+#include "../../hana.hpp"
 #include "../../learnable.hpp"
 #include "../../policy/gradient.hpp"
 #include "../../types.hpp"
@@ -13,8 +14,6 @@
 #include "../plan/types.hpp"
 #include "partial.hpp"
 #include "result.hpp"
-
-#include <boost/hana.hpp>
 
 #include <algorithm>
 #include <tuple>

@@ -3,6 +3,7 @@
 // score tile -> modifiers -> masks -> online softmax -> P·V, keeping only tiles of size
 // block_q x block_k. Nothing of size Sq x Skv is ever allocated. The score path (Path::tiles)
 // fills the score tile; the worker does not know which path it runs.
+#include "../../hana.hpp"
 #include "../../kernel/aligned.hpp"
 #include "../../kernel/blocking.hpp"
 #include "../../kernel/instances.hpp"
@@ -18,8 +19,6 @@
 #include "../plan/schedule.hpp"
 #include "../tiling/mask_eval.hpp"
 #include "../tiling/tile_extent.hpp"
-
-#include <boost/hana.hpp>
 
 #include <cmath>
 #include <limits>

@@ -6,12 +6,11 @@
 // at Q̃ and K̃ go back the same way: split per term, scaled, summed over a shared head's group and
 // rotated back (the rotation's transpose).
 #include "../../bfloat16.hpp"
+#include "../../hana.hpp"
 #include "../../kernel/dpbf16.hpp"
 #include "../../layout.hpp"
 #include "../plan/plan.hpp"
 #include "rotated_rows.hpp"
-
-#include <boost/hana.hpp>
 
 #include <cstddef>
 #include <type_traits>

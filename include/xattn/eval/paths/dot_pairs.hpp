@@ -6,6 +6,7 @@
 // place: their rows already pairs of the summed axis (kernel::qk_direct_pairs), or, for a few
 // query rows, widened in registers as dot_identity's. Backward: the products on vdpbf16ps too
 // (parts/dot_pair_grads.hpp), dS rounded to bf16 for dQ and dK.
+#include "../../expr/tensor_ref.hpp"
 #include "../../kernel/aligned.hpp"
 #include "../../kernel/dpbf16.hpp"
 #include "../../kernel/qk.hpp"

@@ -16,6 +16,7 @@
 //                                           gradients, store_keys, end_task
 //
 // The workers never know which path they run, and a new path is one new file plus its line here.
+#include "../../hana.hpp"
 #include "../../policy/concepts.hpp"
 #include "../../policy/dot.hpp"
 #include "../../types.hpp"
@@ -30,8 +31,6 @@
 #include "pair_features.hpp"
 #include "pair_raw.hpp"
 #include "tensor_scores.hpp"
-
-#include <boost/hana.hpp>
 
 #include <type_traits>
 

@@ -2,10 +2,10 @@
 // The bias(t) terms among a plan's modifiers, and how their gradients are gathered: a gradient in
 // the shape of t, seen through t's broadcast against the scores (stride 0 on broadcast axes), so
 // that adding the full (B, H, Sq, Skv) gradient through it sums over those axes.
+#include "../../hana.hpp"
 #include "../../policy/ops/bias.hpp"
 #include "positions.hpp"
 
-#include <boost/hana.hpp>
 #include <xtensor/xarray.hpp>
 
 #include <utility>

@@ -6,11 +6,10 @@
 #include "../../expr/nodes.hpp"
 #include "../../expr/rope.hpp"
 #include "../../expr/tensor_ref.hpp"
+#include "../../hana.hpp"
 #include "../../policy/concepts.hpp"
 #include "../../policy/dot.hpp"
 #include "../../policy/masks/sequence_lengths.hpp"
-
-#include <boost/hana.hpp>
 
 #include <cmath>
 #include <tuple>

@@ -2,9 +2,8 @@
 // Run-time half of planning: read the sizes off the terminals, check that they fit together
 // (every mismatch names the argument and the shapes), and bind masks and modifiers to them.
 #include "../../error.hpp"
+#include "../../hana.hpp"
 #include "plan.hpp"
-
-#include <boost/hana.hpp>
 
 #include <algorithm>
 #include <cmath>

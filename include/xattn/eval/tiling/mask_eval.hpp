@@ -4,10 +4,9 @@
 //
 // Semantics when several masks apply: a key hidden by any excluding mask (fill -inf) is excluded;
 // otherwise a key hidden by a filling mask (e.g. d2l's -1e6) takes the fill of the outermost one.
+#include "../../hana.hpp"
 #include "../../policy/concepts.hpp"
 #include "../../policy/masks/fill.hpp"
-
-#include <boost/hana.hpp>
 
 #include <algorithm>
 #include <cmath>

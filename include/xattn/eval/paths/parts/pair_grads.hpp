@@ -7,6 +7,7 @@
 // gradients are kept per task, summed later in task order.
 #include "../../../kernel/aligned.hpp"
 #include "../../../kernel/trace.hpp"
+#include "../../../layout.hpp"
 #include "../../../policy/gradient.hpp"
 #include "../../operands/tile_rows.hpp"
 #include "../../plan/schedule.hpp"
