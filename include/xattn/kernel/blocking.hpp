@@ -4,6 +4,7 @@
 #include "../round_up.hpp"
 #include "../simd/compat.hpp"
 
+#include <algorithm>
 #include <cstddef>
 #include <utility>
 
@@ -39,6 +40,38 @@ constexpr std::size_t packed_kt_size(std::size_t cols, std::size_t n) noexcept {
 struct every_column {
   constexpr std::pair<std::size_t, std::size_t> operator()(std::size_t, std::size_t) const noexcept {
     return {0, std::size_t(-1)};
+  }
+};
+
+/// The ranges of a masked tile whose row i sees the keys [lo[i], hi[i]) (none where lo == hi), or
+/// every key where it is not ranged. Named types rather than lambdas, so that the products over
+/// them are compiled once per element type (instance_list.hpp) like those over every_column.
+/// For products whose rows are query rows: the keys rows [r, r + R) see.
+struct keys_seen {
+  const std::size_t* lo = nullptr;
+  const std::size_t* hi = nullptr;
+  bool ranged = false;
+  std::pair<std::size_t, std::size_t> operator()(std::size_t r, std::size_t R) const noexcept {
+    if (!ranged) return {0, std::size_t(-1)};
+    std::size_t first = std::size_t(-1), last = 0;
+    for (std::size_t i = r; i < r + R; ++i)
+      if (lo[i] < hi[i]) first = std::min(first, lo[i]), last = std::max(last, hi[i]);
+    return first < last ? std::pair{first, last} : std::pair<std::size_t, std::size_t>{0, 0};
+  }
+};
+
+/// For products whose rows are keys: the query rows (of `rows`) that see any of keys [k, k + R).
+struct rows_seeing {
+  const std::size_t* lo = nullptr;
+  const std::size_t* hi = nullptr;
+  std::size_t rows = 0;
+  bool ranged = false;
+  std::pair<std::size_t, std::size_t> operator()(std::size_t k, std::size_t R) const noexcept {
+    if (!ranged) return {0, std::size_t(-1)};
+    std::size_t first = std::size_t(-1), last = 0;
+    for (std::size_t i = 0; i < rows; ++i)
+      if (lo[i] < k + R && k < hi[i]) first = std::min(first, i), last = i + 1;
+    return first < last ? std::pair{first, last} : std::pair<std::size_t, std::size_t>{0, 0};
   }
 };
 

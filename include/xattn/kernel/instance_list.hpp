@@ -5,29 +5,35 @@
 // that type calls, whatever its scoring function, masks or tensors.
 namespace xattn::kernel {
 
-#define XATTN_KERNEL_ACC_INSTANCES(Acc)                                                                               \
-  XATTN_KERNEL_INSTANCE void qk_tile<Acc, Acc, every_column, plain_epilogue>(                                         \
-      const Acc*, std::size_t, std::size_t, const Acc*, std::size_t, std::size_t, Acc*, std::size_t, every_column,    \
-      const plain_epilogue&);                                                                                         \
-  XATTN_KERNEL_INSTANCE void qk_tile<Acc, Acc, every_column, probs_epilogue<Acc>>(                                    \
-      const Acc*, std::size_t, std::size_t, const Acc*, std::size_t, std::size_t, Acc*, std::size_t, every_column,    \
-      const probs_epilogue<Acc>&);                                                                                    \
-  XATTN_KERNEL_INSTANCE void qk_tile<Acc, Acc, every_column, softmax_grad_epilogue<Acc>>(                             \
-      const Acc*, std::size_t, std::size_t, const Acc*, std::size_t, std::size_t, Acc*, std::size_t, every_column,    \
-      const softmax_grad_epilogue<Acc>&);                                                                             \
-  XATTN_KERNEL_INSTANCE void pv_tile_strips<Acc, Acc, every_column>(const Acc*, std::size_t, std::size_t, const Acc*, \
-                                                                    std::size_t, std::size_t, Acc*, std::size_t,      \
-                                                                    std::size_t, every_column);                       \
-  XATTN_KERNEL_INSTANCE void pv_tile_transposed_strips<Acc, Acc, every_column>(                                       \
-      const Acc*, std::size_t, std::size_t, const Acc*, std::size_t, std::size_t, Acc*, std::size_t, std::size_t,     \
-      every_column);                                                                                                  \
-  XATTN_KERNEL_INSTANCE void pv_tile_at<Acc, strided_rows<Acc>, every_column>(                                        \
-      const Acc*, std::size_t, std::size_t, const strided_rows<Acc>&, std::size_t, Acc*, std::size_t, std::size_t,    \
+#define XATTN_KERNEL_QK_INSTANCE(Acc, Range, Epi)                                                              \
+  XATTN_KERNEL_INSTANCE void qk_tile<Acc, Acc, Range, Epi>(const Acc*, std::size_t, std::size_t, const Acc*,   \
+                                                           std::size_t, std::size_t, Acc*, std::size_t, Range, \
+                                                           const Epi&);
+#define XATTN_KERNEL_PV_INSTANCE(Acc, name, Range)                                                                \
+  XATTN_KERNEL_INSTANCE void name<Acc, Acc, Range>(const Acc*, std::size_t, std::size_t, const Acc*, std::size_t, \
+                                                   std::size_t, Acc*, std::size_t, std::size_t, Range);
+// every_column: the forward and unmasked blocks; keys_seen and rows_seeing: the backward's masked
+// blocks (eval/tiling/tile_extent.hpp's key_ranges)
+#define XATTN_KERNEL_ACC_INSTANCES(Acc)                                                                            \
+  XATTN_KERNEL_QK_INSTANCE(Acc, every_column, plain_epilogue)                                                      \
+  XATTN_KERNEL_QK_INSTANCE(Acc, every_column, probs_epilogue<Acc>)                                                 \
+  XATTN_KERNEL_QK_INSTANCE(Acc, every_column, softmax_grad_epilogue<Acc>)                                          \
+  XATTN_KERNEL_QK_INSTANCE(Acc, keys_seen, plain_epilogue)                                                         \
+  XATTN_KERNEL_QK_INSTANCE(Acc, keys_seen, probs_epilogue<Acc>)                                                    \
+  XATTN_KERNEL_QK_INSTANCE(Acc, keys_seen, softmax_grad_epilogue<Acc>)                                             \
+  XATTN_KERNEL_PV_INSTANCE(Acc, pv_tile_strips, every_column)                                                      \
+  XATTN_KERNEL_PV_INSTANCE(Acc, pv_tile_strips, keys_seen)                                                         \
+  XATTN_KERNEL_PV_INSTANCE(Acc, pv_tile_transposed_strips, every_column)                                           \
+  XATTN_KERNEL_PV_INSTANCE(Acc, pv_tile_transposed_strips, rows_seeing)                                            \
+  XATTN_KERNEL_INSTANCE void pv_tile_at<Acc, strided_rows<Acc>, every_column>(                                     \
+      const Acc*, std::size_t, std::size_t, const strided_rows<Acc>&, std::size_t, Acc*, std::size_t, std::size_t, \
       every_column);
 
 XATTN_KERNEL_ACC_INSTANCES(float)
 XATTN_KERNEL_ACC_INSTANCES(double)
 #undef XATTN_KERNEL_ACC_INSTANCES
+#undef XATTN_KERNEL_PV_INSTANCE
+#undef XATTN_KERNEL_QK_INSTANCE
 
 // 16-bit values read in place by float accumulators (decoding from a 16-bit cache or tensor)
 XATTN_KERNEL_INSTANCE void pv_tile_at<float, strided_rows<bfloat16>, every_column>(const float*, std::size_t,

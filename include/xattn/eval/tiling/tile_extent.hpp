@@ -4,6 +4,7 @@
 // row can see and to the rows that see some key, and, where a mask hides only part of it, each
 // row's range of keys that are not excluded (the products then skip the register blocks only
 // excluded keys reach: on the causal diagonal, half the tile).
+#include "../../kernel/blocking.hpp"
 #include "mask_eval.hpp"
 
 #include <algorithm>
@@ -76,24 +77,8 @@ class key_ranges {
   /// Whether key c of row r is hidden (filled or excluded): its score is a constant.
   bool hidden(std::size_t r, std::size_t c) const noexcept { return !std::isnan(vis_[r * lds_ + c]); }
 
-  auto rows() const {
-    return [this](std::size_t r, std::size_t R) -> std::pair<std::size_t, std::size_t> {
-      if (!ranged_) return {0, std::size_t(-1)};
-      std::size_t lo = std::size_t(-1), hi = 0;
-      for (std::size_t i = r; i < r + R; ++i)
-        if (lo_[i] < hi_[i]) lo = std::min(lo, lo_[i]), hi = std::max(hi, hi_[i]);
-      return lo < hi ? std::pair{lo, hi} : std::pair<std::size_t, std::size_t>{0, 0};
-    };
-  }
-  auto keys() const {
-    return [this](std::size_t k, std::size_t R) -> std::pair<std::size_t, std::size_t> {
-      if (!ranged_) return {0, std::size_t(-1)};
-      std::size_t lo = std::size_t(-1), hi = 0;
-      for (std::size_t i = 0; i < rows_; ++i)
-        if (lo_[i] < k + R && k < hi_[i]) lo = std::min(lo, i), hi = i + 1;
-      return lo < hi ? std::pair{lo, hi} : std::pair<std::size_t, std::size_t>{0, 0};
-    };
-  }
+  kernel::keys_seen rows() const noexcept { return {lo_.data(), hi_.data(), ranged_}; }
+  kernel::rows_seeing keys() const noexcept { return {lo_.data(), hi_.data(), rows_, ranged_}; }
 
  private:
   std::size_t lds_ = 0, rows_ = 0;
