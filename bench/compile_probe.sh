@@ -4,10 +4,11 @@
 #   quickstart      dsl/quickstart.cpp (the README's first program: one pipeline)
 #   train_policy    bench/compile_probe_train.cpp (a user policy evaluated and trained with grad)
 #   five_pipelines  bench/compile_probe.cpp (five pipelines in one source)
-# g++ -std=c++20 -O2 -march=native -fopenmp, the best of N compiles (a shared VM's compile times
-# vary by 1.5x within an hour), CPU seconds (user + system) and peak memory. Each once header-only
-# and once as a program linking xattn::kernels compiles it (-DXATTN_PRECOMPILED_KERNELS: rows
-# <name>_kernels; REV's headers, which may not have the switch, are timed header-only for both).
+# g++ -std=c++20 -O2 -march=native -fopenmp, the best of N compiles of each variant, compiled in
+# turns (a shared VM's compile times vary by 1.5x within an hour), CPU seconds (user + system) and
+# peak memory. Each once header-only and once as a program linking xattn::kernels compiles it
+# (-DXATTN_PRECOMPILED_KERNELS: rows <name>_kernels; REV's headers, which may not have the
+# switch, are timed header-only for both).
 # With --tests, instead: the compiler CPU time of `make test`'s build (every default target of a
 # fresh Release build, the tree's own or REV's), summed over its compiles.
 #
@@ -27,7 +28,7 @@ while (($#)); do
     --json) json=$2; shift 2 ;;
     --repeat) repeat=$2; shift 2 ;;
     --tests) tests=1; shift ;;
-    -h | --help) sed -n 2,14p "$0"; exit 0 ;;
+    -h | --help) sed -n 2,15p "$0"; exit 0 ;;
     *) rev=$1; shift ;;
   esac
 done
@@ -60,17 +61,22 @@ fi
 names=(quickstart train_policy five_pipelines)
 sources=(dsl/quickstart.cpp bench/compile_probe_train.cpp bench/compile_probe.cpp)
 
-# best_of TREE SOURCE [FLAG]: "cpu_seconds peak_mb", the smallest CPU time of $repeat compiles.
-best_of() {
-  local tree=$1 src=$2 flag=${3:-} best="" mb=0
-  for ((n = 0; n < repeat; ++n)); do
-    /usr/bin/time -f "%U %S %M" -o "$work/time" g++ -std=c++20 -O2 -march=native -fopenmp -I"$tree/include" \
-      -I"$tree/dsl" $flag -c "$root/$src" -o "$work/probe.o"
-    read -r user sys kb < "$work/time"
-    best=$(awk -v u="$user" -v s="$sys" -v b="$best" 'BEGIN { t = u + s; printf "%.2f", (b == "" || t < b) ? t : b }')
-    mb=$(awk -v k="$kb" -v m="$mb" 'BEGIN { printf "%d", (k / 1024 > m) ? k / 1024 : m }')
-  done
-  echo "$best $mb"
+# compile_once TREE SOURCE [FLAG]: "cpu_seconds peak_mb" of one compile.
+compile_once() {
+  local tree=$1 src=$2 flag=${3:-}
+  /usr/bin/time -f "%U %S %M" -o "$work/time" g++ -std=c++20 -O2 -march=native -fopenmp -I"$tree/include" \
+    -I"$tree/dsl" $flag -c "$root/$src" -o "$work/probe.o"
+  read -r user sys kb < "$work/time"
+  awk -v u="$user" -v s="$sys" -v k="$kb" 'BEGIN { printf "%.2f %d", u + s, k / 1024 }'
+}
+
+# best KEY "cpu mb": keeps the smallest CPU time and the largest peak memory seen under KEY.
+declare -A best_cpu best_mb
+best() {
+  local cpu mb
+  read -r cpu mb <<< "$2"
+  best_cpu[$1]=$(awk -v t="$cpu" -v b="${best_cpu[$1]:-}" 'BEGIN { printf "%.2f", (b == "" || t < b) ? t : b }')
+  best_mb[$1]=$(( mb > ${best_mb[$1]:-0} ? mb : ${best_mb[$1]:-0} ))
 }
 
 if [[ -n $rev ]]; then
@@ -83,15 +89,19 @@ printf '%-24s %10s %8s' translation_unit seconds MB
 [[ -n $rev ]] && printf ' %10s %8s %7s' "at_$rev" MB ratio
 printf '\n'
 for i in "${!names[@]}"; do
-  [[ -n $rev ]] && read -r old old_mb < <(best_of "$work/old" "${sources[$i]}")
+  # The variants take turns, so that the machine's drift reaches each of them alike.
+  for ((n = 0; n < repeat; ++n)); do
+    [[ -n $rev ]] && best old "$(compile_once "$work/old" "${sources[$i]}")"
+    best now "$(compile_once "$root" "${sources[$i]}")"
+    best now_kernels "$(compile_once "$root" "${sources[$i]}" -DXATTN_PRECOMPILED_KERNELS)"
+  done
   for kernels in "" _kernels; do
-    flag=""
-    [[ -n $kernels ]] && flag=-DXATTN_PRECOMPILED_KERNELS
-    read -r now now_mb < <(best_of "$root" "${sources[$i]}" "$flag")
+    now=${best_cpu[now$kernels]} now_mb=${best_mb[now$kernels]}
     name=${names[$i]}$kernels
     printf '%-24s %10s %8s' "$name" "$now" "$now_mb"
     row="{\"name\": \"compile/${name}_O2\", \"run_type\": \"iteration\", \"seconds\": $now, \"peak_mb\": $now_mb"
     if [[ -n $rev ]]; then
+      old=${best_cpu[old]} old_mb=${best_mb[old]}
       ratio=$(awk -v a="$now" -v b="$old" 'BEGIN { printf "%.2f", a / b }')
       printf ' %10s %8s %7s' "$old" "$old_mb" "$ratio"
       row+=", \"seconds_before\": $old, \"ratio\": $ratio"
@@ -99,6 +109,8 @@ for i in "${!names[@]}"; do
     printf '\n'
     rows+=("$row}")
   done
+  unset best_cpu best_mb
+  declare -A best_cpu best_mb
 done
 if [[ -n $json ]]; then
   (IFS=,; echo "{\"benchmarks\": [${rows[*]}]}") > "$json"
