@@ -2,10 +2,13 @@
 // How xattn reports bad input at run time: std::invalid_argument whose message starts with
 // "xattn: " and names the argument and the shapes. Public, so that a user policy's validate() or
 // bind() reads exactly like the built-ins:  xattn::fail("my_mask: ", n, " ids for a batch of ", b);
+#include <array>
+#include <cstddef>
 #include <sstream>
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace xattn {
 
@@ -31,5 +34,10 @@ std::string shape_str(const Range& shape) {
   os << ')';
   return os.str();
 }
+
+#if defined(XATTN_PRECOMPILED_KERNELS)  // the shapes every pipeline prints, compiled into libxattn_kernels
+extern template std::string shape_str(const std::array<std::size_t, 4>&);
+extern template std::string shape_str(const std::vector<std::size_t>&);
+#endif
 
 }  // namespace xattn

@@ -14,7 +14,7 @@
 
 #include <concepts>
 #include <cstddef>
-#include <ranges>
+#include <iterator>
 #include <tuple>
 #include <type_traits>
 #include <vector>
@@ -60,10 +60,26 @@ inline constexpr bool is_learnable_v = false;
 template <class T>
 inline constexpr bool is_learnable_v<learnable<T>> = true;
 
+/// The element type of a contiguous range (std::data and std::size: containers, spans, arrays);
+/// void for anything else. std::ranges' concepts say the same of these, but <ranges> is among the
+/// heaviest standard headers, and every translation unit would parse it.
+template <class X>
+struct contiguous_element {
+  using type = void;
+};
+template <class X>
+requires requires(X& x) {
+  std::data(x);
+  std::size(x);
+}
+struct contiguous_element<X> {
+  using type = std::remove_cv_t<std::remove_pointer_t<decltype(std::data(std::declval<X&>()))>>;
+};
+
 /// One entry of parameters(): a learnable, or a contiguous range of them.
 template <class X>
-concept learnable_entry = is_learnable_v<std::remove_cvref_t<X>> ||
-    (std::ranges::contiguous_range<X>&& is_learnable_v<std::remove_cv_t<std::ranges::range_value_t<X>>>);
+concept learnable_entry =
+    is_learnable_v<std::remove_cvref_t<X>> || is_learnable_v<typename contiguous_element<X>::type>;
 
 namespace detail {
 template <class Tuple>
@@ -141,9 +157,9 @@ class parameter_slots {
       ranges_.push_back({reinterpret_cast<const std::byte*>(&x), 1, sizeof(X), count_});
       ++count_;
     } else {
-      using L = std::remove_cv_t<std::ranges::range_value_t<X>>;
-      const std::size_t n = std::size_t(std::ranges::size(x));
-      ranges_.push_back({reinterpret_cast<const std::byte*>(std::ranges::data(x)), n, sizeof(L), count_});
+      using L = typename contiguous_element<const X>::type;
+      const std::size_t n = std::size_t(std::size(x));
+      ranges_.push_back({reinterpret_cast<const std::byte*>(std::data(x)), n, sizeof(L), count_});
       count_ += n;
     }
   }

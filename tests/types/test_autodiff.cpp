@@ -208,6 +208,12 @@ struct lists_doubles {
 TEST_CASE("parameter_slots: parameters() order, ranges flattened, any other address unknown") {
   STATIC_REQUIRE(declares_learnables<with_parameters>);
   STATIC_REQUIRE(!declares_learnables<lists_doubles>);
+  // an entry is a learnable or a contiguous range of them, const or not
+  STATIC_REQUIRE(learnable_entry<const std::vector<learnable<>>&>);
+  STATIC_REQUIRE(learnable_entry<std::span<learnable<float>>>);
+  STATIC_REQUIRE(learnable_entry<learnable<float>(&)[3]>);
+  STATIC_REQUIRE(!learnable_entry<std::vector<double>&>);
+  STATIC_REQUIRE(!learnable_entry<int>);
   const with_parameters p;
   const parameter_slots s(p);
   REQUIRE(s.size() == 6);

@@ -75,6 +75,18 @@ struct rows_seeing {
   }
 };
 
+/// Rows ld elements apart, row j at v + j · ld: a tensor's key or value rows read in place, or a
+/// tile's. A named accessor, so that the products reading it are compiled once per element type.
+template <class V>
+struct strided_rows {
+  using element = V;
+  const V* v;
+  std::ptrdiff_t ld;  // a tensor's rows may run backwards
+  const V* operator()(std::size_t j) const noexcept { return v + std::ptrdiff_t(j) * ld; }
+  /// The rows from key j0 on, from column c0 on.
+  strided_rows at(std::size_t j0, std::size_t c0) const noexcept { return {(*this)(j0) + c0, ld}; }
+};
+
 namespace detail {
 
 template <class F, std::size_t... I>

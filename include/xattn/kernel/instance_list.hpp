@@ -12,6 +12,14 @@ namespace xattn::kernel {
 #define XATTN_KERNEL_PV_INSTANCE(Acc, name, Range)                                                                \
   XATTN_KERNEL_INSTANCE void name<Acc, Acc, Range>(const Acc*, std::size_t, std::size_t, const Acc*, std::size_t, \
                                                    std::size_t, Acc*, std::size_t, std::size_t, Range);
+// A tensor's rows of Acc (or 16-bit rows widened as they are loaded): keys and values packed, keys
+// read in place (decoding)
+#define XATTN_KERNEL_ROWS_INSTANCE(Acc, K)                                                                          \
+  XATTN_KERNEL_INSTANCE void pack_kt<Acc, Acc, strided_rows<K>>(strided_rows<K>, std::size_t, std::size_t,          \
+                                                                std::ptrdiff_t, Acc*);                              \
+  XATTN_KERNEL_INSTANCE void qk_direct<Acc, strided_rows<K>>(const Acc*, std::size_t, std::size_t, strided_rows<K>, \
+                                                             std::size_t, std::size_t, Acc*, std::size_t,           \
+                                                             row_prefetch);
 // every_column: the forward and unmasked blocks; keys_seen and rows_seeing: the backward's masked
 // blocks (eval/tiling/tile_extent.hpp's key_ranges)
 #define XATTN_KERNEL_ACC_INSTANCES(Acc)                                                                            \
@@ -27,7 +35,8 @@ namespace xattn::kernel {
   XATTN_KERNEL_PV_INSTANCE(Acc, pv_tile_transposed_strips, rows_seeing)                                            \
   XATTN_KERNEL_INSTANCE void pv_tile_at<Acc, strided_rows<Acc>, every_column>(                                     \
       const Acc*, std::size_t, std::size_t, const strided_rows<Acc>&, std::size_t, Acc*, std::size_t, std::size_t, \
-      every_column);
+      every_column);                                                                                               \
+  XATTN_KERNEL_ROWS_INSTANCE(Acc, Acc)
 
 XATTN_KERNEL_ACC_INSTANCES(float)
 XATTN_KERNEL_ACC_INSTANCES(double)
@@ -35,7 +44,10 @@ XATTN_KERNEL_ACC_INSTANCES(double)
 #undef XATTN_KERNEL_PV_INSTANCE
 #undef XATTN_KERNEL_QK_INSTANCE
 
-// 16-bit values read in place by float accumulators (decoding from a 16-bit cache or tensor)
+// 16-bit keys and values read in place by float accumulators (decoding from a 16-bit cache or tensor)
+XATTN_KERNEL_ROWS_INSTANCE(float, bfloat16)
+XATTN_KERNEL_ROWS_INSTANCE(float, float16)
+#undef XATTN_KERNEL_ROWS_INSTANCE
 XATTN_KERNEL_INSTANCE void pv_tile_at<float, strided_rows<bfloat16>, every_column>(const float*, std::size_t,
                                                                                    std::size_t,
                                                                                    const strided_rows<bfloat16>&,

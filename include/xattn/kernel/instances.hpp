@@ -8,6 +8,7 @@
 // (xattn::kernel::precompiled::built_for_*), instead of mixing two register layouts.
 #include "backward.hpp"
 #include "dpbf16.hpp"
+#include "pack.hpp"
 #include "pv.hpp"
 #include "qk.hpp"
 

@@ -16,17 +16,6 @@
 
 namespace xattn::kernel {
 
-/// Value rows ld elements apart: row j at v + j · ld.
-template <class V>
-struct strided_rows {
-  using element = V;
-  const V* v;
-  std::size_t ld;
-  const V* operator()(std::size_t j) const noexcept { return v + j * ld; }
-  /// The rows from key j0 on, from column c0 on.
-  strided_rows at(std::size_t j0, std::size_t c0) const noexcept { return {v + j0 * ld + c0, ld}; }
-};
-
 namespace detail {
 
 /// The CC batches of Acc of a row from its first column on: load_as for each, bit for bit (kept
@@ -263,7 +252,7 @@ template <class Acc, class V, class Range = every_column>
 void pv_tile(const Acc* p, std::size_t ldp, std::size_t rows, const V* v, std::size_t ldv, std::size_t keys, Acc* o,
              std::size_t ldo, std::size_t dv_padded, Range range = {}) {
   trace::note(tile_op::pv_tile);
-  detail::pv_tile_rows<false>(p, ldp, rows, strided_rows<V>{v, ldv}, keys, o, ldo, dv_padded, range);
+  detail::pv_tile_rows<false>(p, ldp, rows, strided_rows<V>{v, std::ptrdiff_t(ldv)}, keys, o, ldo, dv_padded, range);
 }
 
 /// pv_tile reading value row j through the accessor v (v(j): its first element; v.at(j0, c0): the
@@ -283,7 +272,7 @@ void pv_tile_at(const Acc* p, std::size_t ldp, std::size_t rows, const Rows& v, 
 template <class Acc, class V, class Range = every_column>
 void pv_tile_transposed(const Acc* p, std::size_t ldp, std::size_t rows, const V* v, std::size_t ldv, std::size_t keys,
                         Acc* o, std::size_t ldo, std::size_t dv_padded, Range range = {}) {
-  detail::pv_tile_rows<true>(p, ldp, rows, strided_rows<V>{v, ldv}, keys, o, ldo, dv_padded, range);
+  detail::pv_tile_rows<true>(p, ldp, rows, strided_rows<V>{v, std::ptrdiff_t(ldv)}, keys, o, ldo, dv_padded, range);
 }
 
 /// pv_tile with v packed by pack_strips (strips strip_stride apart), the same bits: the forward's

@@ -78,8 +78,10 @@ struct additive {
 
   // ---- analytic gradients (policy/gradient.hpp) ----
   additive_gradients zero_gradients() const {
-    return {xt::zeros<double>({w_q.rows, w_q.cols}), xt::zeros<double>({w_k.rows, w_k.cols}),
-            xt::zeros<double>({w_v.cols})};
+    // filled by the constructor: xt::zeros would instantiate xtensor's assignment machinery in every
+    // translation unit, used or not
+    return {xt::xtensor<double, 2>({w_q.rows, w_q.cols}, 0.0), xt::xtensor<double, 2>({w_k.rows, w_k.cols}, 0.0),
+            xt::xtensor<double, 1>({w_v.cols}, 0.0)};
   }
   template <class T>
   void project_query_backward(std::span<const T> q, std::span<const T> dfq, T, std::span<T> dq,

@@ -52,7 +52,7 @@ struct bilinear {
   }
 
   // ---- analytic gradients (policy/gradient.hpp): fq = Wᵀ q, fk = k ----
-  bilinear_gradients zero_gradients() const { return {xt::zeros<double>({w.rows, w.cols})}; }
+  bilinear_gradients zero_gradients() const { return {xt::xtensor<double, 2>({w.rows, w.cols}, 0.0)}; }
   template <class T>
   void project_query_backward(std::span<const T> q, std::span<const T> dfq, T, std::span<T> dq,
                               bilinear_gradients& g) const {

@@ -125,3 +125,12 @@ inline void scale_row(const dropout& d, std::uint32_t b, std::uint32_t h, std::u
 }
 
 }  // namespace xattn::random
+
+#if defined(XATTN_PRECOMPILED_KERNELS)  // compiled once into libxattn_kernels (src/kernels.cpp)
+namespace xattn::random::detail {
+extern template void scale_row_impl<float>(const dropout&, std::uint32_t, std::uint32_t, std::uint32_t, std::uint32_t,
+                                           std::size_t, float*);
+extern template void scale_row_impl<double>(const dropout&, std::uint32_t, std::uint32_t, std::uint32_t, std::uint32_t,
+                                            std::size_t, double*);
+}  // namespace xattn::random::detail
+#endif

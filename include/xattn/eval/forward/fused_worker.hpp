@@ -14,6 +14,7 @@
 #include "../../random/philox_dropout.hpp"
 #include "../../round_up.hpp"
 #include "../operands/head_blocks.hpp"
+#include "../operands/head_rows.hpp"
 #include "../operands/key_panels.hpp"
 #include "../operands/value_pairs.hpp"
 #include "../plan/schedule.hpp"
@@ -348,8 +349,8 @@ class fused_worker {
     if (vh_.empty()) vh_ = head_blocks<Acc>((pr_.kv_len + bk_ - 1) / bk_, bk_ * round_up(dvp_, sw));
     return vh_.block(b, hk, j0 / bk_, [&](std::size_t kb, Acc* to) {
       const std::size_t k0 = kb * bk_;
-      kernel::pack_strips<Acc>([&](std::size_t c) { return vv.row(b, hk, k0 + c); }, std::min(bk_, pr_.kv_len - k0),
-                               pr_.v_dim, vv.inner_stride(), to, bk_ * sw);
+      kernel::pack_strips<Acc>(rows_from(head_rows(vv, b, hk), k0), std::min(bk_, pr_.kv_len - k0), pr_.v_dim,
+                               vv.inner_stride(), to, bk_ * sw);
     });
   }
 
@@ -365,7 +366,7 @@ class fused_worker {
       if constexpr (requires { vv.rows(b, hk); })  // pages
         return f(vv.rows(b, hk).at(j0, 0));
       else
-        return f(kernel::strided_rows<value_type>{vv.row(b, hk, j0), std::size_t(vv.at.stride[2])});
+        return f(kernel::strided_rows<value_type>{vv.row(b, hk, j0), vv.at.stride[2]});
     }
     const auto convert = [&](std::size_t k0, std::size_t n, Acc* to) {
       for (std::size_t c = 0; c < n; ++c) {
@@ -379,10 +380,10 @@ class fused_worker {
       return f(kernel::strided_rows<Acc>{
           vh_.block(b, hk, j0 / bk_,
                     [&](std::size_t kb, Acc* to) { convert(kb * bk_, std::min(bk_, pr_.kv_len - kb * bk_), to); }),
-          dvp_});
+          std::ptrdiff_t(dvp_)});
     }
     convert(j0, cols, vb_.data());
-    f(kernel::strided_rows<Acc>{vb_.data(), dvp_});
+    f(kernel::strided_rows<Acc>{vb_.data(), std::ptrdiff_t(dvp_)});
   }
 
   /// Rows [i0, i0 + rows) of (b, h) into the prefetch queue: views of contiguous rows only (a

@@ -11,6 +11,7 @@
 #include "../../policy/problem.hpp"
 #include "../plan/schedule.hpp"
 #include "head_blocks.hpp"
+#include "head_rows.hpp"
 
 #include <algorithm>
 #include <memory>
@@ -67,18 +68,19 @@ key_panels<Format> make_key_panels(const problem& pr, std::size_t n, std::size_t
   return kp;
 }
 
-/// Packs every panel; row(b, h, j) -> pointer to key j's n features (any element type), dstride
-/// apart. An orphaned `omp for`: called inside the fused pass's parallel region, the threads share
-/// the panels (and meet at its barrier) without waking a second team; outside one it runs serially.
-template <class Format, class RowFn>
-void pack_key_panels(key_panels<Format>& kp, const problem& pr, std::ptrdiff_t dstride, RowFn row) {
+/// Packs every panel; head(b, h) -> the keys of head (b, h), an accessor whose (j) points to key
+/// j's n features (any element type), dstride apart. An orphaned `omp for`: called inside the
+/// fused pass's parallel region, the threads share the panels (and meet at its barrier) without
+/// waking a second team; outside one it runs serially.
+template <class Format, class HeadRows>
+void pack_key_panels(key_panels<Format>& kp, const problem& pr, std::ptrdiff_t dstride, HeadRows head) {
   const auto& sh = kp.at.shape;
   const auto count = std::ptrdiff_t(kp.at.size());
 #pragma omp for schedule(static)
   for (std::ptrdiff_t t = 0; t < count; ++t) {
     const std::size_t kb = std::size_t(t) % sh[2], bh = std::size_t(t) / sh[2];
     const std::size_t b = bh / sh[1], h = bh % sh[1], j0 = kb * kp.bk;
-    Format::pack([&](std::size_t c) { return row(b, h, j0 + c); }, std::min(kp.bk, pr.kv_len - j0), kp.n, dstride,
+    Format::pack(rows_from(head(b, h), j0), std::min(kp.bk, pr.kv_len - j0), kp.n, dstride,
                  kp.data.get() + kp.at(b, h, kb));
   }
 }
@@ -101,7 +103,7 @@ class head_panels {
   const P* panel(std::size_t b, std::size_t h, std::size_t kb, std::ptrdiff_t dstride, RowFn row) {
     return blocks_.block(b, h, kb, [&](std::size_t k, P* at) {
       const std::size_t j0 = k * bk_;
-      Format::pack([&](std::size_t c) { return row(j0 + c); }, std::min(bk_, kv_len_ - j0), n_, dstride, at);
+      Format::pack(rows_from(row, j0), std::min(bk_, kv_len_ - j0), n_, dstride, at);
     });
   }
 

@@ -92,7 +92,7 @@ reference_result reference_eval(const Plan& p) {
   const std::size_t B = pr.batch, H = pr.q_heads, Sq = pr.q_len, Skv = pr.kv_len;
   reference_result r;
   r.scores = xt::xtensor<double, 4>::from_shape({B, H, Sq, Skv});
-  r.weights = xt::zeros<double>({B, H, Sq, Skv});
+  r.weights = xt::xtensor<double, 4>({B, H, Sq, Skv}, 0.0);
   r.lse = xt::xtensor<double, 3>::from_shape({B, H, Sq});
   constexpr double ninf = -std::numeric_limits<double>::infinity();
   for (std::size_t b = 0; b < B; ++b)
@@ -121,7 +121,7 @@ reference_result reference_eval(const Plan& p) {
       }
   if constexpr (Plan::has_values) {
     const auto& v = p.v.view;
-    r.output = xt::zeros<double>({B, H, Sq, pr.v_dim});
+    r.output = xt::xtensor<double, 4>({B, H, Sq, pr.v_dim}, 0.0);
     for (std::size_t b = 0; b < B; ++b)
       for (std::size_t h = 0; h < H; ++h) {
         const std::size_t hv = h / (H / v.at.shape[1]);

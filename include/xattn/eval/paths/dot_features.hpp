@@ -63,7 +63,9 @@ struct dot_features_path {
     void build(const Base& base, const problem& pr) {
       project_keys(f, base.k.view, pr.k_dim, base.policy);
       if (!panels.empty())
-        pack_key_panels(panels, pr, 1, [&](std::size_t bb, std::size_t h, std::size_t j) { return f.row(bb, h, j); });
+        pack_key_panels(panels, pr, 1, [&](std::size_t bb, std::size_t h) {
+          return [&f = f, bb, h](std::size_t j) { return f.row(bb, h, j); };
+        });
     }
   };
 

@@ -31,7 +31,7 @@ struct operand_panels {
     const auto& kv = base.k.view;
     if (!panels.empty())
       pack_key_panels(panels, pr, kv.inner_stride(),
-                      [&](std::size_t bb, std::size_t h, std::size_t j) { return kv.row(bb, h, j); });
+                      [&](std::size_t bb, std::size_t h) { return head_rows(kv, bb, h); });
   }
 };
 
@@ -90,12 +90,12 @@ struct dot_identity_path {
                 std::size_t cols, std::size_t colsp, Acc* s, std::size_t lds) {
       const Acc* q = q_.data() + (i0 - i0_) * n_;  // rows [i0, i0 + rows) of the loaded block
       const auto& kv = base_.k.view;
-      const auto key = [&](std::size_t j) { return kv.row(b, hk, j); };
-      if (const Acc* kt = reader_.panel(b, hk, j0, kv.inner_stride(), key)) {
+      const auto keys = head_rows(kv, b, hk);
+      if (const Acc* kt = reader_.panel(b, hk, j0, kv.inner_stride(), keys)) {
         kernel::qk_tile(q, n_, rows, kt, n_, colsp, s, lds);
         return;
       }
-      const auto in_place = [&](std::size_t c) { return kv.row(b, hk, j0 + c); };
+      const auto in_place = rows_from(keys, j0);
       if constexpr (std::is_same_v<decltype(in_place(0)), kernel::q8_row> && std::is_same_v<Acc, float>)
         if (kernel::qk_direct_q8(q, n_, rows, in_place, cols, n_, s, lds, also_)) return;
       kernel::qk_direct(q, n_, rows, in_place, cols, n_, s, lds, also_);

@@ -131,8 +131,11 @@ struct dot_rows_path {
       const std::size_t n = std::max<std::size_t>(rows.width(), 1);
       assembled_key_block<R> block(bk, n);  // this thread's
       std::vector<Acc> scratch(n);
-      pack_key_panels(panels, pr, 1, [&](std::size_t bb, std::size_t h, std::size_t j) {
-        return block.get(bb * pr.kv_heads + h, j, [&](R* row) { load_key(rows, base, bb, h, j, row, scratch.data()); });
+      pack_key_panels(panels, pr, 1, [&](std::size_t bb, std::size_t h) {
+        return [&, bb, h](std::size_t j) {
+          return block.get(bb * pr.kv_heads + h, j,
+                           [&](R* row) { load_key(rows, base, bb, h, j, row, scratch.data()); });
+        };
       });
     }
   };

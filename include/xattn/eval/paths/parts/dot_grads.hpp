@@ -10,6 +10,7 @@
 #include "../../../kernel/qk.hpp"
 #include "../../../layout.hpp"
 #include "../../../round_up.hpp"
+#include "../../operands/head_rows.hpp"
 #include "../../operands/tile_rows.hpp"
 #include "../../plan/schedule.hpp"
 
@@ -57,7 +58,7 @@ class dot_grads {
   /// Key rows [j0, j0 + cols) of head (b, hk) of view k packed, and their gradient zeroed.
   template <class View>
   void load_keys(const View& k, std::size_t b, std::size_t hk, std::size_t j0, std::size_t cols) {
-    const auto key = [&](std::size_t c) { return k.row(b, hk, j0 + c); };
+    const auto key = rows_from(head_rows(k, b, hk), j0);
     kernel::pack_kt<Acc>(key, cols, n_, k.inner_stride(), kp_.data());
     if (with_dq_) kernel::pack_strips<Acc>(key, cols, n_, k.inner_stride(), ks_.data(), bk_ * sw);
     std::fill(dk_.begin(), dk_.end(), Acc(0));
@@ -86,7 +87,8 @@ class dot_grads {
   /// dK += dSᵀ·Q from the tile's dS (lds apart, cols keys).
   template <class KeyRange>
   void key_gradient(const Acc* ds, std::size_t lds, std::size_t cols, KeyRange keys_range) {
-    kernel::pack_strips<Acc>([&](std::size_t r) { return q_rows_ + r * ldq_; }, rows_, n_, 1, qs_.data(), bq_ * sw);
+    kernel::pack_strips<Acc>(kernel::strided_rows<Acc>{q_rows_, std::ptrdiff_t(ldq_)}, rows_, n_, 1, qs_.data(),
+                             bq_ * sw);
     transposed_by_strips(ds, lds, cols, qs_.data(), bq_ * sw, rows_, dk_.data(), np_, np_, keys_range);
   }
 

@@ -1,0 +1,37 @@
+#pragma once
+// The rows of one head of a view as the tile operations read them: an accessor whose (j) points to
+// row j. A tensor's rows are kernel::strided_rows, a named type, so the packing and products over
+// them are compiled once per element type (kernel/instance_list.hpp) instead of in every program
+// over each lambda; other views (a cache's pages) keep their own row function.
+#include "../../kernel/blocking.hpp"
+#include "../../layout.hpp"
+
+#include <cstddef>
+#include <type_traits>
+
+namespace xattn {
+
+template <class View>
+inline constexpr bool is_strided_view_v = false;
+template <class T, std::size_t N>
+inline constexpr bool is_strided_view_v<strided_view<T, N>> = true;
+
+/// Row j of head (b, h) of a view, as an accessor over j.
+template <class View>
+auto head_rows(const View& kv, std::size_t b, std::size_t h) {
+  if constexpr (is_strided_view_v<View>)
+    return kernel::strided_rows<std::remove_cvref_t<decltype(*kv.row(b, h, 0))>>{kv.row(b, h, 0), kv.at.stride[2]};
+  else
+    return [&kv, b, h](std::size_t j) { return kv.row(b, h, j); };
+}
+
+/// The rows of an accessor from key j0 on: strided rows stay strided rows.
+template <class Rows>
+auto rows_from(const Rows& rows, std::size_t j0) {
+  if constexpr (requires { rows.at(j0, j0); })
+    return rows.at(j0, 0);
+  else
+    return [rows, j0](std::size_t c) { return rows(j0 + c); };
+}
+
+}  // namespace xattn
