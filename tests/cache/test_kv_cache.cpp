@@ -94,13 +94,22 @@ TEST_CASE("kv_cache: int8 pages hold llama.cpp's q8_0 codes and one scale per 32
   k(0, 0, 0) = 2.54f, k(0, 0, 1) = -1.27f, k(0, 0, 2) = 0.005f, k(0, 0, 32) = -0.5f;  // last group: one feature
   const auto a = c.add_sequence();
   c.append(a, k, k);
-  const auto p = c.key_page(c.pages(a)[0], 0);
-  CHECK(p.scales[0] == 2.54f / 127.0f);
-  CHECK(p.rows[0] == 127);
-  CHECK(p.rows[1] == -64);  // -63.5 rounds away from zero, as roundf
-  CHECK(p.rows[2] == 0);
-  CHECK(p.scales[1] == 0.5f / 127.0f);
-  CHECK(p.rows[32] == -127);
+  for (const auto p : {c.key_page(c.pages(a)[0], 0), c.value_page(c.pages(a)[0], 0)}) {
+    CHECK(p.scale(0, 0) == 2.54f / 127.0f);
+    CHECK(p.code(0, 0) == 127);
+    CHECK(p.code(0, 1) == -64);  // -63.5 rounds away from zero, as roundf
+    CHECK(p.code(0, 2) == 0);
+    CHECK(p.scale(0, 1) == 0.5f / 127.0f);
+    CHECK(p.code(0, 32) == -127);
+  }
+  // values row after row; keys interleaved by pairs of features, each group's scales together
+  const auto keys = c.key_page(c.pages(a)[0], 0), values = c.value_page(c.pages(a)[0], 0);
+  CHECK(values.rows[1] == -64);
+  CHECK(values.rows[32] == -127);
+  CHECK(values.scales[1] == 0.5f / 127.0f);
+  CHECK(keys.rows[1] == -64);
+  CHECK(keys.rows[2 * 2 * 16] == -127);    // pair 16 of row 0, page_size 2: 16 pairs of 2 rows before it
+  CHECK(keys.scales[2] == 0.5f / 127.0f);  // group 1 of row 0, after group 0 of both rows
   // rows of 3 x 5 bytes: the scales still start aligned, and every token reads back
   testing::rng r(9);
   kv_cache<std::int8_t> odd({.kv_heads = 2, .head_dim = 5, .page_size = 3, .max_tokens = 12});
@@ -108,6 +117,7 @@ TEST_CASE("kv_cache: int8 pages hold llama.cpp's q8_0 codes and one scale per 32
   const auto b = odd.add_sequence();
   odd.append(b, x, x);
   CHECK(reinterpret_cast<std::uintptr_t>(odd.key_page(odd.pages(b)[1], 1).scales) % alignof(float) == 0);
+  CHECK(same(odd.stored_keys(b), q8_0(x)));
   CHECK(same(odd.stored_values(b), q8_0(x)));
 }
 

@@ -3,6 +3,7 @@
 // dequantized loads of q8_0 value rows.
 #include "support/random.hpp"
 
+#include <xattn/kernel/aligned.hpp>
 #include <xattn/kernel/pv.hpp>
 #include <xattn/kernel/qk_q8.hpp>
 
@@ -146,6 +147,65 @@ TEMPLATE_TEST_CASE("load_row_as: a q8_0 row's batches are its dequantized featur
         REQUIRE(lanes[i] == want);
         REQUIRE(held[i] == want);
       }
+    }
+  }
+}
+
+namespace {
+
+/// The keys of q8_keys as a cache page lays its int8 keys out (row_layout): page_rows rows
+/// interleaved by pairs of features, each group's scales of all rows together, on a cache line.
+struct interleaved_keys {
+  std::size_t n, page_rows;
+  kernel::aligned_vector<std::int8_t> codes;
+  kernel::aligned_vector<float> scales;
+  interleaved_keys(const q8_keys& k, std::size_t page_rows)
+      : n(k.n), page_rows(page_rows), codes(page_rows * k.n), scales(page_rows * (k.n / 32)) {
+    for (std::size_t c = 0; c < page_rows; ++c) {
+      for (std::size_t d = 0; d < n; ++d) codes[d / 2 * 2 * page_rows + 2 * c + d % 2] = k.codes[c * n + d];
+      for (std::size_t g = 0; g < n / 32; ++g) scales[g * page_rows + c] = k.scales[c * (n / 32) + g];
+    }
+  }
+  kernel::q8_pair_row row(std::size_t c) const { return {codes.data() + 2 * c, scales.data() + c, 0, page_rows}; }
+};
+
+}  // namespace
+
+TEST_CASE("qk_direct_q8: keys interleaved by pairs, by blocks of 16 or key by key, give the same scores", "[kernel]") {
+  testing::rng r(23);
+  for (auto [rows, n, first, cols] : {std::tuple{1u, 128u, 0u, 64u},  // four whole blocks
+                                      {4u, 128u, 16u, 29u},           // from a page's second block, a short last one
+                                      {3u, 64u, 0u, 7u},              // one short block
+                                      {2u, 96u, 5u, 40u},             // not on a block: key by key
+                                      {5u, 32u, 32u, 32u}}) {         // row blocks of 4 and 1
+    INFO("rows " << rows << ", n " << n << ", keys from " << first << ", " << cols << " of them");
+    const std::size_t lds = cols + 3;
+    const q8_keys k(72, n, r);
+    const interleaved_keys blocks(k, 64), by_key(k, 72);  // 72 rows: not a multiple of 16
+    CHECK(kernel::detail::in_pair_block(blocks.row(first), blocks.row(first + 15), 16) == (first % 16 == 0));
+    CHECK_FALSE(kernel::detail::in_pair_block(by_key.row(first), by_key.row(first + 15), 16));
+    const auto q = r.tensor<float>({rows, n});
+    std::vector<float> got(rows * lds, -7.0f), one_by_one(rows * lds, -7.0f);
+    REQUIRE(kernel::qk_direct_q8(
+        q.data(), n, rows, [&](std::size_t c) { return blocks.row(first + c); }, cols, n, got.data(), lds));
+    REQUIRE(kernel::qk_direct_q8(
+        q.data(), n, rows, [&](std::size_t c) { return by_key.row(first + c); }, cols, n, one_by_one.data(), lds));
+    for (std::size_t i = 0; i < rows; ++i) {
+      double qmax = 0;
+      for (std::size_t d = 0; d < n; ++d) qmax = std::max(qmax, double(std::abs(q(i, d))));
+      for (std::size_t c = 0; c < cols; ++c) {
+        INFO("row " << i << ", key " << c);
+        REQUIRE(got[i * lds + c] == one_by_one[i * lds + c]);
+        double want = 0, k1 = 0, qk1 = 0;
+        for (std::size_t d = 0; d < n; ++d) {
+          want += double(q(i, d)) * k.at(first + c, d);
+          k1 += std::abs(k.at(first + c, d));
+          qk1 += std::abs(double(q(i, d)) * k.at(first + c, d));
+        }
+        REQUIRE(std::abs(double(got[i * lds + c]) - want) <=
+                k1 * qmax / 65534 + 8 * qk1 * std::numeric_limits<float>::epsilon());
+      }
+      for (std::size_t c = cols; c < lds; ++c) REQUIRE(got[i * lds + c] == -7.0f);  // nothing past the keys
     }
   }
 }

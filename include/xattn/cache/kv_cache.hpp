@@ -31,7 +31,7 @@ class kv_cache {
 
   explicit kv_cache(const kv_cache_options& o)
       : opt_((detail::check_cache_options(o), o)),
-        kf_{o.head_dim, o.page_size},
+        kf_{o.head_dim, o.page_size, true},
         vf_{o.head_dim, o.page_size},
         pool_(o.kv_heads * (kf_.head_bytes() + vf_.head_bytes()), (o.max_tokens + o.page_size - 1) / o.page_size) {
     pool_.reserve_free();
@@ -230,9 +230,7 @@ class kv_cache {
     v.data = v.pages[0];
     v.per_row = per_row;
     v.idx = page_index(ps);
-    const auto in = [&](const auto& f) {
-      return page_rows_at<T>{opt_.head_dim, f.groups(), std::ptrdiff_t(f.rows_bytes())};
-    };
+    const auto in = [&](const auto& f) { return page_rows_at<T>{f.layout(), std::ptrdiff_t(f.rows_bytes())}; };
     v.in = keys ? in(kf_) : in(vf_);
     v.head_stride = std::ptrdiff_t(pool_.part_stride(head) / sizeof(T));
     v.page_elements = ((opt_.kv_heads - 1) * pool_.part_stride(head) + head) / sizeof(T);

@@ -6,6 +6,7 @@
 // never visible (the sequence lengths mask excludes them), only read when a key block is packed whole.
 #include "../kernel/q8_row.hpp"
 #include "../layout.hpp"
+#include "page_format.hpp"
 
 #include <bit>
 #include <cstddef>
@@ -29,26 +30,31 @@ struct page_index {
   }
 };
 
-/// Where a page's rows of one head are, and their int8 scales: row r at rows + r · dim, its
-/// scales (int8 only) scales_offset bytes after the rows' start, groups per row.
+/// Where a page's rows of one head are (row_layout), and their int8 scales: scales_offset bytes
+/// after the rows' start. int8 rows are read through kernel::q8_pair_row handles: interleaved by
+/// pairs of features (a cache's keys) or one after the other (its values, page_rows 1).
 template <class T>
 struct page_rows_at {
   static constexpr bool quantized = std::is_same_v<T, std::int8_t>;
-  std::size_t dim = 0, groups = 0;
+  row_layout layout;
   std::ptrdiff_t scales_offset = 0;
 
-  /// Row r of the head part at `rows`: a pointer, or for int8 a kernel::q8_row from column c on.
+  /// Row r of the head part at `rows`: a pointer, or for int8 a row handle from column c on.
   auto row(const T* rows, std::size_t r, std::size_t c = 0) const noexcept {
-    if constexpr (quantized)
-      return kernel::q8_row{
-          rows + r * dim,
-          reinterpret_cast<const float*>(reinterpret_cast<const char*>(rows) + scales_offset) + r * groups, c};
-    else
-      return rows + (r * dim + c);
+    if constexpr (quantized) {
+      const T* q = rows + r * layout.row_step;
+      const float* scale = reinterpret_cast<const float*>(reinterpret_cast<const char*>(rows) + scales_offset) +
+                           r * layout.scale_row_step;
+      return kernel::q8_pair_row{q, scale, c, layout.scale_stride};
+    } else {
+      return rows + (r * layout.row_step + c);
+    }
   }
   /// The row after row handle r in the same page.
-  const T* next(const T* r) const noexcept { return r + dim; }
-  kernel::q8_row next(const kernel::q8_row& r) const noexcept { return {r.q + dim, r.scale + groups, r.col}; }
+  const T* next(const T* r) const noexcept { return r + layout.row_step; }
+  kernel::q8_pair_row next(const kernel::q8_pair_row& r) const noexcept {
+    return {r.q + layout.row_step, r.scale + layout.scale_row_step, r.col, r.page_rows};
+  }
 };
 
 /// The value rows of one (sequence, head), from key j0 and column c0 on, for kernel::pv_tile_at.
@@ -92,7 +98,7 @@ struct paged_view {
   std::size_t page_elements = 0;   // elements of T a page spans (for overlap checks)
   page_rows_at<T> in;
 
-  /// Row j of head h of batch row b: a pointer, or for int8 pages a kernel::q8_row.
+  /// Row j of head h of batch row b: a pointer, or for int8 pages a kernel::q8_pair_row.
   auto row(std::size_t b, std::size_t h, std::size_t j) const noexcept {
     const auto [p, r] = idx(j);
     return in.row(pages[b * per_row + p] + std::ptrdiff_t(h) * head_stride, r);

@@ -255,6 +255,25 @@ void pv_tile(const Acc* p, std::size_t ldp, std::size_t rows, const V* v, std::s
   detail::pv_tile_rows<false>(p, ldp, rows, strided_rows<V>{v, std::ptrdiff_t(ldv)}, keys, o, ldo, dv_padded, range);
 }
 
+namespace detail {
+
+/// A cache's int8 value rows (q8_pair_row handles of rows stored one after the other) as q8_row
+/// handles, whose loads locate a row's codes and scales once: the P·V loops of decoding.
+template <class Rows>
+struct rows_alone {
+  using element = typename Rows::element;
+  Rows v;
+
+  q8_row operator()(std::size_t j) const noexcept { return v(j).as_row(); }
+  rows_alone at(std::size_t j, std::size_t c) const noexcept { return {v.at(j, c)}; }
+  std::size_t same_page(std::size_t j) const noexcept requires requires(const Rows& x) { x.same_page(j); }
+  { return v.same_page(j); }
+  q8_row next(const q8_row& r) const noexcept requires requires(const Rows& x, const q8_pair_row& p) { x.next(p); }
+  { return v.next(q8_pair_row{r.q, r.scale, r.col, 1}).as_row(); }
+};
+
+}  // namespace detail
+
 /// pv_tile reading value row j through the accessor v (v(j): its first element; v.at(j0, c0): the
 /// rows from j0 on, columns from c0 on): rows in pages, for example. The same sums as pv_tile over
 /// the same values, bit for bit.
@@ -262,6 +281,9 @@ template <class Acc, class Rows, class Range = every_column>
 void pv_tile_at(const Acc* p, std::size_t ldp, std::size_t rows, const Rows& v, std::size_t keys, Acc* o,
                 std::size_t ldo, std::size_t dv_padded, Range range = {}) {
   trace::note(tile_op::pv_tile);
+  if constexpr (std::is_same_v<decltype(v(0)), q8_pair_row>)
+    if (keys > 0 && v(0).alone())  // every row of an accessor is laid out alike
+      return detail::pv_tile_rows<false>(p, ldp, rows, detail::rows_alone<Rows>{v}, keys, o, ldo, dv_padded, range);
   detail::pv_tile_rows<false>(p, ldp, rows, v, keys, o, ldo, dv_padded, range);
 }
 

@@ -23,6 +23,28 @@ struct q8_row {
   q8_row operator+(std::size_t d) const noexcept { return {q, scale, col + d}; }
 };
 
+/// A row of a cache's int8 page. Key pages interleave their page_rows rows by pairs of features:
+/// features 2i and 2i + 1 at q[2i · page_rows] and the byte after it, group g's scale at
+/// scale[g · page_rows] (row_layout in cache/page_format.hpp), so that one 32-byte load holds a
+/// pair of features of 16 keys, which the integer score product multiplies in the lanes of a
+/// register (qk_q8.hpp). Value pages store rows one after the other: page_rows 1, a q8_row.
+struct q8_pair_row {
+  const std::int8_t* q = nullptr;  // the row's first code
+  const float* scale = nullptr;    // the row's first scale
+  std::size_t col = 0;
+  std::size_t page_rows = 1;
+
+  bool alone() const noexcept { return page_rows == 1; }
+  q8_row as_row() const noexcept { return {q, scale, col}; }  // for alone() rows
+  std::size_t code_at(std::size_t i) const noexcept { return i / 2 * 2 * page_rows + i % 2; }
+  const float* scale_at(std::size_t i) const noexcept { return scale + i / q8_row::group * page_rows; }
+  float operator[](std::ptrdiff_t d) const noexcept {
+    const std::size_t i = col + std::size_t(d);
+    return float(q[code_at(i)]) * *scale_at(i);
+  }
+  q8_pair_row operator+(std::size_t d) const noexcept { return {q, scale, col + d, page_rows}; }
+};
+
 /// The storage element a row handle reads (what a row's bytes are counted in).
 template <class R>
 struct row_element {
@@ -30,6 +52,10 @@ struct row_element {
 };
 template <>
 struct row_element<q8_row> {
+  using type = std::int8_t;
+};
+template <>
+struct row_element<q8_pair_row> {
   using type = std::int8_t;
 };
 template <class R>
@@ -47,6 +73,13 @@ template <int Locality = 3>
 inline void prefetch_row(const q8_row& r, std::size_t bytes) noexcept {
   prefetch_row<Locality>(r.q + r.col, bytes);
   prefetch_row<Locality>(r.scale + r.col / q8_row::group, (bytes + q8_row::group - 1) / q8_row::group * sizeof(float));
+}
+
+/// Rows interleaved by pairs are not asked for one by one: the score product that reads them
+/// prefetches whole blocks of rows.
+template <int Locality = 3>
+inline void prefetch_row(const q8_pair_row& r, std::size_t bytes) noexcept {
+  if (r.alone()) prefetch_row<Locality>(r.as_row(), bytes);
 }
 
 /// Whether batches of T are dequantized from q8_0 codes in registers (float on AVX2 or AVX-512).
@@ -83,6 +116,16 @@ inline batch<T> load_as(const kernel::q8_row& r) noexcept {
     if (r.col % w == 0) return kernel::q8_batch<T>(r.q + r.col, r.scale[r.col / kernel::q8_row::group]);
   alignas(64) std::array<T, w> lanes;
   for (std::size_t i = 0; i < w; ++i) lanes[i] = T(r[std::ptrdiff_t(i)]);
+  return batch<T>::load_aligned(lanes.data());
+}
+
+/// One batch of T from a row of a cache page, dequantized: interleaved rows lane by lane (prefill
+/// packs a key block once for all its query rows; decoding reads them through qk_direct_q8).
+template <class T>
+inline batch<T> load_as(const kernel::q8_pair_row& r) noexcept {
+  if (r.alone()) return load_as<T>(r.as_row());
+  alignas(64) std::array<T, width<T>> lanes;
+  for (std::size_t i = 0; i < width<T>; ++i) lanes[i] = T(r[std::ptrdiff_t(i)]);
   return batch<T>::load_aligned(lanes.data());
 }
 

@@ -194,6 +194,22 @@ struct rows_prefetch {
 
 namespace detail {
 
+/// f(R, r) over the query rows in blocks of rmax (4 or 2), the last block 3, 2 or 1 rows.
+template <std::size_t rmax, class F>
+[[gnu::always_inline]] inline void by_direct_rows(std::size_t rows, F&& f) {
+  for (std::size_t r = 0; r < rows; r += rmax) {
+    const std::size_t rr = std::min(rmax, rows - r);
+    if (rr == rmax)
+      f(std::integral_constant<std::size_t, rmax>{}, r);
+    else if (rr == 3)
+      f(std::integral_constant<std::size_t, 3>{}, r);
+    else if (rr == 2)
+      f(std::integral_constant<std::size_t, 2>{}, r);
+    else
+      f(std::integral_constant<std::size_t, 1>{}, r);
+  }
+}
+
 /// micro(R, r, k, s_block, kept) over the query rows in blocks of up to rmax and the keys in
 /// blocks of 4 (k: their rows as row(c) gives them, a short last block repeating a key; s_block: where the
 /// block's scores go, kept of its keys written). Keys stream from memory: the rows of the block at
@@ -214,18 +230,7 @@ void direct_blocks(std::size_t rows, RowFn row, std::size_t cols, std::size_t ro
         also(t);
       }
     const std::size_t kept = std::min<std::size_t>(4, cols - c);
-    for (std::size_t r = 0; r < rows; r += rmax) {
-      const std::size_t rr = std::min(rmax, rows - r);
-      auto run = [&](auto R) { micro(R, r, k, s + r * lds + c, kept); };
-      if (rr == rmax)
-        run(std::integral_constant<std::size_t, rmax>{});
-      else if (rr == 3)
-        run(std::integral_constant<std::size_t, 3>{});
-      else if (rr == 2)
-        run(std::integral_constant<std::size_t, 2>{});
-      else
-        run(std::integral_constant<std::size_t, 1>{});
-    }
+    by_direct_rows<rmax>(rows, [&](auto R, std::size_t r) { micro(R, r, k, s + r * lds + c, kept); });
   }
 }
 

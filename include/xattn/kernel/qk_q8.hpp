@@ -2,14 +2,18 @@
 // The score product of float queries and int8 (q8_0) key rows read in place, on integer products:
 // each query row rounded once to int16 codes with one scale, a group's 32 products summed exactly
 // in int32 (vpmaddwd), and each group's sum converted and scaled by its key scale in float: two
-// float operations per group and key where dequantizing the keys takes six. The rounding moves a
-// query feature by at most max|q| / 65534, about 250 times less than q8_0 moves a key's.
+// float operations per group and key where dequantizing the keys takes six. A cache's key pages
+// interleave their rows by pairs of features, so that the products of 16 keys add up in the lanes
+// of one register (vpdpwssd where AVX512-VNNI has it), with no reduction across lanes. The
+// rounding moves a query feature by at most max|q| / 65534, about 250 times less than q8_0 moves
+// a key's.
 #include "q8_row.hpp"
 #include "qk.hpp"
 
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #pragma GCC diagnostic push  // GCC PR 105593, see simd/compat.hpp
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -100,9 +104,168 @@ inline void qk_q8_micro(const std::int16_t* q, std::size_t ldq, const float* qs,
       acc, 1.0f, false, [](std::size_t, float sum) { return sum; }, s, lds, kept);
 }
 
+/// The exact int32 sum of the 32 products of query codes q and the codes of key k's group that
+/// starts at feature i (from the row's start; a multiple of 32).
+inline std::int32_t group_sum(const std::int16_t* q, const q8_pair_row& k, std::size_t i) noexcept {
+  std::int32_t sum = 0;  // integers: exact in any order
+  for (std::size_t d = 0; d < q8_row::group; ++d) sum += std::int32_t(q[d]) * k.q[k.code_at(i + d)];
+  return sum;
+}
+
+/// One score: qs · the groups' sums, each exact in int32, converted and times its key scale in
+/// float, added group after group. qk_q8_pairs computes exactly this in its lanes, so a key's
+/// score has the same bits whichever path reads its page.
+inline float key_score(const std::int16_t* q, float qs, const q8_pair_row& k, std::size_t n) noexcept {
+  float f = 0.0f;
+  for (std::size_t d = 0; d < n; d += q8_row::group)
+    f = std::fma(float(group_sum(q + d, k, k.col + d)), *k.scale_at(k.col + d), f);
+  return f * qs;
+}
+
+/// Keys per block of the integer product over rows interleaved by pairs: one 32-byte load holds a
+/// pair of features of each.
+inline constexpr std::size_t pair_block = 16;
+
+/// Whether the `kept` rows from k0 to kl are consecutive rows of one page, at least pair_block of
+/// which follow k0 in its page (they may lie past the sequence's end): pages of a multiple of 16
+/// rows, k0 at a multiple of 16 (a page's head part starts on a cache line).
+inline bool in_pair_block(const q8_pair_row& k0, const q8_pair_row& kl, std::size_t kept) noexcept {
+  return k0.page_rows % pair_block == 0 && reinterpret_cast<std::uintptr_t>(k0.q) % (2 * pair_block) == 0 &&
+         k0.col % q8_row::group == 0 && kl.q == k0.q + 2 * (kept - 1) && kl.scale == k0.scale + (kept - 1) &&
+         kl.col == k0.col && kl.page_rows == k0.page_rows;
+}
+
+/// Asks for the cache lines of a pair block's n features and their scales (into L2).
+inline void prefetch_pair_block(const q8_pair_row& k0, std::size_t n) noexcept {
+  const std::int8_t* codes = k0.q + k0.code_at(k0.col);
+  const std::size_t ps = 2 * k0.page_rows, step = ps >= 64 ? 1 : 64 / ps;
+  for (std::size_t p = 0; p < n / 2; p += step) __builtin_prefetch(codes + p * ps, 0, 1);
+  for (std::size_t d = 0; d < n; d += q8_row::group) __builtin_prefetch(k0.scale_at(k0.col + d), 0, 1);
+}
+
+/// The integer operations of qk_q8_pairs on one vector of Bytes: int32 lanes, each holding a
+/// pair of int16 codes when widened.
+template <std::size_t Bytes>
+struct pair_lanes;
+
+#if defined(__AVX512BW__)
+template <>
+struct pair_lanes<64> {
+  using type = __m512i;
+  static type zero() noexcept { return _mm512_setzero_si512(); }
+  /// 16 pairs of codes at p (32 bytes), widened to int16.
+  static type widen(const std::int8_t* p) noexcept {
+    return _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
+  /// acc + the products of each lane's pair k with `pair` (two int16 codes), added.
+  static type products(type acc, type k, std::int32_t pair) noexcept {
+#if defined(__AVX512VNNI__)
+    return _mm512_dpwssd_epi32(acc, k, _mm512_set1_epi32(pair));
+#else
+    return _mm512_add_epi32(acc, _mm512_madd_epi16(k, _mm512_set1_epi32(pair)));
+#endif
+  }
+  static type add(type a, type b) noexcept { return _mm512_add_epi32(a, b); }
+  static __m512 to_float(type a) noexcept { return _mm512_cvtepi32_ps(a); }
+};
+#endif
+
+#if defined(__AVX2__)
+template <>
+struct pair_lanes<32> {
+  using type = __m256i;
+  static type zero() noexcept { return _mm256_setzero_si256(); }
+  static type widen(const std::int8_t* p) noexcept {
+    return _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
+  static type products(type acc, type k, std::int32_t pair) noexcept {
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(k, _mm256_set1_epi32(pair)));
+  }
+  static type add(type a, type b) noexcept { return _mm256_add_epi32(a, b); }
+  static __m256 to_float(type a) noexcept { return _mm256_cvtepi32_ps(a); }
+};
+#endif
+
+/// s[r, t] = key_score of R query rows (codes ldq apart, scales qs[r]) and the pair block from k0
+/// (in_pair_block), n a multiple of 32; the first `kept` keys written. A pair of features of the
+/// 16 keys is one vector of int16 pairs, each lane one key: the products add up in the lanes, with
+/// no reduction across them, and the 16 keys' scales of a group are one load.
+template <std::size_t R>
+inline void qk_q8_pairs(const std::int16_t* q, std::size_t ldq, const float* qs, const q8_pair_row& k0, std::size_t n,
+                        float* s, std::size_t lds, std::size_t kept) {
+  using B = simd::batch<float>;
+  using L = pair_lanes<sizeof(B)>;
+  using I = typename L::type;
+  constexpr std::size_t halves = sizeof(B) == 64 ? 1 : 2;  // AVX2: 8 keys per vector
+  constexpr std::size_t lanes = pair_block / halves;
+#if defined(__AVX512VNNI__)
+  constexpr std::size_t chains = halves == 1 && R == 1 ? 4 : halves == 1 ? 2 : 1;  // vpdpwssd's latency
+#else
+  constexpr std::size_t chains = 1;  // the chain is one integer add per pair
+#endif
+  const std::int8_t* codes = k0.q + k0.code_at(k0.col);
+  const float* scales = k0.scale_at(k0.col);
+  const std::size_t ps = 2 * k0.page_rows, ss = k0.page_rows;
+  B f[R][halves];
+  each<R * halves>([&](auto i) { f[i / halves][i % halves] = B(0.0f); });
+  for (std::size_t g = 0; g < n / q8_row::group; ++g) {
+    I acc[R][halves][chains];
+    each<R * halves * chains>([&](auto i) { acc[i / (halves * chains)][i / chains % halves][i % chains] = L::zero(); });
+    for (std::size_t p = 0; p < q8_row::group / 2; p += chains)
+      each<chains>([&](auto u) {
+        const std::size_t pair = g * q8_row::group / 2 + p + u;
+        each<halves>([&](auto h) {
+          const I k = L::widen(codes + pair * ps + h * 2 * lanes);
+          each<R>([&](auto r) {
+            std::int32_t qp;
+            std::memcpy(&qp, q + r * ldq + 2 * pair, sizeof qp);
+            acc[r][h][u] = L::products(acc[r][h][u], k, qp);
+          });
+        });
+      });
+    each<R * halves>([&](auto i) {
+      constexpr std::size_t r = decltype(i)::value / halves, h = decltype(i)::value % halves;
+      I sum = acc[r][h][0];
+      each<chains - 1>([&](auto u) { sum = L::add(sum, acc[r][h][u + 1]); });
+      f[r][h] = xsimd::fma(B(L::to_float(sum)), simd::load(scales + g * ss + h * lanes), f[r][h]);
+    });
+  }
+  each<R>([&](auto r) {
+    alignas(64) float out[pair_block];
+    each<halves>([&](auto h) { (f[r][h] * B(qs[r])).store_aligned(out + h * lanes); });
+    std::copy(out, out + kept, s + r * lds);
+  });
+}
+
+/// qk_direct_q8 over rows interleaved by pairs: blocks of 16 keys of one page through
+/// qk_q8_pairs, the others (pages of other sizes, blocks not starting on 16 rows) key by key.
+template <class RowFn>
+void qk_pairs_blocks(const std::int16_t* codes, const float* scales, std::size_t rows, RowFn row, std::size_t cols,
+                     std::size_t n, float* s, std::size_t lds, row_prefetch also) {
+  constexpr std::size_t rmax = direct_rows<float>, ahead = 2 * pair_block;  // the prefetch: two blocks ahead
+  for (std::size_t c = 0; c < cols; c += pair_block) {
+    const std::size_t kept = std::min(pair_block, cols - c);
+    const q8_pair_row k0 = row(c);
+    if (c + ahead < cols) {
+      prefetch_pair_block(row(c + ahead), n);
+      for (std::size_t t = c + ahead; t < std::min(c + ahead + pair_block, cols); ++t) also(t);
+    }
+    if (in_pair_block(k0, row(c + kept - 1), kept)) {
+      by_direct_rows<rmax>(rows, [&](auto R, std::size_t r) {
+        qk_q8_pairs<decltype(R)::value>(codes + r * n, n, scales + r, k0, n, s + r * lds + c, lds, kept);
+      });
+    } else {
+      for (std::size_t t = 0; t < kept; ++t) {
+        const q8_pair_row k = row(c + t);
+        for (std::size_t r = 0; r < rows; ++r) s[r * lds + c + t] = key_score(codes + r * n, scales[r], k, n);
+      }
+    }
+  }
+}
 }  // namespace detail
 
-/// qk_direct for q8_0 key rows (all starting at the same column) on int16 query codes. Returns
+/// qk_direct for q8_0 key rows (all starting at the same column) on int16 query codes; rows
+/// interleaved by pairs (a cache's keys) through qk_pairs_blocks. Returns
 /// false, having written nothing, where it does not apply: a build without the products, n not
 /// whole groups, more query features than its stack holds, keys not starting a group, or a query
 /// that is not finite.
@@ -122,12 +285,16 @@ bool qk_direct_q8(const float* q, std::size_t ldq, std::size_t rows, RowFn row, 
       if (std::isnan(scales[r])) return false;
     }
     trace::note(tile_op::qk_direct);
-    detail::direct_blocks<rmax>(
-        rows, row, cols, n, s, lds,
-        [&](auto R, std::size_t r, const q8_row* k, float* sb, std::size_t kept) {
-          detail::qk_q8_micro<decltype(R)::value>(codes + r * n, n, scales + r, k, n, sb, lds, kept);
-        },
-        also);
+    if constexpr (std::is_same_v<decltype(row(0)), q8_pair_row>) {
+      detail::qk_pairs_blocks(codes, scales, rows, row, cols, n, s, lds, also);
+    } else {
+      detail::direct_blocks<rmax>(
+          rows, row, cols, n, s, lds,
+          [&](auto R, std::size_t r, const q8_row* k, float* sb, std::size_t kept) {
+            detail::qk_q8_micro<decltype(R)::value>(codes + r * n, n, scales + r, k, n, sb, lds, kept);
+          },
+          also);
+    }
     return true;
   }
 }

@@ -95,6 +95,13 @@ void scaled_copy(const q8_row& src, std::ptrdiff_t, std::size_t n, C c, Dst* dst
   for (; d < n; ++d) dst[std::ptrdiff_t(d) * dst_stride] = Dst(C(src[std::ptrdiff_t(d)]) * c);
 }
 
+/// scaled_copy from a row of a cache's int8 page, dequantized.
+template <class Dst, class C>
+void scaled_copy(const q8_pair_row& src, std::ptrdiff_t, std::size_t n, C c, Dst* dst, std::ptrdiff_t dst_stride) {
+  if (src.alone()) return scaled_copy(src.as_row(), 1, n, c, dst, dst_stride);
+  for (std::size_t d = 0; d < n; ++d) dst[std::ptrdiff_t(d) * dst_stride] = Dst(C(src[std::ptrdiff_t(d)]) * c);
+}
+
 /// s[0, n) *= log2 e (n a multiple of the batch size): natural scores to the softmax's base 2.
 /// Saturating: a finite score stays finite (a fill of the lowest float, as equinox writes, must not
 /// become -inf, which would mean "excluded"); ±inf and NaN pass unchanged.

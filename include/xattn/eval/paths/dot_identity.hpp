@@ -96,7 +96,7 @@ struct dot_identity_path {
         return;
       }
       const auto in_place = rows_from(keys, j0);
-      if constexpr (std::is_same_v<decltype(in_place(0)), kernel::q8_row> && std::is_same_v<Acc, float>)
+      if constexpr (std::is_same_v<decltype(in_place(0)), kernel::q8_pair_row> && std::is_same_v<Acc, float>)
         if (kernel::qk_direct_q8(q, n_, rows, in_place, cols, n_, s, lds, also_)) return;
       kernel::qk_direct(q, n_, rows, in_place, cols, n_, s, lds, also_);
     }
