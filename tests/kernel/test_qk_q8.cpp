@@ -179,7 +179,7 @@ TEST_CASE("qk_direct_q8: keys interleaved by pairs, by blocks of 16 or key by ke
                                       {2u, 96u, 5u, 40u},             // not on a block: key by key
                                       {5u, 32u, 32u, 32u}}) {         // row blocks of 4 and 1
     INFO("rows " << rows << ", n " << n << ", keys from " << first << ", " << cols << " of them");
-    const std::size_t lds = cols + 3;
+    const std::size_t lds = cols + 3, from = first;  // lambdas capture from (clang 14: not a binding)
     const q8_keys k(72, n, r);
     const interleaved_keys blocks(k, 64), by_key(k, 72);  // 72 rows: not a multiple of 16
     CHECK(kernel::detail::in_pair_block(blocks.row(first), blocks.row(first + 15), 16) == (first % 16 == 0));
@@ -187,9 +187,9 @@ TEST_CASE("qk_direct_q8: keys interleaved by pairs, by blocks of 16 or key by ke
     const auto q = r.tensor<float>({rows, n});
     std::vector<float> got(rows * lds, -7.0f), one_by_one(rows * lds, -7.0f);
     REQUIRE(kernel::qk_direct_q8(
-        q.data(), n, rows, [&](std::size_t c) { return blocks.row(first + c); }, cols, n, got.data(), lds));
+        q.data(), n, rows, [&](std::size_t c) { return blocks.row(from + c); }, cols, n, got.data(), lds));
     REQUIRE(kernel::qk_direct_q8(
-        q.data(), n, rows, [&](std::size_t c) { return by_key.row(first + c); }, cols, n, one_by_one.data(), lds));
+        q.data(), n, rows, [&](std::size_t c) { return by_key.row(from + c); }, cols, n, one_by_one.data(), lds));
     for (std::size_t i = 0; i < rows; ++i) {
       double qmax = 0;
       for (std::size_t d = 0; d < n; ++d) qmax = std::max(qmax, double(std::abs(q(i, d))));

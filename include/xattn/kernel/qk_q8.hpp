@@ -190,10 +190,9 @@ struct pair_lanes<32> {
 /// (in_pair_block), n a multiple of 32; the first `kept` keys written. A pair of features of the
 /// 16 keys is one vector of int16 pairs, each lane one key: the products add up in the lanes, with
 /// no reduction across them, and the 16 keys' scales of a group are one load.
-template <std::size_t R>
+template <std::size_t R, class B = simd::batch<float>>  // B a parameter: pair_lanes exists only where it is used
 inline void qk_q8_pairs(const std::int16_t* q, std::size_t ldq, const float* qs, const q8_pair_row& k0, std::size_t n,
                         float* s, std::size_t lds, std::size_t kept) {
-  using B = simd::batch<float>;
   using L = pair_lanes<sizeof(B)>;
   using I = typename L::type;
   constexpr std::size_t halves = sizeof(B) == 64 ? 1 : 2;  // AVX2: 8 keys per vector
