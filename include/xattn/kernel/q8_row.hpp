@@ -75,8 +75,8 @@ inline void prefetch_row(const q8_row& r, std::size_t bytes) noexcept {
   prefetch_row<Locality>(r.scale + r.col / q8_row::group, (bytes + q8_row::group - 1) / q8_row::group * sizeof(float));
 }
 
-/// Rows interleaved by pairs are not asked for one by one: the score product that reads them
-/// prefetches whole blocks of rows.
+/// A value page's row as a q8_row's. Rows interleaved by pairs are not asked for one by one: the
+/// score product that reads them prefetches whole blocks of rows.
 template <int Locality = 3>
 inline void prefetch_row(const q8_pair_row& r, std::size_t bytes) noexcept {
   if (r.alone()) prefetch_row<Locality>(r.as_row(), bytes);
