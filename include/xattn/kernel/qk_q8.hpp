@@ -167,6 +167,9 @@ struct pair_lanes<64> {
   }
   static type add(type a, type b) noexcept { return _mm512_add_epi32(a, b); }
   static __m512 to_float(type a) noexcept { return _mm512_cvtepi32_ps(a); }
+  /// x · y + z rounded once, as key_score's std::fma (xsimd 8.1 has no fused AVX-512 fma: its
+  /// x * y + z is fused only where the compiler contracts it).
+  static __m512 fmadd(__m512 x, __m512 y, __m512 z) noexcept { return _mm512_fmadd_ps(x, y, z); }
 };
 #endif
 
@@ -183,6 +186,16 @@ struct pair_lanes<32> {
   }
   static type add(type a, type b) noexcept { return _mm256_add_epi32(a, b); }
   static __m256 to_float(type a) noexcept { return _mm256_cvtepi32_ps(a); }
+  static __m256 fmadd(__m256 x, __m256 y, __m256 z) noexcept {
+#if defined(__FMA__)
+    return _mm256_fmadd_ps(x, y, z);
+#else
+    alignas(32) float a[8], b[8], c[8];
+    _mm256_store_ps(a, x), _mm256_store_ps(b, y), _mm256_store_ps(c, z);
+    for (std::size_t i = 0; i < 8; ++i) c[i] = std::fma(a[i], b[i], c[i]);
+    return _mm256_load_ps(c);
+#endif
+  }
 };
 #endif
 
@@ -226,7 +239,7 @@ inline void qk_q8_pairs(const std::int16_t* q, std::size_t ldq, const float* qs,
       constexpr std::size_t r = decltype(i)::value / halves, h = decltype(i)::value % halves;
       I sum = acc[r][h][0];
       each<chains - 1>([&](auto u) { sum = L::add(sum, acc[r][h][u + 1]); });
-      f[r][h] = xsimd::fma(B(L::to_float(sum)), simd::load(scales + g * ss + h * lanes), f[r][h]);
+      f[r][h] = B(L::fmadd(L::to_float(sum), simd::load(scales + g * ss + h * lanes), f[r][h]));
     });
   }
   each<R>([&](auto r) {
