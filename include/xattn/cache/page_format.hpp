@@ -143,7 +143,8 @@ struct page_format {
       }
     } else {
       using wide = std::conditional_t<std::is_same_v<X, double>, double, float>;  // one rounding, to T
-      for (std::size_t d = 0; d < dim; ++d) out[at.code(r, d)] = T(wide(x[std::ptrdiff_t(d) * xs]));
+      T* row = out + at.code(r, 0);  // rows of these types stand one after the other
+      for (std::size_t d = 0; d < dim; ++d) row[d] = T(wide(x[std::ptrdiff_t(d) * xs]));
     }
   }
 };
