@@ -32,6 +32,10 @@ PEAK_BF16 = "peak_bf16"
 # "<variant>_gqa/<B>/<Hq>/<Hkv>/<Sq>/<Skv>/<D>/<threads>" with a gbytes_per_s counter.
 SIXTEEN = ["xattn_bf16", "xattn_f16"]
 GQA = ["xattn_gqa", "xattn_bf16_gqa", "xattn_f16_gqa"]
+# Decoding from a kv_cache: "cache_decode/<type>/<B>/<Hq>/<Hkv>/<Skv|ragged>/<D>/<threads>", gbytes_per_s
+# counting the bytes stored (bench/cache.cpp).
+CACHE = "cache_decode"
+PAGE_TYPES = ["float", "bfloat16", "int8"]
 # The backward pass: its own table, same shape fields, FlashAttention-2's flop count.
 # blas_products_bwd: the backward's five matrix products alone, by OpenBLAS (no softmax gradient).
 BACKWARD = ["xattn_bwd", "blas_products_bwd", "blas_unfused_bwd", "xattn_fwd_bwd", "blas_unfused_fwd_bwd",
@@ -216,6 +220,24 @@ def counter_medians(benchmarks, counter):
     return {k: statistics.median(v) for k, v in runs.items()}
 
 
+def time_medians(benchmarks):
+    """{registered name parts (tuple): median real time in ms over the non-aggregate runs}."""
+    scale = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}
+    runs = {}
+    for b in benchmarks:
+        if b.get("run_type") != "aggregate" and "real_time" in b and not b.get("error_occurred"):
+            runs.setdefault(tuple(registered_name(b.get("run_name", b["name"]))), []).append(
+                b["real_time"] * scale.get(b.get("time_unit", "ns"), 1e-6))
+    return {k: statistics.median(v) for k, v in runs.items()}
+
+
+def cache_kind(parts):
+    """mha (as many KV heads as query heads), gqa, or ragged (a batch of sequence lengths), or None."""
+    if parts[0] != CACHE or len(parts) != 8:
+        return None
+    return "ragged" if parts[5] == "ragged" else "mha" if parts[3] == parts[4] else "gqa"
+
+
 def sixteen_rows(results):
     """The shapes with a 16-bit row: {shape: {variant: gflops|str}}, fp32 included."""
     return {k: r for k, r in shape_rows(results, SIXTEEN + [FUSED]).items() if any(v in r for v in SIXTEEN)}
@@ -305,10 +327,17 @@ def decode_bandwidth(results, benchmarks):
                 seconds = 2.0 * bb * hkv * skv * d * (4 if parts[0] == "xattn_gqa" else 2) / (gbps * 1e9)
                 lines.append(f"| {'/'.join(parts[:-1])} | {threads} | {seconds * 1e3:.2f} | {gbps:.1f} | {read:.1f} | "
                              f"{100 * gbps / read:.0f} % |")
+    ms = time_medians(benchmarks)
+    for parts, gbps in counter_medians(benchmarks, "gbytes_per_s").items():
+        if cache_kind(parts) and reads.get(int(parts[-1])):
+            read = statistics.median(reads[int(parts[-1])])
+            lines.append(f"| {'/'.join(parts[:-1])} | {parts[-1]} | {cell(ms.get(parts), '{:.2f}')} | {gbps:.1f} | "
+                         f"{read:.1f} | {100 * gbps / read:.0f} % |")
     if not lines:
         return ""
     return "\n".join(["", "## Decode: K and V read against the read bandwidth of the same run", "",
-                      "Grouped-query rows: <variant>_gqa/B/Hq/Hkv/Sq/Skv/D.", "",
+                      "Grouped-query rows: <variant>_gqa/B/Hq/Hkv/Sq/Skv/D. From a kv_cache: "
+                      "cache_decode/<page type>/B/Hq/Hkv/Skv/D (the bytes stored, int8 scales included).", "",
                       "| variant/B/H/Sq/Skv/D | threads | ms | K+V GB/s | bandwidth/read GB/s | fraction |",
                       "|---|---:|---:|---:|---:|---:|", *lines]) + "\n"
 
@@ -625,6 +654,45 @@ def summary(context, results, benchmarks, label=None):
         return percent([ratio(v, reads.get(t)) for p, v in counter_medians(benchmarks, "gbytes_per_s").items()
                         if p[0] in GQA and len(p) == 8 and p[-1] == str(t)])
 
+    cache_gbps = {p: v for p, v in counter_medians(benchmarks, "gbytes_per_s").items() if cache_kind(p)}
+    cache_ms = {p: v for p, v in time_medians(benchmarks).items() if cache_kind(p)}
+
+    def by_page_type(kind, t, value):
+        """"a / b / c" over PAGE_TYPES, value(parts) of the cache rows of that kind and t threads."""
+        cells = []
+        for page in PAGE_TYPES:
+            got = [value(p) for p in cache_gbps if cache_kind(p) == kind and p[1] == page and p[-1] == str(t)]
+            got = [x for x in got if x is not None]
+            cells.append(min(got) if got else None)
+        return "" if all(c is None for c in cells) else " / ".join("–" if c is None else c for c in cells)
+
+    def cache_read(kind):
+        def of_read(p):
+            r = ratio(cache_gbps[p], reads.get(int(p[-1])))
+            return None if r is None else f"{100 * r:.0f} %"
+        return lambda t: by_page_type(kind, t, of_read)
+
+    def cache_two_over_one(kind):
+        def speedup(p):
+            r = ratio(cache_ms.get(p[:-1] + ("1",)), cache_ms.get(p))
+            return None if r is None else f"{r:.2f}×"
+        return lambda t: "" if t != 2 else by_page_type(kind, t, speedup)
+
+    def cache_versus(page, variant):
+        """How many times faster a step from `page` pages runs than the contiguous `variant` decode of
+        the same (B, Hq, Skv, D) (one KV head per query head), by K+V bytes and time."""
+        def cells(t):
+            out = []
+            for p, v in cache_ms.items():
+                if cache_kind(p) != "mha" or p[1] != page or p[-1] != str(t):
+                    continue
+                b, h, skv, d = (int(x) for x in (p[2], p[3], p[5], p[6]))
+                r = rows.get((b, h, 1, skv, d, 0, t), {}).get(variant)
+                if number(r) and r > 0:
+                    out.append(4.0 * b * h * skv * d / (r * 1e9) * 1e3 / v)
+            return times(out)
+        return cells
+
     def additive(t):
         ms = {p: v for p, v in counter_medians(benchmarks, "ms").items() if p[0] == "additive" and p[-1] == str(t)}
         return times([ratio(v, ms.get(("additive", "fused_fwd_bwd") + p[2:]))
@@ -703,6 +771,14 @@ def summary(context, results, benchmarks, label=None):
         ("decode bf16: % of `bandwidth/read`", decode("xattn_bf16", 2)),
         ("decode f16: % of `bandwidth/read`", decode("xattn_f16", 2)),
         ("grouped-query decode (32 query heads on 8 KV heads; fp32, bf16, f16): % of `bandwidth/read`", grouped),
+        ("decode from kv_cache pages, float / bfloat16 / int8, one KV head per query head: % of `bandwidth/read`",
+         cache_read("mha")),
+        ("decode from kv_cache pages, grouped-query: % of `bandwidth/read`", cache_read("gqa")),
+        ("decode from kv_cache pages, a ragged batch of 16 sequences: % of `bandwidth/read`", cache_read("ragged")),
+        ("decode from kv_cache pages, ragged batch: two threads ÷ one", cache_two_over_one("ragged")),
+        ("decode from int8 pages: time of the contiguous fp32 decode ÷ its time", cache_versus("int8", FUSED)),
+        ("decode from bfloat16 pages: time of the contiguous bf16 decode ÷ its time",
+         cache_versus("bfloat16", "xattn_bf16")),
         ("sinks: time ÷ the same attention's without, forward (dense and causal, S = 2048)",
          versus(FUSED, "xattn_sinks", {"long", "causal"})),
         ("sinks: time ÷ the same attention's without, forward + backward",
