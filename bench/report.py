@@ -657,30 +657,22 @@ def summary(context, results, benchmarks, label=None):
     cache_gbps = {p: v for p, v in counter_medians(benchmarks, "gbytes_per_s").items() if cache_kind(p)}
     cache_ms = {p: v for p, v in time_medians(benchmarks).items() if cache_kind(p)}
 
-    def by_page_type(kind, t, value):
-        """"a / b / c" over PAGE_TYPES, value(parts) of the cache rows of that kind and t threads."""
-        cells = []
-        for page in PAGE_TYPES:
-            got = [value(p) for p in cache_gbps if cache_kind(p) == kind and p[1] == page and p[-1] == str(t)]
-            got = [x for x in got if x is not None]
-            cells.append(min(got) if got else None)
-        return "" if all(c is None for c in cells) else " / ".join("–" if c is None else c for c in cells)
+    def by_page_type(kind, t, value, show):
+        """"a / b / c" over PAGE_TYPES: show(value(parts) of that page type's rows of this kind and t threads)."""
+        cells = [show([value(p) for p in cache_gbps if cache_kind(p) == kind and p[1] == page and p[-1] == str(t)])
+                 for page in PAGE_TYPES]
+        return "" if not any(cells) else " / ".join(c or "–" for c in cells)
 
     def cache_read(kind):
-        def of_read(p):
-            r = ratio(cache_gbps[p], reads.get(int(p[-1])))
-            return None if r is None else f"{100 * r:.0f} %"
-        return lambda t: by_page_type(kind, t, of_read)
+        return lambda t: by_page_type(kind, t, lambda p: ratio(cache_gbps[p], reads.get(t)), percent)
 
     def cache_two_over_one(kind):
-        def speedup(p):
-            r = ratio(cache_ms.get(p[:-1] + ("1",)), cache_ms.get(p))
-            return None if r is None else f"{r:.2f}×"
-        return lambda t: "" if t != 2 else by_page_type(kind, t, speedup)
+        speedup = lambda p: ratio(cache_ms.get(p[:-1] + ("1",)), cache_ms.get(p))
+        return lambda t: "" if t != 2 else by_page_type(kind, t, speedup, times)
 
     def cache_versus(page, variant):
-        """How many times faster a step from `page` pages runs than the contiguous `variant` decode of
-        the same (B, Hq, Skv, D) (one KV head per query head), by K+V bytes and time."""
+        """The contiguous `variant` decode's time over the time of a step from `page` pages of the same
+        (B, Hq, Skv, D), one KV head per query head."""
         def cells(t):
             out = []
             for p, v in cache_ms.items():
