@@ -9,6 +9,7 @@ Python call at a decode shape against the same call made through ctypes with its
 prepared once (the C interface alone). Writes OUT_DIR/compare.md (a table), compare.json,
 compare.dat and compare.png (gnuplot, when present). Skipped without torch.
 """
+import ctypes
 import json
 import math
 import os
@@ -18,12 +19,13 @@ import subprocess
 import sys
 import time
 
-build = sys.argv[1] if len(sys.argv) > 1 else "build"
-out_dir = sys.argv[2] if len(sys.argv) > 2 else os.path.join(build, "bench")
-sys.path.insert(0, os.path.join(build, "python"))
+if __name__ == "__main__":  # imported by a test, the package is already on the path
+    sys.path.insert(0, os.path.join(sys.argv[1] if len(sys.argv) > 1 else "build", "python"))
 try:
     import torch
 except ImportError:
+    if __name__ != "__main__":
+        raise
     print("compare.py: no torch (apt-get install python3-torch); skipped", file=sys.stderr)
     sys.exit(0)
 import xattn  # noqa: E402
@@ -74,22 +76,31 @@ def run(shape, causal, threads, backward):
     return median_ms(ours), median_ms(theirs)
 
 
-def call_overhead_us(shape=(1, 8, 1, 256, 64), calls=2000):
-    """A Python call against the C call alone (ctypes, arguments prepared once), 1 thread."""
+def decode_calls(shape):
+    """(c_call, py_call, out): the same decoding step through xattn.attention and through the C
+    function alone with its arguments prepared once (c_call writes out), 1 thread."""
     B, H, S, T, D = shape
     q, k, v = torch.randn(B, H, S, D), torch.randn(B, H, T, D), torch.randn(B, H, T, D)
-    opts = xattn._Options(None, "bottom_right", None, None, None, None, 0.0, 0, 1, {})
-    out, lse = xattn._forward(q, k, v, None, opts)
+    opts = xattn._Options(scale=None, causal="bottom_right", window=None, lengths=None, softcap=None, dropout=0.0,
+                          seed=0, threads=1, documents=None, mask=None, alibi=None, rope=None)
+    out, lse = xattn._forward(q, k, v, None, None, opts)
     args = [xattn._view(x, n, 4) for x, n in ((q, "q"), (k, "k"), (v, "v"))]
-    desc = opts.with_sinks(None)
+    desc = ctypes.byref(opts.with_tensors(None, None, None))
     o, l = xattn._view(out, "out", 4), xattn._view(lse, "lse", 3)
 
     def c_call():
-        _c.lib.xattn_forward(args[0], args[1], args[2], desc, o, l)
+        _c.check(_c.lib.xattn_forward(args[0], args[1], args[2], desc, o, l))
 
     def py_call():
-        xattn.attention(q, k, v, causal="bottom_right", threads=1)
+        return xattn.attention(q, k, v, causal="bottom_right", threads=1)
 
+    c_call.memory = (q, k, v, out, lse)  # the views hold bare pointers: their tensors must outlive the calls
+    return c_call, py_call, out
+
+
+def call_overhead_us(shape=(1, 8, 1, 256, 64), calls=2000):
+    """A Python call against the C call alone (ctypes, arguments prepared once), 1 thread."""
+    c_call, py_call, _ = decode_calls(shape)
     with torch.no_grad():
         per = {}
         for name, f in (("c", c_call), ("python", py_call)):
@@ -104,6 +115,7 @@ def call_overhead_us(shape=(1, 8, 1, 256, 64), calls=2000):
 
 
 def main():
+    out_dir = sys.argv[2] if len(sys.argv) > 2 else os.path.join(sys.argv[1] if len(sys.argv) > 1 else "build", "bench")
     rows = []
     for shape in SHAPES:
         for causal in (False, True):
