@@ -19,8 +19,9 @@ import subprocess
 import sys
 import time
 
+BUILD = sys.argv[1] if __name__ == "__main__" and len(sys.argv) > 1 else "build"
 if __name__ == "__main__":  # imported by a test, the package is already on the path
-    sys.path.insert(0, os.path.join(sys.argv[1] if len(sys.argv) > 1 else "build", "python"))
+    sys.path.insert(0, os.path.join(BUILD, "python"))
 try:
     import torch
 except ImportError:
@@ -115,7 +116,7 @@ def call_overhead_us(shape=(1, 8, 1, 256, 64), calls=2000):
 
 
 def main():
-    out_dir = sys.argv[2] if len(sys.argv) > 2 else os.path.join(sys.argv[1] if len(sys.argv) > 1 else "build", "bench")
+    out_dir = sys.argv[2] if len(sys.argv) > 2 else os.path.join(BUILD, "bench")
     rows = []
     for shape in SHAPES:
         for causal in (False, True):
