@@ -1,6 +1,7 @@
 // Benchmark driver: registers every variant (peak first, as the reference), then runs Google Benchmark.
 #include "variants.hpp"
 
+#include <cblas.h>
 #include <xsimd/xsimd.hpp>
 
 #include <cstdio>
@@ -37,6 +38,7 @@ void add_context() {
   char const* policy = std::getenv("OMP_WAIT_POLICY");
   benchmark::AddCustomContext("omp_wait_policy", policy ? policy : "unset");
   benchmark::AddCustomContext("xsimd_arch", xsimd::default_arch::name());
+  benchmark::AddCustomContext("openblas_core", openblas_get_corename());  // the baselines' kernels
   benchmark::AddCustomContext("xsimd_float_lanes", std::to_string(xsimd::batch<float>::size));
 #ifdef NDEBUG
   benchmark::AddCustomContext("assertions", "off");

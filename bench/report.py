@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 
 FUSED = "xattn"
-BASELINES = ["blas_unfused", "xtensor_eager", "ort"]
+BASELINES = ["blas_unfused", "blas_products", "xtensor_eager", "ort"]
 OTHER = ("additive", "user_policy", "documents", "memory", "compile", "tile", "bandwidth")  # measurements outside the shape table
 PEAK = "peak_fma"
 PEAK_BF16 = "peak_bf16"
@@ -116,7 +116,8 @@ def ratio(a, b):
 def markdown(context, peaks, table, variants):
     lines = ["# xattn-bench results", ""]
     ctx = [f"{k}: {context[k]}" for k in
-           ("date", "host_name", "num_cpus", "mhz_per_cpu", "xsimd_arch", "omp_wait_policy", "assertions")
+           ("date", "host_name", "num_cpus", "mhz_per_cpu", "xsimd_arch", "openblas_core", "omp_wait_policy",
+            "assertions")
            if k in context]
     if "load_avg" in context:  # a busy machine (shared cores) shows here first
         ctx.append("load_avg at start: " + " ".join(f"{x:.2f}" for x in context["load_avg"]))
@@ -734,6 +735,9 @@ def summary(context, results, benchmarks, label=None):
         ("encoder batches fp32: two threads ÷ one", two_over_one(FUSED, encoder)),
         ("encoder batches bf16: two threads ÷ one", two_over_one("xattn_bf16", encoder)),
         ("encoder batches fp32: xattn ÷ ONNX Runtime", versus(FUSED, "ort", encoder)),
+        ("encoder batches fp32: OpenBLAS's two products alone, % of `peak_fma`",
+         of_peak("blas_products", encoder, peaks)),
+        ("encoder batches fp32: xattn ÷ OpenBLAS's products alone", versus(FUSED, "blas_products", encoder)),
         ("forward fp32: two threads ÷ one", two_over_one(FUSED, {"long", "short", "causal"})),
         ("forward: xattn ÷ OpenBLAS unfused, dense", versus(FUSED, "blas_unfused", {"long", "short"})),
         ("forward: xattn ÷ OpenBLAS unfused, causal", versus(FUSED, "blas_unfused", {"causal"})),

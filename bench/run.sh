@@ -17,6 +17,20 @@ exe=$out/xattn-bench
 # Idle OpenMP workers must sleep, not spin: spinning takes the cores OpenBLAS's threads need.
 export OMP_WAIT_POLICY=passive
 
+# The BLAS baselines are peers at their best: on an AVX-512 CPU whose OpenBLAS would run AVX2
+# kernels (an OPENBLAS_CORETYPE naming them in the environment, or an OpenBLAS older than the CPU),
+# name the AVX-512 ones. results.json records the core OpenBLAS used (openblas_core).
+if grep -qw avx512f /proc/cpuinfo; then
+  core=$(OPENBLAS_VERBOSE=2 "$exe" --benchmark_list_tests=true --benchmark_filter='^$' 2>&1 | sed -n 's/^Core: //p')
+  case ${core,,} in
+    haswell | zen | sandybridge | nehalem | prescott | core2 | "")
+      if grep -qw avx512_bf16 /proc/cpuinfo; then fast=COOPERLAKE; else fast=SKYLAKEX; fi
+      echo "run.sh: OpenBLAS would run its ${core:-default} kernels${OPENBLAS_CORETYPE:+ (OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE)} on this AVX-512 CPU; using OPENBLAS_CORETYPE=$fast" >&2
+      export OPENBLAS_CORETYPE=$fast
+      ;;
+  esac
+fi
+
 args=(
   --benchmark_out="$out/results.json"
   --benchmark_out_format=json
