@@ -26,8 +26,8 @@ inline constexpr std::array<attention_shape, 7> attention_shapes{{
 }};
 
 // Shapes only the xattn variants run (fp32, bf16, float16): batched decoding and encoder-sized
-// batches; the baselines' columns stay empty there, but for OpenBLAS unfused and ONNX Runtime
-// (bench/ort.sh) on the encoder batch.
+// batches; the baselines' columns stay empty there, but for OpenBLAS's (unfused, and its products
+// alone) and ONNX Runtime's (bench/ort.sh) on the encoder batch.
 inline constexpr std::array<attention_shape, 2> xattn_only_shapes{{
     {16, 32, 1, 2048, 128, false},  // batched decode
     {32, 12, 128, 128, 64, false},  // encoder-sized batch
