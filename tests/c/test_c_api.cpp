@@ -49,6 +49,13 @@ struct stored {
     return t;
   }
   auto term() const { return ref(data.data(), shape, strides); }
+  /// The same values in double, stored alike: the double reference of an expression over them is
+  /// the reference of every dtype's, so one instantiation serves them all.
+  stored<double> widened() const {
+    stored<double> w{std::vector<double>(data.size()), shape, strides};
+    std::transform(data.begin(), data.end(), w.data.begin(), [](T x) { return double(float(x)); });
+    return w;
+  }
 };
 
 template <class T>
@@ -70,12 +77,10 @@ stored<T> make(rng& g, std::array<std::size_t, 4> s, bool transposed, std::size_
 template <class T, class O, class E, class F>
 void check_backward(rng& g, const E& e, const F& fused, const xattn_tensor& qc, const xattn_tensor& kc,
                     const xattn_tensor& vc, const xattn_attention_desc& d, const xattn_tensor& out_c,
-                    const xattn_tensor& lse_c, bool with_sinks) {
+                    const xattn_tensor& lse_c, bool with_sinks, const xt::xtensor<O, 4>& d_out,
+                    const reference_gradients& ref) {
   using Acc = std::conditional_t<std::is_same_v<T, double>, double, float>;
   constexpr bool sixteen = !std::is_same_v<T, Acc>;
-  const auto& os = fused.output.shape();
-  const std::array<std::size_t, 4> out_shape{os[0], os[1], os[2], os[3]};
-  const xt::xtensor<O, 4> d_out = xt::cast<O>(g.tensor<float>({out_shape.begin(), out_shape.end()}));
   xattn_tensor d_out_c = out_c;
   d_out_c.data = const_cast<O*>(d_out.data());
   const bool narrow = sixteen && g.coin();  // gradients in the inputs' 16-bit dtype
@@ -114,10 +119,9 @@ void check_backward(rng& g, const E& e, const F& fused, const xattn_tensor& qc, 
   const auto got_dq = shaped(as_acc(dq, dq16), qc), got_dk = shaped(as_acc(dk, dk16), kc),
              got_dv = shaped(as_acc(dv, dv16), vc);
   if (!want_dq) CHECK(std::all_of(dq.begin(), dq.end(), [](Acc x) { return x == Acc(-7); }));
-  schedule sch;
-  sch.threads = d.threads;
-  const auto ref = reference_grad(make_plan(e), xt::xtensor<double, 4>(xt::cast<double>(d_out)));
   if constexpr (!sixteen) {
+    schedule sch;
+    sch.threads = d.threads;
     const auto want = grad(e, fused, d_out, sch);
     // the same kernels, but not bit for bit: GCC contracts multiply-adds where it inlines, and
     // it inlines differently in a shared library (-fPIC) than in a program
@@ -135,6 +139,52 @@ void check_backward(rng& g, const E& e, const F& fused, const xattn_tensor& qc, 
   CHECK(max_abs_diff(got_dv, ref.dv) < tol);
   if (with_sinks)
     for (std::size_t h = 0; h < dsinks.size(); ++h) CHECK(std::abs(dsinks[h] - ref.dsinks[h]) < tol * 10);
+}
+
+/// The options one_case draws, as the C++ expression the interface documents for them takes them.
+struct documented_options {
+  double scale, softcap;
+  int causal_kind;  // 0 none, 1 top left, 2 bottom right
+  bool windowed;
+  std::int64_t left, right;                   // the window's bounds
+  const xt::xtensor<std::int64_t, 1>* lens1;  // lengths of rank 1 or 2, or neither
+  const xt::xtensor<std::int64_t, 2>* lens2;
+  const xt::xtensor<float, 1>* sinks;
+};
+
+/// f(e) for that expression over the terms q, k, v: causal(), or one window() when a window bound
+/// is set (the causal bound folded into its right side); lengths(lens, masked_rows::zero);
+/// softcap(); sinks().
+template <class Q, class K, class V, class F>
+void with_documented(const documented_options& o, const Q& q, const K& k, const V& v, F&& f) {
+  const align where = o.causal_kind == 2 ? align::bottom_right : align::top_left;
+  const auto finish = [&](const auto& l) {
+    if (o.sinks)
+      f(softmax(l, sinks(*o.sinks)) * v);
+    else
+      f(softmax(l) * v);
+  };
+  const auto band_masked = [&](const auto& w) {
+    if (o.lens1)
+      finish(mask(w, lengths(*o.lens1, masked_rows::zero)));
+    else if (o.lens2)
+      finish(mask(w, lengths(*o.lens2, masked_rows::zero)));
+    else
+      finish(w);
+  };
+  const auto run = [&](const auto& s) {
+    if (o.windowed)
+      band_masked(mask(s, window(o.left, o.causal_kind != 0 ? std::min<std::int64_t>(o.right, 0) : o.right, where)));
+    else if (o.causal_kind != 0)
+      band_masked(mask(s, causal(where)));
+    else
+      band_masked(s);
+  };
+  const auto scores = q * trans(k) * o.scale;
+  if (o.softcap > 0)
+    run(softcap(scores, o.softcap));
+  else
+    run(scores);
 }
 
 template <class T, class O>
@@ -191,59 +241,42 @@ void one_case(std::uint64_t seed) {
                << " lengths rank " << lengths_rank << " softcap " << d.softcap << " sinks " << with_sinks);
   REQUIRE(xattn_forward(&qc, &kc, &vc, &d, &out_c, &lse_c) == XATTN_OK);
 
-  // The C++ expression the interface documents for these options.
-  const double scale = d.scale != 0 ? d.scale : 1 / std::sqrt(double(D));
-  const align where = causal_kind == 2 ? align::bottom_right : align::top_left;
-  const std::int64_t left = d.window_left < 0 ? unbounded : d.window_left,
-                     right = d.window_right < 0 ? unbounded : d.window_right;
-  auto scores = q.term() * trans(k.term()) * scale;
-  auto run = [&](const auto& s) {
-    auto band_masked = [&](const auto& w) {
-      auto length_masked = [&](const auto& l) {
-        auto finish = [&](const auto& weights) {
-          const auto e = weights * v.term();
-          schedule sch;  // the same threads: a split of the keys between threads rounds differently
-          sch.threads = d.threads;
-          const auto fused = eval_with_lse<O>(e, sch);
-          const auto ref = reference(e);
-          const xt::xtensor<O, 4> got = xt::adapt(out, fused.output.shape());
-          const xt::xtensor<Acc, 3> got_lse = xt::adapt(lse, fused.lse.shape());
-          CHECK(xattn::testing::bitwise_equal(got, fused.output));
-          CHECK(xattn::testing::bitwise_equal(got_lse, fused.lse));
-          const double tol = std::is_same_v<T, double>                              ? 1e-12
-                             : std::is_same_v<T, float> && std::is_same_v<O, float> ? 2e-5
-                                                                                    : 2e-2;
-          CHECK(max_abs_diff(got, ref.output) < tol);
-          xt::xtensor<double, 3> lse_ref = ref.lse, lse_got = xt::cast<double>(got_lse);
-          for (std::size_t n = 0; n < lse_ref.size(); ++n)  // rows seeing nothing: -inf both
-            if (std::isinf(lse_ref.flat(n)) && lse_got.flat(n) == lse_ref.flat(n))
-              lse_ref.flat(n) = lse_got.flat(n) = 0;
-          CHECK(max_abs_diff(lse_got, lse_ref) < (std::is_same_v<T, double> ? 1e-12 : 2e-4));
-          check_backward<T, O>(g, e, fused, qc, kc, vc, d, out_c, lse_c, with_sinks);
-        };
-        if (with_sinks)
-          finish(softmax(l, sinks(sink_values)));
-        else
-          finish(softmax(l));
-      };
-      if (lengths_rank == 1)
-        length_masked(mask(w, lengths(lens1, masked_rows::zero)));
-      else if (lengths_rank == 2)
-        length_masked(mask(w, lengths(lens2, masked_rows::zero)));
-      else
-        length_masked(w);
-    };
-    if (windowed)  // the causal bound folded into the window's right side
-      band_masked(mask(s, window(left, causal_kind != 0 ? std::min<std::int64_t>(right, 0) : right, where)));
-    else if (causal_kind != 0)
-      band_masked(mask(s, causal(where)));
-    else
-      band_masked(s);
-  };
-  if (d.softcap > 0)
-    run(softcap(scores, d.softcap));
-  else
-    run(scores);
+  const std::array<std::size_t, 4> out_shape{B, Hq, Sq, Dv};
+  const xt::xtensor<O, 4> d_out = xt::cast<O>(g.tensor<float>({out_shape.begin(), out_shape.end()}));
+  const documented_options o{d.scale != 0 ? d.scale : 1 / std::sqrt(double(D)),
+                             d.softcap,
+                             causal_kind,
+                             windowed,
+                             d.window_left < 0 ? unbounded : d.window_left,
+                             d.window_right < 0 ? unbounded : d.window_right,
+                             lengths_rank == 1 ? &lens1 : nullptr,
+                             lengths_rank == 2 ? &lens2 : nullptr,
+                             with_sinks ? &sink_values : nullptr};
+  reference_result want;
+  reference_gradients want_grad;
+  const auto qd = q.widened(), kd = k.widened(), vd = v.widened();
+  with_documented(o, qd.term(), kd.term(), vd.term(), [&](const auto& e) {
+    want = reference(e);
+    want_grad = reference_grad(make_plan(e), xt::xtensor<double, 4>(xt::cast<double>(d_out)));
+  });
+  with_documented(o, q.term(), k.term(), v.term(), [&](const auto& e) {
+    schedule sch;  // the same threads: a split of the keys between threads rounds differently
+    sch.threads = d.threads;
+    const auto fused = eval_with_lse<O>(e, sch);
+    const xt::xtensor<O, 4> got = xt::adapt(out, fused.output.shape());
+    const xt::xtensor<Acc, 3> got_lse = xt::adapt(lse, fused.lse.shape());
+    CHECK(xattn::testing::bitwise_equal(got, fused.output));
+    CHECK(xattn::testing::bitwise_equal(got_lse, fused.lse));
+    const double tol = std::is_same_v<T, double>                              ? 1e-12
+                       : std::is_same_v<T, float> && std::is_same_v<O, float> ? 2e-5
+                                                                              : 2e-2;
+    CHECK(max_abs_diff(got, want.output) < tol);
+    xt::xtensor<double, 3> lse_ref = want.lse, lse_got = xt::cast<double>(got_lse);
+    for (std::size_t n = 0; n < lse_ref.size(); ++n)  // rows seeing nothing: -inf both
+      if (std::isinf(lse_ref.flat(n)) && lse_got.flat(n) == lse_ref.flat(n)) lse_ref.flat(n) = lse_got.flat(n) = 0;
+    CHECK(max_abs_diff(lse_got, lse_ref) < (std::is_same_v<T, double> ? 1e-12 : 2e-4));
+    check_backward<T, O>(g, e, fused, qc, kc, vc, d, out_c, lse_c, with_sinks, d_out, want_grad);
+  });
 }
 
 /// The rarer options (documents, a boolean mask, a bias tensor with its gradient, ALiBi, softcap,
@@ -323,11 +356,14 @@ void runtime_case(std::uint64_t seed) {
   REQUIRE(xattn_forward(&qc, &kc, &vc, &d, &out_c, &lse_c) == XATTN_OK);
 
   // the expression a C++ user writes, every part present: absent ones are neutral (a zero bias,
-  // slopes of 0, ids all 0, a mask of ones, sinks of -inf, rotation at positions that are not used)
+  // slopes of 0, ids all 0, a mask of ones, sinks of -inf, rotation at positions that are not used);
+  // over the inputs' values in double, so that every dtype's cases share its reference
   const double scale = 1 / std::sqrt(double(D));
-  const auto Q = rope(q.term(), std::int64_t(Skv - Sq)), K = rope(k.term(), std::int64_t(0));
+  const auto qd = q.widened(), kd = k.widened(), vd = v.widened();
+  const auto Q = rope(qd.term(), std::int64_t(Skv - Sq)), K = rope(kd.term(), std::int64_t(0));
   const auto plain = [&](const auto& s) {
-    const xt::xtensor<Acc, 3> b = with_bias ? bias_t : xt::xtensor<Acc, 3>(xt::zeros<Acc>(bias_t.shape()));
+    const xt::xtensor<double, 3> b = with_bias ? xt::xtensor<double, 3>(xt::cast<double>(bias_t))
+                                               : xt::xtensor<double, 3>(xt::zeros<double>(bias_t.shape()));
     const std::vector<double> a = with_alibi ? slopes : std::vector<double>(Hq, 0.0);
     const auto modified = [&](const auto& x) { return alibi(x, a) + bias(b); };
     const xt::xtensor<std::int64_t, 1> qi = docs ? q_ids : xt::xtensor<std::int64_t, 1>(xt::zeros<std::int64_t>({Sq}));
@@ -369,9 +405,9 @@ void runtime_case(std::uint64_t seed) {
         }
       };
       if (drop)
-        check(dropout(w, 0.2f, seed) * v.term());
+        check(dropout(w, 0.2f, seed) * vd.term());
       else
-        check(w * v.term());
+        check(w * vd.term());
     };
     if (capped)
       finish(softcap(s, 3.0));
@@ -381,7 +417,7 @@ void runtime_case(std::uint64_t seed) {
   if (turned)
     plain(Q * trans(K) * scale);
   else
-    plain(q.term() * trans(k.term()) * scale);
+    plain(qd.term() * trans(kd.term()) * scale);
 }
 
 }  // namespace

@@ -262,11 +262,13 @@ auto plan_scores(const E& e) {
     return start(
         policy_base<dot, std::decay_t<decltype(e.lhs)>, std::decay_t<decltype(e.rhs.arg)>>{{}, e.lhs, e.rhs.arg});
   } else if constexpr (is_sum_node_v<E>) {
-    const auto [q1, k1, s1] = term_of(e.lhs);
-    const auto [q2, k2, s2] = term_of(e.rhs);
-    using base_t = sum_base<std::decay_t<decltype(q1)>, std::decay_t<decltype(k1)>, std::decay_t<decltype(q2)>,
-                            std::decay_t<decltype(k2)>>;
-    return start(base_t{{{}, q1, k1}, q2, k2, s1, s2});
+    // Built in the plan's own storage: GCC 12 tuned for some CPUs (-march=znver1) warns that a
+    // temporary base's shared_ptr may be destroyed uninitialised (-Wmaybe-uninitialized).
+    auto [q1, k1, s1] = term_of(e.lhs);
+    auto [q2, k2, s2] = term_of(e.rhs);
+    using base_t = sum_base<decltype(q1), decltype(k1), decltype(q2), decltype(k2)>;
+    return plan<base_t, hana::tuple<>, hana::tuple<>>{
+        base_t{{{}, std::move(q1), std::move(k1)}, std::move(q2), std::move(k2), s1, s2}, 1.0, {}, {}};
   } else if constexpr (is_score_node_v<E>) {
     return start(
         policy_base<std::decay_t<decltype(e.policy)>, std::decay_t<decltype(e.q)>, std::decay_t<decltype(e.k)>>{
