@@ -474,8 +474,18 @@ def other_measurements(benchmarks):
     # backward, PyTorch
     ratios("additive", [("d2l_materialised", "fused", "", 1),
                         ("torch_d2l_fwd_bwd", "fused_fwd_bwd", " (target ≥ 4)", 1)])
-    ratios("user_policy", [("fused_fwd_bwd", "fused", " (the backward's cost)", 1),
-                           ("torch_fwd_bwd", "fused_fwd_bwd", "", 2)])
+    ratios("user_policy", [("fused_fwd_bwd", "fused", " (the backward's cost, target ≤ 4)", 1),
+                           ("torch_fwd", "fused", " (PyTorch's time over xattn's)", 2),
+                           ("torch_fwd_bwd", "fused_fwd_bwd", " (PyTorch's time over xattn's)", 2)])
+    user = forms_of("user_policy")  # a user's cosine against the built-in scaled dot product, same shape
+    for key, forms in user.items():
+        if key[0] != "cosine_temperature":
+            continue
+        dot = user.get(("scaled_dot",) + key[1:], {})
+        for form, target in (("fused", "1.3"), ("fused_fwd_bwd", "1.5")):
+            if form in forms and form in dot:
+                lines.append(f"| user_policy/{'/'.join(key)}: {form} over scaled_dot's (target ≤ {target}) | "
+                             f"{forms[form] / dot[form]:.2f}× |")
     for name, counters in rows.items():  # packed documents against dense, alternating in one loop
         if name.startswith("documents/") and "packed_over_dense" in counters:
             lines.append(f"| {name}: packed time / dense time (target ≤ 1/6 = 0.167) | "

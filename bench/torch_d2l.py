@@ -8,9 +8,10 @@ bench/backward.cpp, with 1 and 2 threads. Written as Google-Benchmark-like JSON 
 xattn_fwd_bwd (3.5 x 4·B·H·Sq·Skv·D, causal half), for report.py to merge. Also d2l's
 AdditiveAttention forward + backward on bench/additive.cpp's shape, as
 "additive/torch_d2l_fwd_bwd/<B>/<Sq>/<Skv>/<d>/<h>/<threads>" with counter "ms". And the scores of
-bench/user_policies.cpp written in PyTorch the usual way (normalise and bmm, cdist, weights and
-bmm, a gathered bias table), materialised, with autograd to the inputs and the learnables, as
-"user_policy/torch_fwd_bwd/<policy>/<B>/<H>/<Sq>/<Skv>/<D>/<threads>" with counter "ms".
+bench/user_policies.cpp written in PyTorch the usual way (normalise and bmm, cdist, a projection
+and bmm, weights and bmm, a gathered bias table), materialised, with autograd to the inputs and the
+learnables, as "user_policy/<form>/<policy>/<B>/<H>/<Sq>/<Skv>/<D>/<threads>" with counter "ms",
+form torch_fwd (the forward, recording the graph) and torch_fwd_bwd (forward and backward).
 Skipped without torch.
 """
 import json
@@ -83,10 +84,16 @@ def additive_rows():
 
 def user_policy_scores(policy, q, k, param, heads):
     """bench/user_policies.cpp's scores for (batch x heads, S, D) q and k; param is the learnable."""
+    if policy == "scaled_dot":
+        return torch.bmm(q, k.transpose(1, 2)) / math.sqrt(q.shape[-1])
     if policy == "cosine_temperature":
         qn = torch.nn.functional.normalize(q, dim=-1)
         kn = torch.nn.functional.normalize(k, dim=-1)
         return torch.bmm(qn, kn.transpose(1, 2)) / param
+    if policy == "gaussian":
+        return -torch.cdist(q, k).pow(2) / (2 * param * param)
+    if policy == "bilinear":
+        return torch.bmm(q @ param, k.transpose(1, 2))
     if policy == "laplace":
         return -torch.cdist(q, k, p=1) / param
     if policy == "weighted_dot":
@@ -101,32 +108,50 @@ def user_policy_scores(policy, q, k, param, heads):
     return scores.masked_fill(upper, -math.inf)
 
 
+def user_policy_param(policy, h, d):
+    """The learnable of each policy, as bench/user_policies.cpp sets it."""
+    if policy == "relative_bias":
+        return (0.1 * torch.sin(torch.arange(h * 33, dtype=torch.float32))).view(h, 33)
+    if policy == "weighted_dot":
+        return 1.0 + 0.5 * torch.sin(torch.arange(d, dtype=torch.float32))
+    if policy == "bilinear":
+        n = torch.arange(d * d, dtype=torch.float32)
+        return (torch.eye(d).flatten() * 0.125 + torch.sin(n) / 64).view(d, d)
+    return torch.tensor({"cosine_temperature": 0.1, "gaussian": 4.0, "laplace": 8.0}.get(policy, 1.0))
+
+
+USER_SHAPES = [(1, 4, 256, 64), (1, 8, 2048, 64)]  # bench/user_policies.cpp's cases
+USER_POLICIES = ("scaled_dot", "cosine_temperature", "gaussian", "bilinear", "weighted_dot", "laplace",
+                 "relative_bias")
+
+
 def user_policy_rows():
-    b, h, s, d = 1, 4, 256, 64  # bench/user_policies.cpp's case
     rows = []
-    for policy in ("cosine_temperature", "laplace", "weighted_dot", "relative_bias"):
-        for threads in (1, 2):
-            torch.set_num_threads(threads)
-            g = torch.Generator().manual_seed(5)
-            q, k, v, d_out = (torch.rand(b * h, s, d, generator=g) * 2 - 1 for _ in range(4))
-            for t in (q, k, v):
-                t.requires_grad_(True)
-            if policy == "relative_bias":
-                param = (0.1 * torch.sin(torch.arange(h * 33, dtype=torch.float32))).view(h, 33)
-            elif policy == "weighted_dot":
-                param = 1.0 + 0.5 * torch.sin(torch.arange(d, dtype=torch.float32))
-            else:
-                param = torch.tensor(0.1 if policy == "cosine_temperature" else 8.0)
-            param.requires_grad_(True)
-            best = math.inf
-            for rep in range(6):
-                start = time.perf_counter()
-                out = torch.bmm(torch.softmax(user_policy_scores(policy, q, k, param, h), dim=-1), v)
-                out.backward(d_out)
-                best = min(best, time.perf_counter() - start) if rep > 0 else best
-            rows.append({"name": f"user_policy/torch_fwd_bwd/{policy}/{b}/{h}/{s}/{s}/{d}/{threads}",
-                         "run_type": "iteration", "real_time": best * 1e3, "time_unit": "ms", "ms": best * 1e3})
-            print(rows[-1]["name"], f"{best * 1e3:.1f} ms", file=sys.stderr)
+    for (b, h, s, d) in USER_SHAPES:
+        reps = 6 if s <= 256 else 3
+        for policy in USER_POLICIES:
+            for threads in (1, 2):
+                torch.set_num_threads(threads)
+                g = torch.Generator().manual_seed(5)
+                q, k, v, d_out = (torch.rand(b * h, s, d, generator=g) * 2 - 1 for _ in range(4))
+                for t in (q, k, v):
+                    t.requires_grad_(True)
+                param = user_policy_param(policy, h, d)
+                param.requires_grad_(policy != "scaled_dot")
+                fwd = fwd_bwd = math.inf
+                for rep in range(reps + 1):  # the first is a warm-up
+                    start = time.perf_counter()
+                    out = torch.bmm(torch.softmax(user_policy_scores(policy, q, k, param, h), dim=-1), v)
+                    mid = time.perf_counter()
+                    out.backward(d_out)
+                    end = time.perf_counter()
+                    if rep > 0:
+                        fwd, fwd_bwd = min(fwd, mid - start), min(fwd_bwd, end - start)
+                for form, best in (("torch_fwd", fwd), ("torch_fwd_bwd", fwd_bwd)):
+                    rows.append({"name": f"user_policy/{form}/{policy}/{b}/{h}/{s}/{s}/{d}/{threads}",
+                                 "run_type": "iteration", "real_time": best * 1e3, "time_unit": "ms",
+                                 "ms": best * 1e3})
+                    print(rows[-1]["name"], f"{best * 1e3:.2f} ms", file=sys.stderr)
     return rows
 
 

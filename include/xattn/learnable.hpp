@@ -9,6 +9,7 @@
 // g.dscore (policies) and g.dmodify (modifiers) hold the gradients as learned_gradients, one entry
 // per learnable in parameters()'s order, ranges flattened.
 #include "dual.hpp"
+#include "record/recorded.hpp"
 #include "var.hpp"
 #include "var_lanes.hpp"
 
@@ -53,6 +54,7 @@ struct learnable {
   operator var_lanes<U>() const {
     return lane_tape<U>::local().learned_input(this, U(value));
   }
+  operator recorded() const { return recorded::param(this, double(value)); }  // a leaf of the record
 };
 
 template <class X>

@@ -20,3 +20,4 @@
 #include "policy/masks/predicate.hpp"
 #include "policy/masks/window.hpp"
 #include "schedule.hpp"
+#include "select.hpp"

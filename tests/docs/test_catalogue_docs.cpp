@@ -27,7 +27,7 @@ constexpr std::string_view path() {
 }  // namespace
 
 TEST_CASE("policies: the capabilities of each documented policy select its path") {
-  STATIC_REQUIRE(path<dsl::cosine_with_temperature>() == "pair_raw");
+  STATIC_REQUIRE(path<dsl::cosine_with_temperature>() == "recorded");
   STATIC_REQUIRE(path<dsl::vector_sum>() == "dot_features");
   STATIC_REQUIRE(path<dsl::laplace_kernel>() == "pair_features");
   STATIC_REQUIRE(path<dsl::weighted_dot>() == "dot_features");

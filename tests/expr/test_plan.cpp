@@ -34,7 +34,9 @@ TEST_CASE("policy capabilities choose the score path") {
   STATIC_REQUIRE(path_name_v<policy_base<gaussian, decltype(T), decltype(T)>> == "dot_features");
   STATIC_REQUIRE(path_name_v<policy_base<bilinear, decltype(T), decltype(T)>> == "dot_features");
   STATIC_REQUIRE(path_name_v<policy_base<cosine, decltype(T), decltype(T)>> == "dot_features");
-  auto user = [](auto q, auto k) { return q[0] * k[0]; };
-  STATIC_REQUIRE(path_name_v<policy_base<decltype(user), decltype(T), decltype(T)>> == "pair_raw");
+  auto user = [](auto q, auto k) { return q[0] * k[0]; };  // generic: recorded
+  STATIC_REQUIRE(path_name_v<policy_base<decltype(user), decltype(T), decltype(T)>> == "recorded");
+  auto floats = [](std::span<const float> q, std::span<const float> k) { return q[0] * k[0]; };
+  STATIC_REQUIRE(path_name_v<policy_base<decltype(floats), decltype(T), decltype(T)>> == "pair_raw");
   STATIC_REQUIRE(path_name_v<tensor_base<decltype(T)>> == "tensor");
 }

@@ -37,22 +37,36 @@ enum class tile_op : unsigned {
   tensor_gradients,           // dS written into X's gradient
   project_rows,               // rows projected to a policy's features and terms
   project_back,               // gradients at features taken back through the projections
+  pair_program,               // a separated score's per-pair remainder, on lanes of a tile row
+  pair_program_gradients,     // its reverse: the gradients at the product, the rows' scalars, parameters
   count
 };
 
-inline constexpr std::array<std::string_view, std::size_t(tile_op::count)> tile_op_names = {
-    "pack_kt",          "pack_kt_pairs",
-    "pack_strips",      "pack_v_pairs",
-    "qk_tile",          "qk_direct",
-    "qk_tile_pairs",    "qk_direct_pairs",
-    "pv_tile",          "pv_tile_strips",
-    "pv_tile_pairs",    "pv_tile_transposed_strips",
-    "probs_epilogue",   "softmax_grad_epilogue",
-    "probs_row",        "softmax_grad_row",
-    "merge_row",        "pair_scores",
-    "pair_gradients",   "tensor_scores",
-    "tensor_gradients", "project_rows",
-    "project_back"};
+inline constexpr std::array<std::string_view, std::size_t(tile_op::count)> tile_op_names = {"pack_kt",
+                                                                                            "pack_kt_pairs",
+                                                                                            "pack_strips",
+                                                                                            "pack_v_pairs",
+                                                                                            "qk_tile",
+                                                                                            "qk_direct",
+                                                                                            "qk_tile_pairs",
+                                                                                            "qk_direct_pairs",
+                                                                                            "pv_tile",
+                                                                                            "pv_tile_strips",
+                                                                                            "pv_tile_pairs",
+                                                                                            "pv_tile_transposed_strips",
+                                                                                            "probs_epilogue",
+                                                                                            "softmax_grad_epilogue",
+                                                                                            "probs_row",
+                                                                                            "softmax_grad_row",
+                                                                                            "merge_row",
+                                                                                            "pair_scores",
+                                                                                            "pair_gradients",
+                                                                                            "tensor_scores",
+                                                                                            "tensor_gradients",
+                                                                                            "project_rows",
+                                                                                            "project_back",
+                                                                                            "pair_program",
+                                                                                            "pair_program_gradients"};
 
 constexpr std::string_view name_of(tile_op op) noexcept { return tile_op_names[std::size_t(op)]; }
 

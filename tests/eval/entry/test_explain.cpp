@@ -12,12 +12,22 @@ using namespace xattn;
 using Catch::Contains;
 
 namespace {
-struct raw_cosine {  // operator() only: the slow path, which explain must name
+struct raw_cosine {  // operator() only, std::sqrt qualified: not recorded whole, so pair by pair, which explain must
+                     // say
   template <class T>
   T operator()(std::span<const T> q, std::span<const T> k) const {
     T qk = 0, qq = 0, kk = 0;
     for (std::size_t d = 0; d < q.size(); ++d) qk += q[d] * k[d], qq += q[d] * q[d], kk += k[d] * k[d];
     return qq * kk == 0 ? T(0) : qk / std::sqrt(qq * kk);
+  }
+};
+struct recordable_cosine {
+  template <class T>
+  T operator()(std::span<const T> q, std::span<const T> k) const {
+    using std::sqrt;
+    T qk = 0, qq = 0, kk = 0;
+    for (std::size_t d = 0; d < q.size(); ++d) qk += q[d] * k[d], qq += q[d] * q[d], kk += k[d] * k[d];
+    return qq * kk == 0 ? T(0) : qk / sqrt(qq * kk);
   }
 };
 }  // namespace
@@ -46,10 +56,14 @@ TEST_CASE("explain: the score path, the scale and log2 e, the masks, the loop ne
   const xt::xtensor<int, 1> lens = {100};
   const auto filled = explain(softmax(mask(score(raw_cosine{}, Q, K), lengths(lens))) * V);
   INFO(filled);
-  REQUIRE(filled.path == "pair_raw");
+  REQUIRE(filled.path == "recorded");
   REQUIRE(!filled.folds_log2e);  // the -1e6 fill needs natural units
-  REQUIRE_THAT(filled.text, Contains("raw_cosine") && Contains("operator()(q, k) per pair") &&
-                                Contains("lengths_mask (fills -1e+06"));
+  REQUIRE_THAT(filled.text, Contains("raw_cosine") && Contains("not separated (a value left the recorded code") &&
+                                Contains("operator()(q, k) per pair") && Contains("lengths_mask (fills -1e+06"));
+  // written with sqrt unqualified it separates: two norms, one product, the rest per pair
+  const auto separated = explain(softmax(mask(score(recordable_cosine{}, Q, K), lengths(lens))) * V);
+  REQUIRE_THAT(separated.text, Contains("64 features per row by the score microkernel") &&
+                                   Contains("per pair 5 operations on lanes, 1 guards"));
   const auto with_projections = explain(softmax(mask(score(cosine{}, Q, K), lengths(lens))) * V);
   REQUIRE(with_projections.path == "dot_features");  // the same score with projections: the SIMD path
 }

@@ -143,6 +143,8 @@ void describe_plan(std::ostream& os, const Plan& p, const Ops& ops, const Masks&
   if constexpr (Plan::has_values) os << ", " << operand("V", p.v);
   os << "; accumulate in " << element_name<Acc>() << "\n  score path  " << Path::name << ": " << Path::what;
   if constexpr (!Base::tensor_scores) os << " [policy " << type_name<typename Base::policy_type>() << "]";
+  if constexpr (requires { Path::describe(p.base, x.sizes); })
+    os << "\n  separated   " << Path::describe(p.base, x.sizes);
   os << "\n  scale       " << p.scale;
   if (fs.kind == pass_kind::scores)
     os << " (natural units)";

@@ -30,6 +30,7 @@
 #include "dot_rows.hpp"
 #include "pair_features.hpp"
 #include "pair_raw.hpp"
+#include "recorded.hpp"
 #include "tensor_scores.hpp"
 
 #include <type_traits>
@@ -54,6 +55,8 @@ auto select_path() {
       return std::type_identity<dot_features_path<Acc, Base>>{};
     else if constexpr (combines_in<P, float> || combines_in<P, double>)
       return std::type_identity<pair_features_path<Acc, Base>>{};
+    else if constexpr (scores_in<P, recorded>)  // generic: recorded, and separated when it factors
+      return std::type_identity<recorded_path<Acc, Base>>{};
     else
       return std::type_identity<pair_raw_path<Acc, Base>>{};
   }
@@ -66,7 +69,7 @@ template <class Acc, class Base>
 using path_t = typename decltype(detail::select_path<Acc, Base>())::type;
 
 /// Its name: "dot_identity", "dot_bf16", "dot_rotary", "dot_sum" (either with "_bf16"), "dot_features",
-/// "pair_features", "pair_raw" or "tensor".
+/// "pair_features", "recorded", "pair_raw" or "tensor".
 template <class Base, class Acc = float>
 inline constexpr std::string_view path_name_v = path_t<Acc, Base>::name;
 

@@ -38,10 +38,12 @@ class dot_grads {
 
  public:
   /// Rows of n features; blocks of the backward schedule; with_dq: whether gradients() takes dS into
-  /// dQ too (the value side, dP = dO·Vᵀ and dV += Pᵀ·dO, has no dQ: key_gradient only).
-  dot_grads(std::size_t n, const backward_schedule& bs, bool with_dq = true)
+  /// dQ too (the value side, dP = dO·Vᵀ and dV += Pᵀ·dO, has no dQ: key_gradient only); ldq: the
+  /// distance between dQ's rows (0: the features' padded width).
+  dot_grads(std::size_t n, const backward_schedule& bs, bool with_dq = true, std::size_t ldq = 0)
       : n_(n),
         np_(simd::padded<Acc>(n)),
+        ldo_(ldq ? ldq : np_),
         bq_(bs.block_q),
         bk_(bs.block_k),
         with_dq_(with_dq),
@@ -92,11 +94,11 @@ class dot_grads {
     transposed_by_strips(ds, lds, cols, qs_.data(), bq_ * sw, rows_, dk_.data(), np_, np_, keys_range);
   }
 
-  /// dK += dSᵀ·Q and dq += dS·K from the tile's dS (lds apart, cols keys); dq's rows np apart.
+  /// dK += dSᵀ·Q and dq += dS·K from the tile's dS (lds apart, cols keys); dq's rows ldq apart.
   template <class RowRange, class KeyRange>
   void gradients(const Acc* ds, std::size_t lds, std::size_t cols, Acc* dq, RowRange rows_range, KeyRange keys_range) {
     key_gradient(ds, lds, cols, keys_range);
-    kernel::pv_tile_strips(ds, lds, rows_, ks_.data(), bk_ * sw, cols, dq, np_, np_, rows_range);
+    kernel::pv_tile_strips(ds, lds, rows_, ks_.data(), bk_ * sw, cols, dq, ldo_, np_, rows_range);
   }
 
   /// The key block's gradient rows into view dk at rows [j0, j0 + cols) of head (b, hk).
@@ -106,7 +108,7 @@ class dot_grads {
   }
 
  private:
-  std::size_t n_, np_, bq_, bk_;
+  std::size_t n_, np_, ldo_, bq_, bk_;
   bool with_dq_;
   kernel::aligned_vector<Acc> kp_;  // the key block as a panel, for S
   kernel::aligned_vector<Acc> ks_;  // the key block in strips, for dQ

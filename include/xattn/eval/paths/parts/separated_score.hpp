@@ -1,0 +1,446 @@
+#pragma once
+// A recorded score that separates (record/separate.hpp), the recorded path's fast form:
+//   forward:  every key through the key program once (features fk and the key's scalars, on lanes
+//             of rows), the features packed as dot_features packs them; each query block through
+//             the query program; per tile Σ fq·fk by the score microkernels, then the per-pair
+//             program on lanes of a few tile rows at once. Pairs whose guards fail are scored by the
+//             policy itself.
+//   backward: every row through its program once; per tile the product recomputed, the per-pair
+//             program run forward and in reverse (the gradient at the product, at the rows'
+//             scalars, at the learnables), the product's gradients by the microkernels as a dot
+//             path's; pairs whose guards fail on the tape (var.hpp). Finally the row programs in
+//             reverse take the gradients at the features and scalars back to the rows and the
+//             learnables, block by block, summed in a fixed order.
+#include "../../../kernel/aligned.hpp"
+#include "../../../kernel/qk.hpp"
+#include "../../../kernel/rows.hpp"
+#include "../../../policy/gradient.hpp"
+#include "../../../record/separate.hpp"
+#include "../../operands/key_panels.hpp"
+#include "../../operands/program_rows.hpp"
+#include "../../plan/schedule.hpp"
+#include "common.hpp"
+#include "dot_grads.hpp"
+#include "pair_program.hpp"
+
+#include <array>
+#include <memory>
+#include <optional>
+#include <span>
+#include <vector>
+
+namespace xattn {
+
+template <class Acc, class Base>
+struct separated_score {
+  using policy_t = typename Base::policy_type;
+  using S = score_scalar_t<policy_t, Acc>;
+
+  /// A query's gradient row: the features' (padded), its scalars', then its raw row's from the
+  /// pairs whose guards fail (only when there are guards); padded to whole batches.
+  static std::size_t query_scalars_at(const record::separated& s) { return simd::padded<Acc>(s.features); }
+  static std::size_t query_raw_at(const record::separated& s) { return query_scalars_at(s) + s.query_scalars; }
+  static std::size_t query_grad_width(const record::separated& s, const problem& pr) {
+    return simd::padded<Acc>(query_raw_at(s) + (s.expect.empty() ? 0 : pr.q_dim));
+  }
+  static std::size_t key_scalars_at(const record::separated& s) { return s.features; }
+  static std::size_t key_raw_at(const record::separated& s) { return s.features + s.key_scalars; }
+  static std::size_t key_grad_width(const record::separated& s, const problem& pr) {
+    return key_raw_at(s) + (s.expect.empty() ? 0 : pr.k_dim);
+  }
+
+  // ---- forward ----
+
+  struct keys {
+    std::shared_ptr<const record::separation> sep;
+    const record::separation& s;
+    program_rows<Acc> rows;  // the keys' features and scalars
+    key_panels<strips<Acc>> panels;
+
+    keys(std::shared_ptr<const record::separation> from, const Base&, const problem& pr, const forward_schedule& fs)
+        : sep(std::move(from)), s(*sep) {
+      rows = program_rows<Acc>(pr.batch, pr.kv_heads, pr.kv_len, s.parts.features, s.parts.key_scalars);
+      if (fs.keys == key_reads::panels) panels = make_key_panels<strips<Acc>>(pr, s.parts.features, fs.block_k);
+    }
+    void build(const Base& base, const problem& pr) {
+      run_program_rows(s.parts.key, base.k.view, pr.k_dim, rows);
+      if (!panels.empty())
+        pack_key_panels(panels, pr, 1, [&](std::size_t bb, std::size_t h) {
+          return [&f = rows.f, bb, h](std::size_t j) { return f.row(bb, h, j); };
+        });
+    }
+  };
+
+  class tiles {
+   public:
+    tiles(const Base& base, const problem& pr, const keys& k, const forward_schedule& fs)
+        : base_(base), k_(k), pr_(pr), bq_(fs.block_q), reader_(k.panels, pr, k.rows.f.width(), fs) {
+      const record::separated& s = k.s.parts;
+      n_ = s.features;
+      q_.resize(bq_ * std::max<std::size_t>(n_, 1));
+      qs_.resize(bq_ * s.query_scalars);
+      if (!s.expect.empty()) raw_.resize(bq_ * pr.q_dim);
+      pairs_.emplace(s);
+    }
+
+    /// Rows [at, at + rows) of the tile: queries i0.. of head (b, h) through the query program.
+    void load_queries(std::size_t b, std::size_t h, std::size_t i0, std::size_t rows, Acc scale, std::size_t at = 0) {
+      const record::separated& s = k_.s.parts;
+      const auto& qv = base_.q.view;
+      scale_ = scale;
+      if (at == 0) i0_ = i0;
+      kernel::trace::note(kernel::tile_op::project_rows);
+      const std::size_t lanes = row_lanes<Acc>(s.query);
+      for (std::size_t r0 = 0; r0 < rows; r0 += lanes) {
+        const std::size_t count = std::min(lanes, rows - r0);
+        rows_.forward(s.query, count, lanes, [&](std::size_t l, Acc* dst) {
+          kernel::scaled_copy(qv.row(b, h, i0 + r0 + l), qv.inner_stride(), pr_.q_dim, Acc(1), dst, 1);
+        });
+        for (std::size_t l = 0; l < count; ++l) {
+          const std::size_t t = at + r0 + l;
+          for (std::size_t g = 0; g < n_; ++g) q_[t * n_ + g] = rows_.output(s.query, g, l);
+          for (std::size_t c = 0; c < s.query_scalars; ++c) qs_[c * bq_ + t] = rows_.output(s.query, n_ + c, l);
+        }
+      }
+      if (!raw_.empty())
+        for (std::size_t r = 0; r < rows; ++r)
+          kernel::scaled_copy(qv.row(b, h, i0 + r), qv.inner_stride(), pr_.q_dim, Acc(1),
+                              raw_.data() + (at + r) * pr_.q_dim, 1);
+    }
+
+    /// Rows to prefetch with the keys the next scores read in place (kernel::row_prefetch).
+    void prefetch_with_keys(kernel::row_prefetch also) noexcept { also_ = also; }
+
+    void scores(std::size_t b, std::size_t, std::size_t hk, std::size_t i0, std::size_t rows, std::size_t j0,
+                std::size_t cols, std::size_t colsp, Acc* s, std::size_t lds) {
+      const std::size_t r0 = i0 - i0_;  // rows [i0, i0 + rows) of the loaded block
+      const Acc* q = q_.data() + r0 * n_;
+      const auto& f = k_.rows.f;
+      const auto key = [&](std::size_t j) { return f.row(b, hk, j); };
+      if (const Acc* kt = reader_.panel(b, hk, j0, 1, key))
+        kernel::qk_tile(q, n_, rows, kt, n_, colsp, s, lds);
+      else
+        kernel::qk_direct(
+            q, n_, rows, [&](std::size_t c) { return f.row(b, hk, j0 + c); }, cols, n_, s, lds, also_);
+      kbuf_.resize(k_.rows.count * lds);  // the block's key scalars, lds wide
+      for (std::size_t c = 0; c < k_.rows.count; ++c) {
+        const Acc* from = k_.rows.scalar(c, b, hk, j0);
+        std::copy(from, from + cols, kbuf_.data() + c * lds);
+        std::fill(kbuf_.data() + c * lds + cols, kbuf_.data() + (c + 1) * lds, Acc(0));
+      }
+      const auto key_scalar = [&](std::size_t c) { return kbuf_.data() + c * lds; };
+      const auto& kv = base_.k.view;
+      constexpr std::size_t R = pair_program_runner<Acc>::rows_at_once;
+      for (std::size_t g = 0; g < rows; g += R) {
+        const std::size_t n = std::min(R, rows - g);
+        const auto query_scalar = [&](std::size_t c, std::size_t r) { return qs_[c * bq_ + r0 + g + r]; };
+        pairs_->run(s + g * lds, n, lds, query_scalar, key_scalar);
+        const Acc* out = pairs_->score();
+        for (std::size_t r = 0; r < n; ++r) {
+          Acc* row = s + (g + r) * lds;
+          const Acc* o = out + r * lds;
+          for (std::size_t c = 0; c < colsp; c += simd::width<Acc>)
+            simd::store(row + c, simd::load(o + c) * simd::batch<Acc>(scale_));
+          if (pairs_->guarded() && pairs_->any_fails(r * lds, colsp))
+            for (std::size_t c = 0; c < cols; ++c)
+              if (!pairs_->holds(r * lds + c))
+                row[c] =
+                    scale_ * policy_score<Acc, S>(base_.policy, raw_.data() + (r0 + g + r) * pr_.q_dim, 1, pr_.q_dim,
+                                                  kv.row(b, hk, j0 + c), kv.inner_stride(), pr_.k_dim, buf_);
+        }
+      }
+    }
+
+   private:
+    const Base& base_;
+    const keys& k_;
+    const problem& pr_;
+    std::size_t bq_, n_ = 0, i0_ = 0;
+    Acc scale_ = 1;
+    kernel::row_prefetch also_;
+    std::optional<pair_program_runner<Acc>> pairs_;
+    row_runner<Acc> rows_;
+    kernel::aligned_vector<Acc> q_;     // the block's features, n apart
+    std::vector<Acc> qs_, raw_;         // its scalars (scalar c of row t at c · bq + t), its raw rows
+    kernel::aligned_vector<Acc> kbuf_;  // a key block's scalars
+    std::vector<S> buf_;
+    key_reader<strips<Acc>> reader_;
+  };
+
+  // ---- backward ----
+
+  struct grads {
+    using P = policy_t;
+    std::shared_ptr<const record::separation> sep;
+    const record::separation& s;
+    gradient_targets<Acc> to;
+    program_rows<Acc> q, k;            // the rows' features and scalars
+    row_features<Acc> dq, dk;          // the gradients at them (query_grad_width, key_grad_width)
+    parameter_slots slots;             // the learnables differentiated (automatic_slots)
+    std::vector<std::size_t> slot_of;  // the slot of each of the record's parameters (npos: none)
+    std::vector<Acc> param_parts;      // (tasks, slots): the per-pair parameters' gradients per task
+
+    grads(std::shared_ptr<const record::separation> from, const Base& base, const problem& pr,
+          const backward_schedule& bs, const gradient_targets<Acc>& t)
+        : sep(std::move(from)), s(*sep), to(t), slots(automatic_slots(base.policy)) {
+      const record::separated& p = s.parts;
+      q = program_rows<Acc>(pr.batch, pr.q_heads, pr.q_len, p.features, p.query_scalars);
+      k = program_rows<Acc>(pr.batch, pr.kv_heads, pr.kv_len, p.features, p.key_scalars);
+      dq = row_features<Acc>(pr.batch, pr.q_heads, pr.q_len, query_grad_width(p, pr));
+      dk = row_features<Acc>(pr.batch, pr.kv_heads, pr.kv_len, key_grad_width(p, pr));
+      for (const void* a : p.params) slot_of.push_back(slots.find(a));
+      param_parts.assign(bs.tasks * slots.size(), Acc(0));
+    }
+
+    void build(const Base& base, const problem& pr) {
+      run_program_rows(s.parts.query, base.q.view, pr.q_dim, q);
+      run_program_rows(s.parts.key, base.k.view, pr.k_dim, k);
+    }
+    strided_view<Acc> query_grads() { return dq.view(); }
+    void reduce_row(std::size_t, std::size_t, std::size_t, std::size_t) {}
+    Acc* task_parameters(std::size_t id) { return param_parts.data() + id * slots.size(); }
+
+    /// After the tasks: the parameters' gradients into g, then dQ and dK through the row programs
+    /// in reverse, block by block (each block's parameter gradients summed in block order).
+    template <class G>
+    void finish(const Base& base, const problem& pr, const backward_schedule& bs, G& g) {
+      std::vector<double> dp(slots.size(), 0.0);
+      for (std::size_t t = 0; t < bs.tasks; ++t)
+        for (std::size_t n = 0; n < slots.size(); ++n) dp[n] += double(param_parts[t * slots.size() + n]);
+      kernel::trace::note(kernel::tile_op::project_back);
+      back(s.parts.query, base.q.view, to.dq, dq, pr.q_dim, query_scalars_at(s.parts), query_raw_at(s.parts),
+           bs.threads, dp);
+      back(s.parts.key, base.k.view, to.dk, dk, pr.k_dim, key_scalars_at(s.parts), key_raw_at(s.parts), bs.threads, dp);
+      if constexpr (learns_automatically<P>())
+        for (std::size_t n = 0; n < dp.size(); ++n) g.d[n] += dp[n];
+    }
+
+   private:
+    /// Rows of x (d elements) get their gradients from df's rows (features, then the scalars from
+    /// scalars_at, then the raw row's from raw_at when there are guards) through p in reverse.
+    template <class View>
+    void back(const record::program& p, const View& x, const strided_view<Acc>& dx, const row_features<Acc>& df,
+              std::size_t d, std::size_t scalars_at, std::size_t raw_at, int threads, std::vector<double>& dp) {
+      if (!dx.data) return;
+      const auto& sh = df.term_at.shape;
+      const std::size_t rows = sh[0] * sh[1] * sh[2], lanes = row_lanes<Acc>(p), n = s.parts.features;
+      const std::size_t blocks = (rows + lanes - 1) / lanes;
+      const bool raw = !s.parts.expect.empty();
+      std::vector<double> parts(blocks * s.parts.params.size(), 0.0);
+#pragma omp parallel num_threads(threads) if (threads > 1)
+      {
+        row_runner<Acc> run;
+        std::vector<const Acc*> from(lanes);
+        std::vector<Acc*> to(lanes);
+#pragma omp for schedule(static)
+        for (std::size_t blk = 0; blk < blocks; ++blk) {
+          const std::size_t r0 = blk * lanes, count = std::min(lanes, rows - r0);
+          for (std::size_t l = 0; l < count; ++l) {
+            const std::size_t r = r0 + l, b = r / sh[2] / sh[1], h = r / sh[2] % sh[1], j = r % sh[2];
+            from[l] = df.row(b, h, j);
+            to[l] = dx.row(b, h, j);
+          }
+          run.forward(p, count, lanes, [&](std::size_t l, Acc* dst) {
+            const std::size_t r = r0 + l;
+            kernel::scaled_copy(x.row(r / sh[2] / sh[1], r / sh[2] % sh[1], r % sh[2]), x.inner_stride(), d, Acc(1),
+                                dst, 1);
+          });
+          for (std::size_t o = 0; o < p.outputs.size(); ++o) {
+            Acc* seed = run.seeds(p, o);
+            const std::size_t at = o < n ? o : scalars_at + (o - n);
+            for (std::size_t l = 0; l < count; ++l) seed[l] = from[l][at];
+            std::fill(seed + count, seed + lanes, Acc(0));
+          }
+          // every element written (a feature the code never reads has gradient 0), then the program's added
+          const std::ptrdiff_t stride = dx.inner_stride();
+          for (std::size_t l = 0; l < count; ++l)
+            for (std::size_t e = 0; e < d; ++e) to[l][std::ptrdiff_t(e) * stride] = raw ? from[l][raw_at + e] : Acc(0);
+          const auto store = [&](std::size_t slot, const Acc* grad) {
+            for (std::size_t l = 0; l < count; ++l) to[l][std::ptrdiff_t(slot) * stride] += grad[l];
+          };
+          run.reverse(p, count, store,
+                      std::span<double>(parts.data() + blk * s.parts.params.size(), s.parts.params.size()));
+        }
+      }
+      for (std::size_t blk = 0; blk < blocks; ++blk)
+        for (std::size_t i = 0; i < s.parts.params.size(); ++i)
+          if (slot_of[i] != parameter_slots::npos) dp[slot_of[i]] += parts[blk * s.parts.params.size() + i];
+    }
+  };
+
+  class grad_tiles {
+   public:
+    grad_tiles(const Base& base, const problem& pr, grads& g, const backward_schedule& bs, Acc scale)
+        : base_(base), pr_(pr), g_(g), scale_(scale), bq_(bs.block_q), lds_(simd::padded<Acc>(bs.block_k)) {
+      const record::separated& s = g.s.parts;
+      products_.emplace(s.features, bs, true, g.dq.width());
+      pairs_.emplace(s);
+      dot_.resize(bq_ * lds_);
+      gt_.resize(bq_ * lds_);
+      dks_.resize(s.key_scalars * lds_);
+      dkey_.resize(s.key_scalars * lds_);
+      dparams_.resize(g.slots.size());
+      if (!s.expect.empty()) {
+        qraw_.resize(bq_ * pr.q_dim);
+        kraw_.resize(bs.block_k * pr.k_dim);
+        dkraw_.resize(bs.block_k * pr.k_dim);
+        failed_.resize(bq_ * lds_);
+      }
+    }
+
+    void begin_task() { std::fill(dparams_.begin(), dparams_.end(), Acc(0)); }
+    void load_keys(std::size_t b, std::size_t hk, std::size_t j0, std::size_t cols) {
+      products_->load_keys(g_.k.f.view(), b, hk, j0, cols);
+      b_ = b, hk_ = hk, j0_ = j0;
+      std::fill(dks_.begin(), dks_.end(), Acc(0));
+      for (std::size_t c = 0; c < g_.k.count; ++c) {  // the block's scalars, lds_ wide
+        const Acc* from = g_.k.scalar(c, b, hk, j0);
+        std::copy(from, from + cols, dkey_.data() + c * lds_);
+        std::fill(dkey_.data() + c * lds_ + cols, dkey_.data() + (c + 1) * lds_, Acc(0));
+      }
+      std::fill(dkraw_.begin(), dkraw_.end(), Acc(0));
+      const auto& kv = base_.k.view;
+      if (!kraw_.empty())
+        for (std::size_t c = 0; c < cols; ++c)
+          kernel::scaled_copy(kv.row(b, hk, j0 + c), kv.inner_stride(), pr_.k_dim, Acc(1), kraw_.data() + c * pr_.k_dim,
+                              1);
+    }
+    void load_queries(std::size_t b, std::size_t h, std::size_t i0, std::size_t rows, std::size_t) {
+      products_->load_queries(g_.q.f.view(), b, h, i0, rows);
+      h_ = h, i0_ = i0, rows_ = rows;
+      const auto& qv = base_.q.view;
+      if (!qraw_.empty())
+        for (std::size_t r = 0; r < rows; ++r)
+          kernel::scaled_copy(qv.row(b, h, i0 + r), qv.inner_stride(), pr_.q_dim, Acc(1), qraw_.data() + r * pr_.q_dim,
+                              1);
+    }
+
+    /// scale · score of the tile's rows; the product kept for the gradients.
+    template <class Range>
+    void scores(std::size_t cols, std::size_t colsp, Acc* s, std::size_t lds, Range range) {
+      products_->scores(cols, colsp, s, lds, range);
+      for (std::size_t r = 0; r < rows_; ++r) std::copy(s + r * lds, s + r * lds + colsp, dot_.data() + r * lds_);
+      constexpr std::size_t R = pair_program_runner<Acc>::rows_at_once;
+      for (std::size_t g = 0; g < rows_; g += R) {
+        const std::size_t n = std::min(R, rows_ - g);
+        run_rows(g, n);
+        const Acc* out = pairs_->score();
+        for (std::size_t r = 0; r < n; ++r) {
+          Acc* row = s + (g + r) * lds;
+          const Acc* o = out + r * lds_;
+          for (std::size_t c = 0; c < colsp; c += simd::width<Acc>)
+            simd::store(row + c, simd::load(o + c) * simd::batch<Acc>(scale_));
+          if (!pairs_->guarded()) continue;
+          char* failed = failed_.data() + (g + r) * lds_;
+          std::fill(failed, failed + cols, char(0));
+          if (pairs_->any_fails(r * lds_, colsp))
+            for (std::size_t c = 0; c < cols; ++c)
+              if ((failed[c] = !pairs_->holds(r * lds_ + c)))
+                row[c] = scale_ * policy_score<Acc, S>(base_.policy, qraw_.data() + (g + r) * pr_.q_dim, 1, pr_.q_dim,
+                                                       kraw_.data() + c * pr_.k_dim, 1, pr_.k_dim, buf_);
+        }
+      }
+    }
+
+    template <class RowRange, class KeyRange>
+    void gradients(const Acc* ds, std::size_t lds, std::size_t cols, std::size_t colsp, Acc* dq, RowRange rows,
+                   KeyRange keys) {
+      const record::separated& s = g_.s.parts;
+      const std::size_t ldq = g_.dq.width(), qs_at = query_scalars_at(s);
+      constexpr std::size_t R = pair_program_runner<Acc>::rows_at_once, w = simd::width<Acc>;
+      using B = simd::batch<Acc>;
+      seed_.resize(R * lds_);
+      for (std::size_t g = 0; g < rows_; g += R) {
+        const std::size_t n = std::min(R, rows_ - g);
+        for (std::size_t r = 0; r < n; ++r) {
+          Acc* seed = seed_.data() + r * lds_;
+          std::copy(ds + (g + r) * lds, ds + (g + r) * lds + colsp, seed);
+          std::fill(seed + colsp, seed + lds_, Acc(0));
+          if (pairs_->guarded())
+            for (std::size_t c = 0; c < cols; ++c)
+              if (failed_[(g + r) * lds_ + c]) seed[c] = 0;  // on the tape below
+        }
+        run_rows(g, n);
+        pairs_->reverse(seed_.data());
+        const auto& m = pairs_->values();
+        for (std::uint32_t i = 0; i < s.pair.size(); ++i) {
+          const record::node& x = s.pair.code[i];
+          const bool input = x.o == record::op::input;
+          if (!input && !(x.o == record::op::param && g_.slot_of[x.a] != parameter_slots::npos)) continue;
+          const Acc* a = m.adjoint(i);
+          if (input && x.a == 0) {  // the product's
+            std::copy(a, a + n * lds_, gt_.data() + g * lds_);
+          } else if (input && x.a <= s.query_scalars) {
+            for (std::size_t r = 0; r < n; ++r) dq[(g + r) * ldq + qs_at + x.a - 1] += row_sum(a + r * lds_, colsp);
+          } else if (input) {
+            Acc* to = dks_.data() + (x.a - 1 - s.query_scalars) * lds_;
+            for (std::size_t c = 0; c < colsp; c += w) {
+              B sum = simd::load(to + c);
+              for (std::size_t r = 0; r < n; ++r) sum += B::load_unaligned(a + r * lds_ + c);
+              simd::store(to + c, sum);
+            }
+          } else {
+            Acc sum = 0;
+            for (std::size_t r = 0; r < n; ++r) sum += row_sum(a + r * lds_, colsp);
+            dparams_[g_.slot_of[x.a]] += sum;
+          }
+        }
+        if (pairs_->guarded())
+          for (std::size_t r = g; r < g + n; ++r) tape_failed(r, ds + r * lds, cols, dq + r * ldq);
+      }
+      products_->gradients(gt_.data(), lds_, cols, dq, rows, keys);
+    }
+
+    void store_keys(std::size_t b, std::size_t hk, std::size_t j0, std::size_t cols) {
+      const record::separated& s = g_.s.parts;
+      products_->store_keys(g_.dk.view(), b, hk, j0, cols);
+      for (std::size_t c = 0; c < cols; ++c) {
+        Acc* row = g_.dk.row(b, hk, j0 + c);
+        for (std::size_t e = 0; e < s.key_scalars; ++e) row[key_scalars_at(s) + e] = dks_[e * lds_ + c];
+        if (!dkraw_.empty())
+          for (std::size_t e = 0; e < pr_.k_dim; ++e) row[key_raw_at(s) + e] = dkraw_[c * pr_.k_dim + e];
+      }
+    }
+    void end_task(std::size_t id) { std::copy(dparams_.begin(), dparams_.end(), g_.task_parameters(id)); }
+
+   private:
+    /// The per-pair program on tile rows [g, g + n) (the products kept by scores()).
+    void run_rows(std::size_t g, std::size_t n) {
+      const auto query_scalar = [&](std::size_t c, std::size_t r) { return *g_.q.scalar(c, b_, h_, i0_ + g + r); };
+      const auto key_scalar = [&](std::size_t c) { return dkey_.data() + c * lds_; };
+      pairs_->run(dot_.data() + g * lds_, n, lds_, query_scalar, key_scalar);
+    }
+    static Acc row_sum(const Acc* a, std::size_t n) {
+      simd::batch<Acc> s(Acc(0));
+      for (std::size_t c = 0; c < n; c += simd::width<Acc>) s += simd::load(a + c);
+      return simd::hsum(s);
+    }
+    /// Tile row r's pairs whose guards fail, back through the policy on the tape.
+    void tape_failed(std::size_t r, const Acc* d, std::size_t cols, Acc* dq_row) {
+      const std::size_t raw_at = query_raw_at(g_.s.parts);
+      for (std::size_t c = 0; c < cols; ++c)
+        if (failed_[r * lds_ + c] && d[c] != Acc(0)) {
+          tmp_.assign(pr_.q_dim, Acc(0));
+          pair_backward(base_.policy, std::span<const Acc>(qraw_.data() + r * pr_.q_dim, pr_.q_dim),
+                        std::span<const Acc>(kraw_.data() + c * pr_.k_dim, pr_.k_dim), d[c], std::span<Acc>(tmp_),
+                        std::span<Acc>(dkraw_.data() + c * pr_.k_dim, pr_.k_dim), g_.slots, std::span<Acc>(dparams_));
+          for (std::size_t e = 0; e < pr_.q_dim; ++e) dq_row[raw_at + e] += tmp_[e];
+        }
+    }
+
+    const Base& base_;
+    const problem& pr_;
+    grads& g_;
+    Acc scale_;
+    std::size_t bq_, lds_, b_ = 0, hk_ = 0, j0_ = 0, h_ = 0, i0_ = 0, rows_ = 0;
+    std::optional<dot_grads<Acc>> products_;
+    std::optional<pair_program_runner<Acc>> pairs_;
+    kernel::aligned_vector<Acc> dot_, gt_;           // the tile's products, and the gradient at them
+    kernel::aligned_vector<Acc> dks_, dkey_, seed_;  // the key scalars' gradient and values, lds_ wide
+    std::vector<Acc> dparams_, qraw_, kraw_, dkraw_, tmp_;
+    std::vector<char> failed_;  // pairs whose guards fail, scored by the policy
+    std::vector<S> buf_;
+  };
+};
+
+}  // namespace xattn

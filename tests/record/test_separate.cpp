@@ -1,0 +1,269 @@
+// The recording of user code, its separation into per-row and per-pair programs, and the lane
+// machine that runs them: every separated score against the policy itself, evaluated pair by pair
+// in double; the machine's reverse pass against the tape's (var.hpp) derivatives.
+#include "catalogue/cosine_temperature.hpp"
+#include "catalogue/plain_scores.hpp"
+
+#include <catch2/catch.hpp>
+#include <xattn/learnable.hpp>
+#include <xattn/record/machine.hpp>
+#include <xattn/record/separate.hpp>
+#include <xattn/select.hpp>
+#include <xattn/var.hpp>
+
+#include <cmath>
+#include <random>
+#include <span>
+#include <vector>
+
+using namespace xattn;
+using record::machine;
+
+namespace {
+
+std::vector<double> random_row(std::mt19937& g, std::size_t n) {
+  std::normal_distribution<double> d;
+  std::vector<double> x(n);
+  for (double& v : x) v = d(g);
+  return x;
+}
+
+/// The separated score of one pair, evaluated by the machine in double; guards_hold: whether the
+/// pair's guard conditions went the recorded way.
+struct separated_score {
+  double score;
+  bool guards_hold;
+};
+separated_score run_separated(const record::separated& s, const std::vector<double>& q, const std::vector<double>& k) {
+  constexpr std::size_t w = simd::width<double>;
+  machine<double> m;
+  const auto outputs = [&](const record::program& p, const std::vector<double>& x) {
+    std::vector<machine<double>::input> in(p.inputs);
+    for (std::size_t i = 0; i < p.inputs; ++i) in[i] = {&x[i], true};
+    m.run(p, w, in.data());
+    std::vector<double> out;
+    for (std::uint32_t o : p.outputs) out.push_back(m.value(o)[0]);
+    return out;
+  };
+  const std::vector<double> fq = outputs(s.query, q), fk = outputs(s.key, k);
+  REQUIRE(fq.size() == s.features + s.query_scalars);
+  REQUIRE(fk.size() == s.features + s.key_scalars);
+  std::vector<double> in{0.0};
+  for (std::size_t g = 0; g < s.features; ++g) in[0] += fq[g] * fk[g];
+  in.insert(in.end(), fq.begin() + std::ptrdiff_t(s.features), fq.end());
+  in.insert(in.end(), fk.begin() + std::ptrdiff_t(s.features), fk.end());
+  const std::vector<double> out = outputs(s.pair, in);
+  bool hold = true;
+  for (std::size_t g = 0; g < s.expect.size(); ++g) hold = hold && (out[1 + g] != 0) == bool(s.expect[g]);
+  return {out[0], hold};
+}
+
+template <class P>
+record::separation separated_of(const P& p, std::size_t dq, std::size_t dk, std::size_t budget = 48) {
+  return record::separate(record::record_score(p, dq, dk), budget);
+}
+
+/// The separated score of p against p itself on random pairs.
+template <class P>
+void check_pairs(const P& p, const record::separated& s, std::size_t dq, std::size_t dk, double tol = 1e-12) {
+  std::mt19937 g(7);
+  for (int t = 0; t < 20; ++t) {
+    const auto q = random_row(g, dq), k = random_row(g, dk);
+    const double want = p(std::span<const double>(q), std::span<const double>(k));
+    const separated_score got = run_separated(s, q, k);
+    CHECK(got.guards_hold);
+    CHECK(std::abs(got.score - want) <= tol * (1 + std::abs(want)));
+  }
+}
+
+/// q·k + Σ|q_d - k_d|: a product and a per-feature remainder.
+struct dot_plus_l1 {
+  template <class T>
+  T operator()(std::span<const T> q, std::span<const T> k) const {
+    using std::abs;
+    T s = 0;
+    for (std::size_t d = 0; d < q.size(); ++d) s += q[d] * k[d] + abs(q[d] - k[d]);
+    return s;
+  }
+};
+
+/// (Σ q_d k_d) · (Σ q_d k_{d+1}): two different products.
+struct two_products {
+  template <class T>
+  T operator()(std::span<const T> q, std::span<const T> k) const {
+    T a = 0, b = 0;
+    for (std::size_t d = 0; d < q.size(); ++d) {
+      a += q[d] * k[d];
+      b += q[d] * k[(d + 1) % k.size()];
+    }
+    return a * b;
+  }
+};
+
+/// The square of a dot product with a key-only bias: one product consumed twice.
+struct squared_dot {
+  template <class T>
+  T operator()(std::span<const T> q, std::span<const T> k) const {
+    T s = 0, kk = 0;
+    for (std::size_t d = 0; d < q.size(); ++d) s += q[d] * k[d], kk += k[d];
+    return s * s + tanh(kk);
+  }
+};
+
+/// Cosine with its zero case as data (no guard).
+struct cosine_select {
+  template <class T>
+  T operator()(std::span<const T> q, std::span<const T> k) const {
+    using std::sqrt;
+    T qk = 0, qq = 0, kk = 0;
+    for (std::size_t d = 0; d < q.size(); ++d) qk += q[d] * k[d], qq += q[d] * q[d], kk += k[d] * k[d];
+    const T norm = sqrt(qq * kk);
+    return select(norm == T(0), T(0), qk / select(norm == T(0), T(1), norm));
+  }
+};
+
+/// Every operation of the machine, for its reverse pass.
+struct every_op {
+  xattn::learnable<> c = 0.7;
+  template <class T>
+  T operator()(std::span<const T> q, std::span<const T> k) const {
+    using std::abs, std::exp, std::log, std::max, std::min, std::pow, std::sqrt, std::tanh;
+    const T a = q[0] * k[0] - q[1] / (T(2) + k[1] * k[1]);
+    const T b = exp(-abs(q[2] - k[2])) + log(T(1) + q[1] * q[1]) + tanh(k[0] * T(c));
+    const T e = max(q[0], k[1]) - min(q[2], k[0]) + pow(T(1.5) + sqrt(k[2] * k[2] + T(1)), 3.0);
+    return select(a > b, a * b, -e) + e * T(c);
+  }
+  auto parameters() const { return std::tie(c); }
+};
+
+}  // namespace
+
+TEST_CASE("cosine as written separates into two norms, one product and five operations per pair", "[record]") {
+  const dsl::cosine_with_temperature p{0.25};
+  const auto s = separated_of(p, 16, 16);
+  REQUIRE(s.ok);
+  CHECK(s.parts.features == 16);
+  CHECK(s.parts.query_scalars == 1);      // |q|²
+  CHECK(s.parts.key_scalars == 1);        // |k|²
+  CHECK(s.parts.pair.operations() == 5);  // qq·kk, sqrt, == 0 (the guard), norm·τ, qk / that
+  CHECK(s.parts.expect.size() == 1);
+  check_pairs(p, s.parts, 16, 16);
+  // a zero query row takes the other branch: its guard says so
+  const std::vector<double> zero(16, 0.0), k(16, 0.5);
+  CHECK_FALSE(run_separated(s.parts, zero, k).guards_hold);
+}
+
+TEST_CASE("select records both sides: no guard", "[record]") {
+  const auto s = separated_of(cosine_select{}, 8, 8);
+  REQUIRE(s.ok);
+  CHECK(s.parts.expect.empty());
+  check_pairs(cosine_select{}, s.parts, 8, 8);
+  const std::vector<double> zero(8, 0.0), k(8, 0.5);
+  const auto got = run_separated(s.parts, zero, k);
+  CHECK(got.guards_hold);
+  CHECK(got.score == 0);
+}
+
+TEST_CASE("the Gaussian kernel expands to norms and one product", "[record]") {
+  const dsl::gaussian_score p{0.8};
+  const auto s = separated_of(p, 12, 12);
+  REQUIRE(s.ok);
+  CHECK(s.parts.features == 12);
+  CHECK(s.parts.query_scalars == 1);  // α = Σ q²
+  CHECK(s.parts.key_scalars == 1);    // β = Σ k²
+  check_pairs(p, s.parts, 12, 12, 1e-10);
+}
+
+TEST_CASE("a bilinear form of different sizes groups by the smaller side", "[record]") {
+  dsl::bilinear_score p;
+  p.cols = 5;
+  for (int n = 0; n < 15; ++n) p.w.push_back(std::sin(1.0 + n));
+  const auto s = separated_of(p, 3, 5);
+  REQUIRE(s.ok);
+  CHECK(s.parts.features == 3);
+  CHECK_FALSE(s.parts.by_key);
+  check_pairs(p, s.parts, 3, 5);
+  const auto t = separated_of(p, 5, 3);  // W read as (5, 3) now: the keys' side is smaller
+  dsl::bilinear_score p2 = p;
+  p2.cols = 3;
+  const auto t2 = separated_of(p2, 5, 3);
+  REQUIRE(t2.ok);
+  CHECK(t2.parts.features == 3);
+  CHECK(t2.parts.by_key);
+  check_pairs(p2, t2.parts, 5, 3);
+}
+
+TEST_CASE("weighted dot: the weights go to the query side", "[record]") {
+  dsl::weighted_dot_score p;
+  for (int d = 0; d < 10; ++d) p.w.push_back(1 + 0.3 * d);
+  const auto s = separated_of(p, 10, 10);
+  REQUIRE(s.ok);
+  CHECK(s.parts.features == 10);
+  CHECK(s.parts.query_scalars == 0);
+  CHECK(s.parts.key_scalars == 0);
+  check_pairs(p, s.parts, 10, 10);
+}
+
+TEST_CASE("what does not factor is reported, what partly factors keeps a per-pair remainder", "[record]") {
+  const auto l1 = separated_of(dsl::laplace_score{2.0}, 64, 64);
+  CHECK_FALSE(l1.ok);
+  CHECK_THAT(l1.reason, Catch::Contains("no product"));
+  const auto two = separated_of(two_products{}, 8, 8);
+  CHECK_FALSE(two.ok);
+  CHECK_THAT(two.reason, Catch::Contains("2 separate products"));
+  const auto part = separated_of(dot_plus_l1{}, 4, 4);
+  REQUIRE(part.ok);
+  CHECK(part.parts.features == 4);
+  check_pairs(dot_plus_l1{}, part.parts, 4, 4);
+  const auto long_remainder = separated_of(dot_plus_l1{}, 64, 64);
+  CHECK_FALSE(long_remainder.ok);
+  CHECK_THAT(long_remainder.reason, Catch::Contains("per-pair remainder"));
+  const auto sq = separated_of(squared_dot{}, 6, 6);
+  REQUIRE(sq.ok);
+  CHECK(sq.parts.features == 6);
+  CHECK(sq.parts.key_scalars == 1);
+  check_pairs(squared_dot{}, sq.parts, 6, 6);
+}
+
+TEST_CASE("the machine's reverse pass gives the tape's derivatives", "[record]") {
+  const every_op p;
+  const auto r = record::record_score(p, 3, 3);
+  std::mt19937 g(3);
+  constexpr std::size_t w = simd::width<double>, lanes = 2 * w;
+  // lanes of different pairs: input slot s of lane l
+  std::vector<std::vector<double>> rows(lanes);
+  for (auto& x : rows) x = random_row(g, 6);
+  std::vector<std::vector<double>> slot(6, std::vector<double>(lanes));
+  for (std::size_t l = 0; l < lanes; ++l)
+    for (std::size_t s = 0; s < 6; ++s) slot[s][l] = rows[l][s];
+  std::vector<machine<double>::input> in;
+  for (auto& x : slot) in.push_back({x.data(), false});
+  machine<double> m;
+  m.run(r.code, lanes, in.data());
+  std::vector<double> seed(lanes);
+  for (std::size_t l = 0; l < lanes; ++l) seed[l] = 0.5 + double(l);
+  const std::pair<std::uint32_t, const double*> seeds[] = {{r.score, seed.data()}};
+  m.reverse(r.code, seeds);
+  const parameter_slots slots(p);
+  for (std::size_t l = 0; l < lanes; ++l) {
+    tape<double>& t = tape<double>::local();
+    t.clear();
+    std::vector<var<double>> x;
+    for (double v : rows[l]) x.push_back(t.input(v));
+    const var<double> out = p(std::span<const var<double>>(x.data(), 3), std::span<const var<double>>(x.data() + 3, 3));
+    CHECK(std::abs(m.value(r.score)[l] - out.v) <= 1e-12 * (1 + std::abs(out.v)));
+    t.sweep(out, seed[l]);
+    for (std::size_t s = 0; s < 6; ++s) {
+      std::uint32_t node = 0;
+      for (std::uint32_t i = 0; i < r.code.size(); ++i)
+        if (r.code.code[i].o == record::op::input && r.code.code[i].a == s) node = i;
+      CHECK(std::abs(m.adjoint(node)[l] - t.adjoint(x[s])) <= 1e-10 * (1 + std::abs(t.adjoint(x[s]))));
+    }
+    double dc_tape = 0;
+    for (const auto& leaf : t.learned()) dc_tape += t.adjoint(leaf.id);
+    double dc = 0;
+    for (std::uint32_t i = 0; i < r.code.size(); ++i)
+      if (r.code.code[i].o == record::op::param) dc += m.adjoint(i)[l];
+    CHECK(std::abs(dc - dc_tape) <= 1e-10 * (1 + std::abs(dc_tape)));
+  }
+}
