@@ -4,11 +4,13 @@
 //   auto parameters() const { return std::tie(tau, table); }   // learnables, or contiguous ranges of them
 // and uses them as T(tau) inside its generic code. grad() then differentiates them too, with no
 // derivative written: T(tau) on the backward's reverse-mode scalars (var.hpp, var_lanes.hpp) is an
-// input of their tape, on a dual number (dual.hpp) the seeded direction when the reference oracle
-// asks for it.
+// input of their tape, on the recording scalar (record/recorded.hpp) a leaf of the record, on
+// param_dual a derivative of its own, on a dual number (dual.hpp) the seeded direction when the
+// reference oracle asks for it.
 // g.dscore (policies) and g.dmodify (modifiers) hold the gradients as learned_gradients, one entry
 // per learnable in parameters()'s order, ranges flattened.
 #include "dual.hpp"
+#include "param_dual.hpp"
 #include "record/recorded.hpp"
 #include "var.hpp"
 #include "var_lanes.hpp"
@@ -53,6 +55,10 @@ struct learnable {
   template <class U>
   operator var_lanes<U>() const {
     return lane_tape<U>::local().learned_input(this, U(value));
+  }
+  template <class U>
+  operator param_dual<U>() const {
+    return param_dual<U>::learnable(this, U(value));
   }
   operator recorded() const { return recorded::param(this, double(value)); }  // a leaf of the record
 };

@@ -4,6 +4,7 @@
 // learnable's conversions and parameter_slots' bookkeeping.
 #include <xattn/dual.hpp>
 #include <xattn/learnable.hpp>
+#include <xattn/param_dual.hpp>
 #include <xattn/var.hpp>
 #include <xattn/var_lanes.hpp>
 
@@ -226,4 +227,41 @@ TEST_CASE("parameter_slots: parameters() order, ranges flattened, any other addr
   const learned_gradients g = s.zeros();
   CHECK(g.size() == 6);
   CHECK_THROWS(g[6]);
+}
+
+TEST_CASE("param_dual: the derivative along s and those at the learnables it met are var's") {
+  // g(s; a, b, c) with learnables a, b, c read in every operation the type has
+  const learnable<> a = 0.7, b = -1.3, c = 0.4;
+  const auto g = [&](auto s) {
+    using std::abs, std::exp, std::log, std::max, std::min, std::pow, std::sqrt, std::tanh;
+    using T = decltype(s);
+    T r = s * T(a) + tanh(s - T(b)) / sqrt(s * s + T(1)) + exp(-abs(s)) * log(T(2) + T(c) * T(c));
+    return r + pow(abs(T(a)) + T(1), 1.5) + max(s, T(b)) * min(s, T(c)) - s / (T(c) - T(3));
+  };
+  for (const double s0 : {-1.1, 0.3, 2.5}) {
+    const param_dual<double> y = g(param_dual<double>{s0, 1.0});
+    tape<double>& t = tape<double>::local();
+    t.clear();
+    const var<double> x = t.input(s0);
+    const var<double> out = g(x);
+    t.sweep(out, 1.0);
+    CHECK(y.v == Approx(out.v).epsilon(1e-15));
+    CHECK(y.d == Approx(t.adjoint(x)).epsilon(1e-13));
+    REQUIRE_FALSE(y.overflowed());
+    CHECK(y.n == 3);
+    for (const learnable<>* l : {&a, &b, &c}) {
+      double want = 0, got = 0;
+      for (const auto& leaf : t.learned())
+        if (leaf.address == l) want += t.adjoint(leaf.id);
+      for (std::size_t e = 0; e < y.n; ++e)
+        if (y.at[e] == l) got += y.p[e];
+      CHECK(got == Approx(want).epsilon(1e-13));
+    }
+  }
+  // more learnables than it holds: it says so
+  const std::array<learnable<>, 5> w{1, 2, 3, 4, 5};
+  param_dual<double> sum(0.0);
+  for (const auto& x : w) sum += param_dual<double>(x);
+  CHECK(sum.v == 15);
+  CHECK(sum.overflowed());
 }

@@ -64,9 +64,10 @@ class machine {
       const auto each = [&](auto f) {
         for (std::size_t v = 0; v < end; v += w) f(v).store_unaligned(out + v);
       };
-      const auto a = [&](std::size_t v) { return ld(x.a, v); };
-      const auto b = [&](std::size_t v) { return ld(x.b, v); };
-      const auto c = [&](std::size_t v) { return ld(x.c, v); };
+      const operand oa = at(x.a), ob = at(x.b), oc = at(x.c);
+      const auto a = [&](std::size_t v) { return oa(v); };
+      const auto b = [&](std::size_t v) { return ob(v); };
+      const auto c = [&](std::size_t v) { return oc(v); };
       switch (x.o) {
         case op::input:
           if (in[x.a].uniform)
@@ -175,9 +176,10 @@ class machine {
       if (arity(x.o) == 0 || is_logical(x.o)) continue;
       const T* g = grad(std::uint32_t(i));
       T *ga = grad(x.a), *gb = grad(x.b), *gc = grad(x.c);
-      const auto a = [&](std::size_t v) { return ld(x.a, v); };
-      const auto b = [&](std::size_t v) { return ld(x.b, v); };
-      const auto y = [&](std::size_t v) { return ld(std::uint32_t(i), v); };
+      const operand oa = at(x.a), ob = at(x.b), oy = at(std::uint32_t(i));
+      const auto a = [&](std::size_t v) { return oa(v); };
+      const auto b = [&](std::size_t v) { return ob(v); };
+      const auto y = [&](std::size_t v) { return oy(v); };
       // adds d(v) · g into `to` where g is not 0
       const auto flow = [&](T* to, auto d) {
         for (std::size_t v = 0; v < ld_; v += w) {
@@ -251,8 +253,13 @@ class machine {
 
  private:
   T* grad(std::uint32_t n) noexcept { return adj_.data() + n * ld_; }
-  /// Lanes [v, v + w) of node n (of its one batch when it is the same in every lane).
-  B ld(std::uint32_t n, std::size_t v) const { return B::load_unaligned(at_[n] + (uni_[n] ? 0 : v)); }
+  /// A node's lanes as an operation reads them: lanes [v, v + w), or its one batch for every v.
+  struct operand {
+    const T* p;
+    std::size_t step;  // 1, or 0 when the node is the same in every lane
+    B operator()(std::size_t v) const { return B::load_unaligned(p + v * step); }
+  };
+  operand at(std::uint32_t n) const { return {at_[n], uni_[n] ? 0u : 1u}; }
   static B load(const T* p) { return B::load_unaligned(p); }
   static B truth(const M& m) { return xsimd::select(m, B(T(1)), B(T(0))); }
   static M holds(const B& x) { return x != B(T(0)); }

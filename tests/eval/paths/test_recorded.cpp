@@ -14,6 +14,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 
 using namespace xattn;
@@ -42,13 +43,21 @@ void check_against_reference(const E& e, const xt::xtensor<double, 4>& d_out, do
   CHECK(worst(g.dv, rg.dv) < tol);
 }
 
-/// Every learnable of `owner` (copied into the expression make() builds): grad's g.dscore against
-/// the central difference of the reference loss sum(d_out ∘ output).
+/// Every learnable of `owner` (copied into the expression make() builds): grad's g.dscore (or its
+/// first modifier's g.dmodify) against the central difference of the reference loss
+/// sum(d_out ∘ output).
 template <class Make, class Owner>
-double worst_parameter_error(const Make& make, Owner& owner, const xt::xtensor<double, 4>& d_out) {
+double worst_parameter_error(const Make& make, Owner& owner, const xt::xtensor<double, 4>& d_out,
+                             bool modifier = false) {
   const auto g = grad(make(), eval_with_lse(make()), d_out);
   const parameter_slots slots(owner);
-  REQUIRE(g.dscore.size() == slots.size());
+  const learned_gradients got = [&] {
+    if constexpr (requires { g.dscore.d; })
+      if (!modifier) return g.dscore;
+    REQUIRE(g.dmodify.size() == 1);
+    return g.dmodify[0];
+  }();
+  REQUIRE(got.size() == slots.size());
   const auto loss = [&] { return xt::sum(reference(make()).output * d_out)(); };
   double w = 0, largest = 0;
   for (std::size_t n = 0; n < slots.size(); ++n) {
@@ -59,8 +68,8 @@ double worst_parameter_error(const Make& make, Owner& owner, const xt::xtensor<d
     x.value = x0 - h;
     const double down = loss();
     x.value = x0;
-    w = std::max(w, std::abs((up - down) / (2 * h) - g.dscore[n]));
-    largest = std::max(largest, std::abs(g.dscore[n]));
+    w = std::max(w, std::abs((up - down) / (2 * h) - got[n]));
+    largest = std::max(largest, std::abs(got[n]));
   }
   CHECK(largest > 1e-3);  // not vacuous
   return w;
@@ -76,7 +85,47 @@ struct qualified_cosine {
   }
 };
 
+/// A modifier reading five learnables per score: more than a param_dual holds, so each score's
+/// learnables go back on the tape instead.
+struct five_weights {
+  std::array<learnable<>, 5> w{0.1, -0.2, 0.3, 0.05, -0.15};
+  template <class U>
+  U operator()(U s, std::size_t, std::size_t, std::size_t i, std::size_t j) const {
+    U t = s;
+    for (std::size_t n = 0; n < 5; ++n) t += U(w[n]) * U(double((i + j + n) % 3));
+    return t;
+  }
+  auto parameters() const { return std::tie(w); }
+};
+
+/// A modifier reading one learnable per score: a slope per head times the distance.
+struct learned_slopes {
+  std::array<learnable<>, 2> slope{0.3, -0.2};
+  template <class U>
+  U operator()(U s, std::size_t, std::size_t h, std::size_t i, std::size_t j) const {
+    using std::tanh;
+    return s + tanh(U(slope[h]) * U(double(i) - double(j)));
+  }
+  auto parameters() const { return std::tie(slope); }
+};
+
 }  // namespace
+
+TEST_CASE("recorded: a modifier's learnables from one evaluation each (param_dual), or the tape past it") {
+  testing::rng r(15);
+  auto q = r.tensor<double>({1, 2, 5, 4}), k = r.tensor<double>({1, 2, 7, 4}), v = r.tensor<double>({1, 2, 7, 3});
+  const xt::xtensor<double, 4> d_out = r.tensor<double>({1, 2, 5, 3});
+  const auto Q = ref(q), K = ref(k), V = ref(v);
+  SECTION("one learnable per score") {
+    learned_slopes m;
+    CHECK(worst_parameter_error([&] { return softmax(modify(Q * trans(K), m)) * V; }, m, d_out, true) < 1e-8);
+  }
+  SECTION("five per score") {
+    five_weights m;
+    CHECK(worst_parameter_error([&] { return softmax(mask(modify(Q * trans(K), m), causal())) * V; }, m, d_out, true) <
+          1e-8);
+  }
+}
 
 TEST_CASE("recorded: plain scores equal their hand-separated forms, forward and backward") {
   testing::rng r(11);

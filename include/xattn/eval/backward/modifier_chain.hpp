@@ -2,12 +2,16 @@
 // The score modifiers in the backward. Forward through them on dual numbers, keeping each one's
 // derivative; backward, the gradient at the final score taken to the base score, recorded on the
 // way at every bias tensor, and the gradients of each modifier's learnables (learnable.hpp) added
-// by a second evaluation on the tape. Without modifiers every member does nothing.
+// from a second evaluation on param_dual, which carries the derivatives with respect to the
+// learnables it read (the tape, var.hpp, when more meet than it holds). Without modifiers every
+// member does nothing.
 #include "../../dual.hpp"
 #include "../../hana.hpp"
 #include "../../learnable.hpp"
+#include "../../param_dual.hpp"
 #include "../../policy/gradient.hpp"
 #include "../plan/bias_terms.hpp"
+#include "../tiling/apply_modifiers.hpp"
 
 #include <array>
 #include <span>
@@ -68,7 +72,7 @@ class modifier_chain {
                    std::size_t j0) {
     if constexpr (n_ops > 0) {
       std::copy(s, s + cols, s0_.data() + r * lds_);
-      for (std::size_t c = 0; c < cols; ++c) s[c] = through(s[c], b, h, i, j0 + c, nullptr);
+      apply_modifiers(ops_, s, cols, b, h, i, j0);  // as the forward pass does: no derivatives yet
     }
   }
 
@@ -103,10 +107,16 @@ class modifier_chain {
         k = 0;
         hana::for_each(ops_, [&](const auto& op) {
           if constexpr (declares_learnables<std::decay_t<decltype(op)>>)
-            if (g_out[k] != Acc(0))
-              modifier_parameters_backward(
-                  op, in[k], b, h, i, j, g_out[k], out_.slots->slots[k],
-                  std::span<Acc>(dmodify_.data() + out_.slots->first[k], out_.slots->slots[k].size()));
+            if (g_out[k] != Acc(0)) {
+              const parameter_slots& slots = out_.slots->slots[k];
+              Acc* dp = dmodify_.data() + out_.slots->first[k];
+              const param_dual<Acc> y = op(param_dual<Acc>{in[k], Acc(1)}, b, h, i, j);
+              if (y.overflowed())  // more learnables than a param_dual holds: on the tape
+                modifier_parameters_backward(op, in[k], b, h, i, j, g_out[k], slots, std::span<Acc>(dp, slots.size()));
+              else
+                for (std::size_t e = 0; e < y.n; ++e)
+                  if (const std::size_t n = slots.find(y.at[e]); n != parameter_slots::npos) dp[n] += g_out[k] * y.p[e];
+            }
           ++k;
         });
       }

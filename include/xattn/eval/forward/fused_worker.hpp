@@ -18,6 +18,7 @@
 #include "../operands/key_panels.hpp"
 #include "../operands/value_pairs.hpp"
 #include "../plan/schedule.hpp"
+#include "../tiling/apply_modifiers.hpp"
 #include "../tiling/mask_eval.hpp"
 #include "../tiling/tile_extent.hpp"
 
@@ -332,12 +333,7 @@ class fused_worker {
   }
 
   void apply_ops(Acc* s, std::size_t cols, std::size_t b, std::size_t h, std::size_t i, std::size_t j0) const {
-    hana::for_each(ops_, [&](const auto& op) {
-      if constexpr (has_apply_row<std::decay_t<decltype(op)>, Acc>)
-        op.apply_row(s, cols, b, h, i, j0);
-      else
-        for (std::size_t c = 0; c < cols; ++c) s[c] = Acc(op(s[c], b, h, i, j0 + c));
-    });
+    apply_modifiers(ops_, s, cols, b, h, i, j0);
   }
 
   /// The values of key block j0 of head (b, hk) in strips (pack_strips, bk_ · sw apart), converted

@@ -7,6 +7,7 @@
 #include "../../../record/machine.hpp"
 #include "../../../record/separate.hpp"
 
+#include <algorithm>
 #include <span>
 #include <vector>
 
@@ -33,20 +34,30 @@ class pair_program_runner {
   static constexpr std::size_t w = simd::width<Acc>;
 
  public:
-  /// Tile rows run together.
-  static constexpr std::size_t rows_at_once = 4;
+  /// Tile rows run together, ld lanes apart: enough for each operation's dispatch to be small
+  /// beside its work, few enough for the program's values to stay in L1.
+  static constexpr std::size_t rows_at_once(std::size_t ld) noexcept { return std::max<std::size_t>(1, 1024 / ld); }
 
-  explicit pair_program_runner(const record::separated& s) : s_(s), in_(s.pair.inputs) {}
+  explicit pair_program_runner(const record::separated& s) : s_(s), in_(s.pair.inputs), one_(s.query_scalars) {}
 
   /// The program on `rows` tile rows of `ld` lanes each (whole batches): dot the products (row r
   /// at dot + r · ld), query_scalar(c, r) row r's scalar c, key_scalar(c) the key block's scalar c
-  /// (ld of them, the same for every row).
+  /// (ld of them, the same for every row). One row reads its inputs where they are.
   template <class QueryScalar, class KeyScalar>
   void run(const Acc* dot, std::size_t rows, std::size_t ld, QueryScalar&& query_scalar, KeyScalar&& key_scalar) {
     kernel::trace::note(kernel::tile_op::pair_program);
     const std::size_t lanes = rows * ld, qs = s_.query_scalars, ks = s_.key_scalars;
-    buf_.resize((qs + ks) * lanes);
     in_[0] = {dot, false};
+    if (rows == 1) {
+      for (std::size_t c = 0; c < qs; ++c) {
+        one_[c] = query_scalar(c, 0);
+        in_[1 + c] = {&one_[c], true};
+      }
+      for (std::size_t c = 0; c < ks; ++c) in_[1 + qs + c] = {key_scalar(c), false};
+      m_.run(s_.pair, lanes, in_.data());
+      return;
+    }
+    buf_.resize((qs + ks) * lanes);
     for (std::size_t c = 0; c < qs; ++c) {
       Acc* to = buf_.data() + c * lanes;
       for (std::size_t r = 0; r < rows; ++r) std::fill_n(to + r * ld, ld, query_scalar(c, r));
@@ -92,6 +103,7 @@ class pair_program_runner {
   machine m_;
   std::vector<typename machine::input> in_;
   kernel::aligned_vector<Acc> buf_;  // the scalars spread over the lanes
+  std::vector<Acc> one_;             // one row's query scalars
 };
 
 }  // namespace xattn

@@ -122,28 +122,34 @@ struct separated_score {
       else
         kernel::qk_direct(
             q, n_, rows, [&](std::size_t c) { return f.row(b, hk, j0 + c); }, cols, n_, s, lds, also_);
-      kbuf_.resize(k_.rows.count * lds);  // the block's key scalars, lds wide
-      for (std::size_t c = 0; c < k_.rows.count; ++c) {
-        const Acc* from = k_.rows.scalar(c, b, hk, j0);
-        std::copy(from, from + cols, kbuf_.data() + c * lds);
-        std::fill(kbuf_.data() + c * lds + cols, kbuf_.data() + (c + 1) * lds, Acc(0));
+      const bool spread = pair_program_runner<Acc>::rows_at_once(lds) > 1;
+      if (spread) {  // the block's key scalars, lds wide; one row at a time reads them in place
+        kbuf_.resize(k_.rows.count * lds);
+        for (std::size_t c = 0; c < k_.rows.count; ++c) {
+          const Acc* from = k_.rows.scalar(c, b, hk, j0);
+          std::copy(from, from + cols, kbuf_.data() + c * lds);
+          std::fill(kbuf_.data() + c * lds + cols, kbuf_.data() + (c + 1) * lds, Acc(0));
+        }
       }
-      const auto key_scalar = [&](std::size_t c) { return kbuf_.data() + c * lds; };
+      const auto key_scalar = [&](std::size_t c) {
+        return spread ? kbuf_.data() + c * lds : k_.rows.scalar(c, b, hk, j0);
+      };
       const auto& kv = base_.k.view;
-      constexpr std::size_t R = pair_program_runner<Acc>::rows_at_once;
+      // a few rows lds apart at once, or one row of colsp lanes
+      const std::size_t R = pair_program_runner<Acc>::rows_at_once(lds), ld = R == 1 ? colsp : lds;
       for (std::size_t g = 0; g < rows; g += R) {
         const std::size_t n = std::min(R, rows - g);
         const auto query_scalar = [&](std::size_t c, std::size_t r) { return qs_[c * bq_ + r0 + g + r]; };
-        pairs_->run(s + g * lds, n, lds, query_scalar, key_scalar);
+        pairs_->run(s + g * lds, n, ld, query_scalar, key_scalar);
         const Acc* out = pairs_->score();
         for (std::size_t r = 0; r < n; ++r) {
           Acc* row = s + (g + r) * lds;
-          const Acc* o = out + r * lds;
+          const Acc* o = out + r * ld;
           for (std::size_t c = 0; c < colsp; c += simd::width<Acc>)
             simd::store(row + c, simd::load(o + c) * simd::batch<Acc>(scale_));
-          if (pairs_->guarded() && pairs_->any_fails(r * lds, colsp))
+          if (pairs_->guarded() && pairs_->any_fails(r * ld, colsp))
             for (std::size_t c = 0; c < cols; ++c)
-              if (!pairs_->holds(r * lds + c))
+              if (!pairs_->holds(r * ld + c))
                 row[c] =
                     scale_ * policy_score<Acc, S>(base_.policy, raw_.data() + (r0 + g + r) * pr_.q_dim, 1, pr_.q_dim,
                                                   kv.row(b, hk, j0 + c), kv.inner_stride(), pr_.k_dim, buf_);
@@ -320,22 +326,22 @@ struct separated_score {
     void scores(std::size_t cols, std::size_t colsp, Acc* s, std::size_t lds, Range range) {
       products_->scores(cols, colsp, s, lds, range);
       for (std::size_t r = 0; r < rows_; ++r) std::copy(s + r * lds, s + r * lds + colsp, dot_.data() + r * lds_);
-      constexpr std::size_t R = pair_program_runner<Acc>::rows_at_once;
+      const std::size_t R = pair_program_runner<Acc>::rows_at_once(lds_), ld = lanes(colsp);
       for (std::size_t g = 0; g < rows_; g += R) {
         const std::size_t n = std::min(R, rows_ - g);
-        run_rows(g, n);
+        run_rows(g, n, ld);
         const Acc* out = pairs_->score();
         for (std::size_t r = 0; r < n; ++r) {
           Acc* row = s + (g + r) * lds;
-          const Acc* o = out + r * lds_;
+          const Acc* o = out + r * ld;
           for (std::size_t c = 0; c < colsp; c += simd::width<Acc>)
             simd::store(row + c, simd::load(o + c) * simd::batch<Acc>(scale_));
           if (!pairs_->guarded()) continue;
           char* failed = failed_.data() + (g + r) * lds_;
           std::fill(failed, failed + cols, char(0));
-          if (pairs_->any_fails(r * lds_, colsp))
+          if (pairs_->any_fails(r * ld, colsp))
             for (std::size_t c = 0; c < cols; ++c)
-              if ((failed[c] = !pairs_->holds(r * lds_ + c)))
+              if ((failed[c] = !pairs_->holds(r * ld + c)))
                 row[c] = scale_ * policy_score<Acc, S>(base_.policy, qraw_.data() + (g + r) * pr_.q_dim, 1, pr_.q_dim,
                                                        kraw_.data() + c * pr_.k_dim, 1, pr_.k_dim, buf_);
         }
@@ -347,20 +353,21 @@ struct separated_score {
                    KeyRange keys) {
       const record::separated& s = g_.s.parts;
       const std::size_t ldq = g_.dq.width(), qs_at = query_scalars_at(s);
-      constexpr std::size_t R = pair_program_runner<Acc>::rows_at_once, w = simd::width<Acc>;
+      const std::size_t R = pair_program_runner<Acc>::rows_at_once(lds_), ld = lanes(colsp);
+      constexpr std::size_t w = simd::width<Acc>;
       using B = simd::batch<Acc>;
       seed_.resize(R * lds_);
       for (std::size_t g = 0; g < rows_; g += R) {
         const std::size_t n = std::min(R, rows_ - g);
         for (std::size_t r = 0; r < n; ++r) {
-          Acc* seed = seed_.data() + r * lds_;
+          Acc* seed = seed_.data() + r * ld;
           std::copy(ds + (g + r) * lds, ds + (g + r) * lds + colsp, seed);
-          std::fill(seed + colsp, seed + lds_, Acc(0));
+          std::fill(seed + colsp, seed + ld, Acc(0));
           if (pairs_->guarded())
             for (std::size_t c = 0; c < cols; ++c)
               if (failed_[(g + r) * lds_ + c]) seed[c] = 0;  // on the tape below
         }
-        run_rows(g, n);
+        run_rows(g, n, ld);
         pairs_->reverse(seed_.data());
         const auto& m = pairs_->values();
         for (std::uint32_t i = 0; i < s.pair.size(); ++i) {
@@ -369,19 +376,19 @@ struct separated_score {
           if (!input && !(x.o == record::op::param && g_.slot_of[x.a] != parameter_slots::npos)) continue;
           const Acc* a = m.adjoint(i);
           if (input && x.a == 0) {  // the product's
-            std::copy(a, a + n * lds_, gt_.data() + g * lds_);
+            for (std::size_t r = 0; r < n; ++r) std::copy(a + r * ld, a + r * ld + colsp, gt_.data() + (g + r) * lds_);
           } else if (input && x.a <= s.query_scalars) {
-            for (std::size_t r = 0; r < n; ++r) dq[(g + r) * ldq + qs_at + x.a - 1] += row_sum(a + r * lds_, colsp);
+            for (std::size_t r = 0; r < n; ++r) dq[(g + r) * ldq + qs_at + x.a - 1] += row_sum(a + r * ld, colsp);
           } else if (input) {
             Acc* to = dks_.data() + (x.a - 1 - s.query_scalars) * lds_;
             for (std::size_t c = 0; c < colsp; c += w) {
               B sum = simd::load(to + c);
-              for (std::size_t r = 0; r < n; ++r) sum += B::load_unaligned(a + r * lds_ + c);
+              for (std::size_t r = 0; r < n; ++r) sum += B::load_unaligned(a + r * ld + c);
               simd::store(to + c, sum);
             }
           } else {
             Acc sum = 0;
-            for (std::size_t r = 0; r < n; ++r) sum += row_sum(a + r * lds_, colsp);
+            for (std::size_t r = 0; r < n; ++r) sum += row_sum(a + r * ld, colsp);
             dparams_[g_.slot_of[x.a]] += sum;
           }
         }
@@ -404,11 +411,15 @@ struct separated_score {
     void end_task(std::size_t id) { std::copy(dparams_.begin(), dparams_.end(), g_.task_parameters(id)); }
 
    private:
-    /// The per-pair program on tile rows [g, g + n) (the products kept by scores()).
-    void run_rows(std::size_t g, std::size_t n) {
+    /// Lanes per tile row: lds_ when several rows run at once, else the row's whole batches.
+    std::size_t lanes(std::size_t colsp) const {
+      return pair_program_runner<Acc>::rows_at_once(lds_) > 1 ? lds_ : colsp;
+    }
+    /// The per-pair program on tile rows [g, g + n) (the products kept by scores()), ld lanes each.
+    void run_rows(std::size_t g, std::size_t n, std::size_t ld) {
       const auto query_scalar = [&](std::size_t c, std::size_t r) { return *g_.q.scalar(c, b_, h_, i0_ + g + r); };
       const auto key_scalar = [&](std::size_t c) { return dkey_.data() + c * lds_; };
-      pairs_->run(dot_.data() + g * lds_, n, lds_, query_scalar, key_scalar);
+      pairs_->run(dot_.data() + g * lds_, n, ld, query_scalar, key_scalar);
     }
     static Acc row_sum(const Acc* a, std::size_t n) {
       simd::batch<Acc> s(Acc(0));
