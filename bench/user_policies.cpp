@@ -2,7 +2,8 @@
 // learnables inline: dsl/catalogue/plain_scores.hpp and cosine_temperature), differentiated by
 // grad() with no derivative written, forward alone and forward + backward, at two shapes.
 // Names: user_policy/<form>/<policy>/<B>/<H>/<Sq>/<Skv>/<D>/<threads>, counter ms; forms fused
-// (eval) and fused_fwd_bwd (eval_with_lse, then grad). Policies: cosine_temperature, gaussian,
+// (eval) and fused_fwd_bwd (eval_with_lse, then grad), at (1, 4, 256², 64) and (1, 8, 2048², 64),
+// scaled_dot and cosine_temperature also at (1, 8, 512², 64). Policies: cosine_temperature, gaussian,
 // bilinear, weighted_dot and laplace (plain operator(); recorded and separated, laplace pair by
 // pair), relative_bias (a learnable table added to Q·Kᵀ/√D, causal), scaled_dot (the built-in
 // Q·Kᵀ/√D, the yardstick), and the hand-separated forms of two of them for comparison
@@ -87,8 +88,14 @@ P with_weights(std::size_t n) {
 }  // namespace
 
 void register_user_policies() {
-  static const user_case small(1, 4, 256, 64), large(1, 8, 2048, 64);
+  static const user_case small(1, 4, 256, 64), large(1, 8, 2048, 64), middle(1, 8, 512, 64);
   using namespace xattn;
+  // the cosine as written against the built-in scaled dot product on a middle shape too
+  register_policy(middle, "scaled_dot",
+                  [](const user_case& c) { return softmax(ref(c.q) * trans(ref(c.k)) / 8.0f) * ref(c.v); });
+  register_policy(middle, "cosine_temperature", [](const user_case& c) {
+    return softmax(score(dsl::cosine_with_temperature{0.1}, ref(c.q), ref(c.k))) * ref(c.v);
+  });
   for (const user_case* c : {&small, &large}) {
     register_policy(*c, "scaled_dot",
                     [](const user_case& c) { return softmax(ref(c.q) * trans(ref(c.k)) / 8.0f) * ref(c.v); });

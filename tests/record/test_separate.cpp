@@ -46,12 +46,24 @@ separated_score run_separated(const record::separated& s, const std::vector<doub
     return out;
   };
   const std::vector<double> fq = outputs(s.query, q), fk = outputs(s.key, k);
-  REQUIRE(fq.size() == s.features + s.query_scalars);
-  REQUIRE(fk.size() == s.features + s.key_scalars);
+  const std::size_t nq = s.features + s.query_scalars, nk = s.features + s.key_scalars;
+  REQUIRE(fq.size() == nq + s.map_features * s.map_query);
+  REQUIRE(fk.size() == nk + s.map_features * s.map_key);
   std::vector<double> in{0.0};
   for (std::size_t g = 0; g < s.features; ++g) in[0] += fq[g] * fk[g];
-  in.insert(in.end(), fq.begin() + std::ptrdiff_t(s.features), fq.end());
-  in.insert(in.end(), fk.begin() + std::ptrdiff_t(s.features), fk.end());
+  in.insert(in.end(), fq.begin() + std::ptrdiff_t(s.features), fq.begin() + std::ptrdiff_t(nq));
+  in.insert(in.end(), fk.begin() + std::ptrdiff_t(s.features), fk.begin() + std::ptrdiff_t(nk));
+  if (s.map_features) {  // the feature map's sum
+    double sum = 0;
+    for (std::size_t g = 0; g < s.map_features; ++g) {
+      std::vector<double> x(fq.begin() + std::ptrdiff_t(nq + g * s.map_query),
+                            fq.begin() + std::ptrdiff_t(nq + (g + 1) * s.map_query));
+      x.insert(x.end(), fk.begin() + std::ptrdiff_t(nk + g * s.map_key),
+               fk.begin() + std::ptrdiff_t(nk + (g + 1) * s.map_key));
+      sum += outputs(s.map, x)[0];
+    }
+    in.push_back(sum);
+  }
   const std::vector<double> out = outputs(s.pair, in);
   bool hold = true;
   for (std::size_t g = 0; g < s.expect.size(); ++g) hold = hold && (out[1 + g] != 0) == bool(s.expect[g]);
@@ -204,20 +216,64 @@ TEST_CASE("weighted dot: the weights go to the query side", "[record]") {
   check_pairs(p, s.parts, 10, 10);
 }
 
-TEST_CASE("what does not factor is reported, what partly factors keeps a per-pair remainder", "[record]") {
+/// Σ_d w_d |q_d - k_d|: a feature map whose body reads a learnable per feature.
+struct weighted_l1 {
+  std::vector<xattn::learnable<>> w;
+  template <class T>
+  T operator()(std::span<const T> q, std::span<const T> k) const {
+    using std::abs;
+    T s = 0;
+    for (std::size_t d = 0; d < q.size(); ++d) s += T(w[d]) * abs(q[d] - k[d]);
+    return s;
+  }
+};
+
+/// A per-pair remainder of 3 operations per feature, in no sum: max over features.
+struct chebyshev {
+  template <class T>
+  T operator()(std::span<const T> q, std::span<const T> k) const {
+    using std::abs, std::max;
+    T m = abs(q[0] - k[0]);
+    for (std::size_t d = 1; d < q.size(); ++d) m = max(m, abs(q[d] - k[d]));
+    return -m;
+  }
+};
+
+TEST_CASE("feature maps: a sum over features of one body runs once per feature and key", "[record]") {
   const auto l1 = separated_of(dsl::laplace_score{2.0}, 64, 64);
-  CHECK_FALSE(l1.ok);
-  CHECK_THAT(l1.reason, Catch::Contains("no product"));
+  REQUIRE(l1.ok);
+  CHECK(l1.parts.features == 0);
+  CHECK(l1.parts.map_features == 64);
+  CHECK(l1.parts.map_query == 1);
+  CHECK(l1.parts.map_key == 1);
+  CHECK(l1.parts.map.operations() == 2);   // |q - k|
+  CHECK(l1.parts.pair.operations() == 2);  // -s / bandwidth
+  check_pairs(dsl::laplace_score{2.0}, l1.parts, 64, 64);
+  weighted_l1 w;
+  for (int d = 0; d < 9; ++d) w.w.push_back(0.5 + 0.1 * d);
+  const auto wl = separated_of(w, 9, 9);
+  REQUIRE(wl.ok);
+  CHECK(wl.parts.map_query == 2);  // q_d and w_d, per feature
+  check_pairs(w, wl.parts, 9, 9);
+  const auto part = separated_of(dot_plus_l1{}, 64, 64);  // a product and a map
+  REQUIRE(part.ok);
+  CHECK(part.parts.features == 64);
+  CHECK(part.parts.map_features == 64);
+  check_pairs(dot_plus_l1{}, part.parts, 64, 64);
+}
+
+TEST_CASE("what does not factor is reported, what partly factors keeps a per-pair remainder", "[record]") {
   const auto two = separated_of(two_products{}, 8, 8);
   CHECK_FALSE(two.ok);
   CHECK_THAT(two.reason, Catch::Contains("2 separate products"));
-  const auto part = separated_of(dot_plus_l1{}, 4, 4);
+  const auto part = separated_of(dot_plus_l1{}, 3, 3);
   REQUIRE(part.ok);
-  CHECK(part.parts.features == 4);
-  check_pairs(dot_plus_l1{}, part.parts, 4, 4);
-  const auto long_remainder = separated_of(dot_plus_l1{}, 64, 64);
-  CHECK_FALSE(long_remainder.ok);
-  CHECK_THAT(long_remainder.reason, Catch::Contains("per-pair remainder"));
+  CHECK(part.parts.features == 3);
+  CHECK(part.parts.map_features == 0);  // three features: per pair
+  check_pairs(dot_plus_l1{}, part.parts, 3, 3);
+  const auto max_d = separated_of(chebyshev{}, 64, 64);
+  CHECK_FALSE(max_d.ok);
+  CHECK_THAT(max_d.reason, Catch::Contains("no product"));
   const auto sq = separated_of(squared_dot{}, 6, 6);
   REQUIRE(sq.ok);
   CHECK(sq.parts.features == 6);

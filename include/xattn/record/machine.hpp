@@ -48,13 +48,14 @@ class machine {
   void run(const program& p, std::size_t lanes, const input* in) {
     const bool fresh = &p != last_ || lanes != ld_;
     ld_ = lanes;
+    sd_ = lanes + w;  // nodes a batch more apart than their lanes: never a multiple of 4 KiB (4K aliasing)
     last_ = &p;
-    if (values_.size() < p.size() * lanes) values_.resize(p.size() * lanes);
+    if (values_.size() < p.size() * sd_) values_.resize(p.size() * sd_);
     at_.resize(p.size());
     uni_.resize(p.size());
     for (std::size_t i = 0; i < p.size(); ++i) {
       const node& x = p.code[i];
-      T* out = values_.data() + i * ld_;
+      T* out = values_.data() + i * sd_;
       at_[i] = out;
       const int n = arity(x.o);
       const bool uniform =
@@ -152,7 +153,7 @@ class machine {
     }
     for (std::uint32_t o : p.outputs)  // whole lanes for the caller
       if (uni_[o]) {
-        T* out = values_.data() + o * ld_;
+        T* out = values_.data() + o * sd_;
         const B x = B::load_unaligned(at_[o]);
         for (std::size_t v = 0; v < ld_; v += w) x.store_unaligned(out + v);
         at_[o] = out;
@@ -165,82 +166,92 @@ class machine {
   /// one batch).
   const T* value(std::uint32_t n) const noexcept { return at_[n]; }
 
-  /// Adjoints of every node of p (just run) from the seeds: (node, its adjoint's lanes).
+  /// Adjoints of every node of p (just run) from the seeds: (node, its adjoint's lanes). A node's
+  /// adjoint is written by its first contribution, not zeroed and added to, and a node that
+  /// receives none passes nothing on.
   void reverse(const program& p, std::span<const std::pair<std::uint32_t, const T*>> seeds) {
-    adj_.assign(p.size() * ld_, T(0));
-    for (const auto& [n, s] : seeds)
-      for (std::size_t v = 0; v < ld_; v += w) (load(grad(n) + v) + load(s + v)).store_aligned(grad(n) + v);
+    if (adj_.size() < p.size() * sd_) adj_.resize(p.size() * sd_);
+    zeros_.assign(ld_, T(0));
+    written_.assign(p.size(), 0);
     const B zero(T(0));
+    for (const auto& [n, s] : seeds) {
+      T* to = grad(n);
+      for (std::size_t v = 0; v < ld_; v += w)
+        (written_[n] ? load(to + v) + load(s + v) : load(s + v)).store_aligned(to + v);
+      written_[n] = 1;
+    }
     for (std::size_t i = p.size(); i-- > 0;) {
       const node& x = p.code[i];
-      if (arity(x.o) == 0 || is_logical(x.o)) continue;
+      if (arity(x.o) == 0 || is_logical(x.o) || !written_[i]) continue;
       const T* g = grad(std::uint32_t(i));
-      T *ga = grad(x.a), *gb = grad(x.b), *gc = grad(x.c);
       const operand oa = at(x.a), ob = at(x.b), oy = at(std::uint32_t(i));
       const auto a = [&](std::size_t v) { return oa(v); };
       const auto b = [&](std::size_t v) { return ob(v); };
       const auto y = [&](std::size_t v) { return oy(v); };
-      // adds d(v) · g into `to` where g is not 0
-      const auto flow = [&](T* to, auto d) {
+      // d(v) · g into node n's adjoint where g is not 0: written by the first contribution
+      const auto flow = [&](std::uint32_t n, auto d) {
+        T* to = grad(n);
+        const bool first = !written_[n];
+        written_[n] = 1;
         for (std::size_t v = 0; v < ld_; v += w) {
-          const B gv = load(g + v);
-          (load(to + v) + xsimd::select(gv != zero, d(v, gv), zero)).store_aligned(to + v);
+          const B gv = load(g + v), c = xsimd::select(gv != zero, d(v, gv), zero);
+          (first ? c : load(to + v) + c).store_aligned(to + v);
         }
       };
       switch (x.o) {
         case op::add:
-          flow(ga, [](std::size_t, B gv) { return gv; });
-          flow(gb, [](std::size_t, B gv) { return gv; });
+          flow(x.a, [](std::size_t, B gv) { return gv; });
+          flow(x.b, [](std::size_t, B gv) { return gv; });
           break;
         case op::sub:
-          flow(ga, [](std::size_t, B gv) { return gv; });
-          flow(gb, [](std::size_t, B gv) { return -gv; });
+          flow(x.a, [](std::size_t, B gv) { return gv; });
+          flow(x.b, [](std::size_t, B gv) { return -gv; });
           break;
         case op::mul:
-          flow(ga, [&](std::size_t v, B gv) { return gv * b(v); });
-          flow(gb, [&](std::size_t v, B gv) { return gv * a(v); });
+          flow(x.a, [&](std::size_t v, B gv) { return gv * b(v); });
+          flow(x.b, [&](std::size_t v, B gv) { return gv * a(v); });
           break;
         case op::div:
-          flow(ga, [&](std::size_t v, B gv) { return gv / b(v); });
-          flow(gb, [&](std::size_t v, B gv) { return -gv * y(v) / b(v); });
+          flow(x.a, [&](std::size_t v, B gv) { return gv / b(v); });
+          flow(x.b, [&](std::size_t v, B gv) { return -gv * y(v) / b(v); });
           break;
         case op::neg:
-          flow(ga, [](std::size_t, B gv) { return -gv; });
+          flow(x.a, [](std::size_t, B gv) { return -gv; });
           break;
         case op::exp:
-          flow(ga, [&](std::size_t v, B gv) { return gv * y(v); });
+          flow(x.a, [&](std::size_t v, B gv) { return gv * y(v); });
           break;
         case op::log:
-          flow(ga, [&](std::size_t v, B gv) { return gv / a(v); });
+          flow(x.a, [&](std::size_t v, B gv) { return gv / a(v); });
           break;
         case op::sqrt:
-          flow(ga, [&](std::size_t v, B gv) {
+          flow(x.a, [&](std::size_t v, B gv) {
             const B r = y(v);
             return xsimd::select(r == zero, zero, gv / (B(T(2)) * r));
           });
           break;
         case op::tanh:
-          flow(ga, [&](std::size_t v, B gv) {
+          flow(x.a, [&](std::size_t v, B gv) {
             const B t = y(v);
             return gv * (B(T(1)) - t * t);
           });
           break;
         case op::abs:
-          flow(ga, [&](std::size_t v, B gv) { return xsimd::select(a(v) < zero, -gv, gv); });
+          flow(x.a, [&](std::size_t v, B gv) { return xsimd::select(a(v) < zero, -gv, gv); });
           break;
         case op::pow:
-          flow(ga, [&](std::size_t v, B gv) { return gv * B(T(x.value)) * xsimd::pow(a(v), B(T(x.value - 1))); });
+          flow(x.a, [&](std::size_t v, B gv) { return gv * B(T(x.value)) * xsimd::pow(a(v), B(T(x.value - 1))); });
           break;
         case op::max:
         case op::min: {
           const auto first = [&](std::size_t v) { return x.o == op::max ? a(v) >= b(v) : a(v) <= b(v); };
-          flow(ga, [&](std::size_t v, B gv) { return xsimd::select(first(v), gv, zero); });
-          flow(gb, [&](std::size_t v, B gv) { return xsimd::select(first(v), zero, gv); });
+          flow(x.a, [&](std::size_t v, B gv) { return xsimd::select(first(v), gv, zero); });
+          flow(x.b, [&](std::size_t v, B gv) { return xsimd::select(first(v), zero, gv); });
           break;
         }
         case op::select:
-          flow(gb, [&](std::size_t v, B gv) { return xsimd::select(holds(a(v)), gv, zero); });
-          flow(gc, [&](std::size_t v, B gv) { return xsimd::select(holds(a(v)), zero, gv); });
+          flow(x.b, [&](std::size_t v, B gv) { return xsimd::select(holds(a(v)), gv, zero); });
+          flow(x.c, [&](std::size_t v, B gv) { return xsimd::select(holds(a(v)), zero, gv); });
           break;
         default:
           break;
@@ -249,10 +260,10 @@ class machine {
   }
 
   /// Node n's adjoint's lanes after reverse() (every lane, whatever its value).
-  const T* adjoint(std::uint32_t n) const noexcept { return adj_.data() + n * ld_; }
+  const T* adjoint(std::uint32_t n) const noexcept { return written_[n] ? adj_.data() + n * sd_ : zeros_.data(); }
 
  private:
-  T* grad(std::uint32_t n) noexcept { return adj_.data() + n * ld_; }
+  T* grad(std::uint32_t n) noexcept { return adj_.data() + n * sd_; }
   /// A node's lanes as an operation reads them: lanes [v, v + w), or its one batch for every v.
   struct operand {
     const T* p;
@@ -264,11 +275,13 @@ class machine {
   static B truth(const M& m) { return xsimd::select(m, B(T(1)), B(T(0))); }
   static M holds(const B& x) { return x != B(T(0)); }
 
-  std::size_t ld_ = 0;
+  std::size_t ld_ = 0, sd_ = 0;  // lanes, and the distance between two nodes' lanes
   const program* last_ = nullptr;
   kernel::aligned_vector<T> values_, adj_;
-  std::vector<const T*> at_;  // node n's lanes: in values_, or an input's where it lies
-  std::vector<char> uni_;     // node n is the same in every lane: one batch at at_[n]
+  std::vector<const T*> at_;         // node n's lanes: in values_, or an input's where it lies
+  std::vector<char> uni_;            // node n is the same in every lane: one batch at at_[n]
+  std::vector<char> written_;        // node n's adjoint has a contribution
+  kernel::aligned_vector<T> zeros_;  // the adjoint of a node without one
 };
 
 }  // namespace xattn::record

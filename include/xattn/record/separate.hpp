@@ -9,13 +9,18 @@
 // pairs. So cosine similarity written as three sums and a quotient runs as two norms, one Q·Kᵀ
 // tile and an epilogue of five operations; |q - k|² expands to |q|² - 2 q·k + |k|².
 //
-// Not separated (the caller then runs the policy pair by pair): no product of the query's and the
-// key's values, two or more large forms (two matrix products per tile), or a per-pair remainder
-// longer than `budget` operations (an L1 distance: |q_d - k_d| per feature).
+// A sum of one small per-pair body over the features (|q_d - k_d| for an L1 distance) is kept as a
+// feature map: the body runs on lanes of (feature, key), once for every feature, and the sum is an
+// input of the per-pair program.
+//
+// Not separated (the caller then runs the policy pair by pair): neither a product of the query's
+// and the key's values nor a feature map, two or more of them, or a per-pair remainder longer
+// than `budget` operations.
 #include "program.hpp"
 #include "recorded.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -42,6 +47,12 @@ struct separated {
   std::vector<std::uint8_t> expect;
   std::vector<const void*> params;  // the learnable behind each param node's index
   bool by_key = true;               // features grouped by the key's factors (else the query's)
+  // A sum over features of one small per-feature body, Σ_g map(a_g(q), b_g(k)) (an L1 distance:
+  // Σ_d |q_d − k_d|): map's inputs are map_query values of the query's feature g then map_key of
+  // the key's; the query and key programs output them after their scalars, feature by feature;
+  // the pair program reads the sum as its last input.
+  program map;
+  std::size_t map_features = 0, map_query = 0, map_key = 0;
 };
 
 /// The outcome: separated, or why not. A recording that does not separate but holds the whole
@@ -83,21 +94,27 @@ class separator {
       const std::vector<std::uint32_t> roots = find_roots();
       bool changed = false;
       dot_root = none;
-      std::size_t large = 0, best = 0;
+      std::size_t large = 0;
       for (std::uint32_t n : roots) {
         form f = flatten(n);
-        const std::size_t g = groups(f);
+        const std::size_t g = groups(f), m = feature_map(f).members.size();
+        if (m >= min_map) {  // a feature map (and maybe a product): the sum's root
+          ++large;
+          dot_root = n, dot_form = std::move(f);
+          continue;
+        }
         if (g == 0) continue;  // no product: per-pair code as written
         if (g < 3) {           // a rank-1 or rank-2 product (|q|·|k|) is cheaper per pair than a tile product
           forced[n] = 1;
           changed = true;
         } else {
           ++large;
-          if (g > best) best = g, dot_root = n, dot_form = std::move(f);
+          dot_root = n, dot_form = std::move(f);
         }
       }
       if (changed) continue;
-      if (large > 1) return fail(out, std::to_string(large) + " separate products of query and key features");
+      if (large > 1)
+        return fail(out, std::to_string(large) + " separate products of query and key features (or feature maps)");
       break;
     }
     if (dot_root == none) {  // the largest small product then (a single feature or two)
@@ -130,6 +147,7 @@ class separator {
 
  private:
   static constexpr std::uint32_t none = std::uint32_t(-1);
+  static constexpr std::size_t min_map = 4;  // features a map needs: fewer stay per-pair code
 
   static separation& fail(separation& s, std::string why) {
     s.ok = false;
@@ -316,6 +334,108 @@ class separator {
     return best;
   }
 
+  // ---- feature maps: isomorphic per-pair bodies summed ----
+
+  /// A per-pair body (the pair values below n down to values of one side or none): its shape
+  /// (operations, and where its leaves are) and its leaves in order.
+  struct body {
+    std::vector<std::int64_t> shape;
+    std::vector<std::uint32_t> q, k, c;  // leaves of the query, of the key, of neither
+  };
+  body shape_of(std::uint32_t n) const {
+    body b;
+    std::unordered_map<std::uint32_t, std::int64_t> seen;
+    const auto walk = [&](auto&& self, std::uint32_t x) -> void {
+      if (const auto it = seen.find(x); it != seen.end()) {
+        b.shape.push_back(-16 - it->second);  // a value met before
+        return;
+      }
+      const node& v = code_[x];
+      if (deps_[x] == dep::query) {
+        b.shape.push_back(-1);
+        b.q.push_back(x);
+      } else if (deps_[x] == dep::key) {
+        b.shape.push_back(-2);
+        b.k.push_back(x);
+      } else if (!pairs(x)) {  // a constant or a learnable: the same in every feature, or a value per feature
+        b.shape.push_back(-3);
+        b.c.push_back(x);
+      } else {
+        for (int k = 0; k < arity(v.o); ++k) self(self, operand(v, k));
+        b.shape.push_back(std::int64_t(v.o));
+        if (v.o == op::pow) b.shape.push_back(std::bit_cast<std::int64_t>(v.value));
+      }
+      seen.emplace(x, std::int64_t(seen.size()));
+    };
+    walk(walk, n);
+    return b;
+  }
+
+  /// The largest group of f's per-pair parts with one body and one coefficient, without other
+  /// factors: a feature map when it has min_map members or more.
+  struct map_group {
+    std::vector<const monomial*> members;
+    std::vector<body> bodies;
+  };
+  map_group feature_map(const form& f) const {
+    std::map<std::pair<std::vector<std::int64_t>, double>, map_group> groups;
+    for (const monomial& m : f)
+      if (m.pair != none && m.f.empty()) {
+        body b = shape_of(m.pair);
+        map_group& g = groups[{b.shape, m.coef}];
+        g.members.push_back(&m);
+        g.bodies.push_back(std::move(b));
+      }
+    map_group best;
+    for (auto& [key, g] : groups)
+      if (g.members.size() >= min_map && g.members.size() > best.members.size()) best = std::move(g);
+    return best;
+  }
+
+  /// The map's body as a program (inputs: the query's leaves, the leaves of neither side that
+  /// differ between features, the key's leaves), its per-feature values into the query and key
+  /// programs' outputs.
+  void build_map(const map_group& g, separated& s, std::unordered_map<std::uint32_t, std::uint32_t>& qmap,
+                 std::unordered_map<std::uint32_t, std::uint32_t>& kmap) const {
+    const body& first = g.bodies[0];
+    const auto same = [&](std::uint32_t x, std::uint32_t y) {
+      const node &u = code_[x], &v = code_[y];
+      return x == y || (u.o == op::constant && v.o == op::constant && u.value == v.value);
+    };
+    std::vector<char> varies(first.c.size(), 0);
+    for (const body& b : g.bodies)
+      for (std::size_t i = 0; i < b.c.size(); ++i) varies[i] = varies[i] || !same(b.c[i], first.c[i]);
+    std::vector<std::size_t> cv;  // the varying ones: per feature, on the query's side
+    for (std::size_t i = 0; i < varies.size(); ++i)
+      if (varies[i]) cv.push_back(i);
+    s.map_features = g.members.size();
+    s.map_query = first.q.size() + cv.size();
+    s.map_key = first.k.size();
+    program& p = s.map;
+    p.inputs = s.map_query + s.map_key;
+    std::unordered_map<std::uint32_t, std::uint32_t> at;  // the first body's nodes in p
+    for (std::size_t i = 0; i < first.q.size(); ++i) at[first.q[i]] = p.push({op::input, std::uint32_t(i)});
+    for (std::size_t i = 0; i < cv.size(); ++i)
+      at[first.c[cv[i]]] = p.push({op::input, std::uint32_t(first.q.size() + i)});
+    for (std::size_t i = 0; i < first.k.size(); ++i)
+      at[first.k[i]] = p.push({op::input, std::uint32_t(s.map_query + i)});
+    const auto put = [&](auto&& self, std::uint32_t x) -> std::uint32_t {
+      if (const auto it = at.find(x); it != at.end()) return it->second;
+      node v = code_[x];
+      for (int k = 0; k < arity(v.o); ++k) {
+        const std::uint32_t m = self(self, operand(v, k));
+        (k == 0 ? v.a : k == 1 ? v.b : v.c) = m;
+      }
+      return at[x] = p.push(v);  // a shared leaf of neither side, or an operation of the body
+    };
+    p.outputs.assign(1, put(put, g.members[0]->pair));
+    for (const body& b : g.bodies) {
+      for (std::uint32_t x : b.q) s.query.outputs.push_back(copy(s.query, qmap, x, 0));
+      for (std::size_t i : cv) s.query.outputs.push_back(copy(s.query, qmap, b.c[i], 0));
+      for (std::uint32_t x : b.k) s.key.outputs.push_back(copy(s.key, kmap, x, r_.dq));
+    }
+  }
+
   // ---- building the three programs ----
 
   /// Node n of the record copied into p (its operands first), memoised in map.
@@ -379,12 +499,14 @@ class separator {
     }
     // α: the monomials without a key factor (constants included); β: without a query factor
     terms alpha, beta;
+    const map_group mg = feature_map(f);
     std::vector<const monomial*> opaque;
     for (const monomial& m : f)
-      if (m.pair != none)
-        opaque.push_back(&m);
-      else if (!is_term(m))
+      if (m.pair != none) {
+        if (std::find(mg.members.begin(), mg.members.end(), &m) == mg.members.end()) opaque.push_back(&m);
+      } else if (!is_term(m)) {
         (side(m, dep::key).empty() ? alpha : beta).push_back({m.coef, m.f});
+      }
     // the pair program: slot 0 the product, then the query's scalars, then the key's
     std::vector<std::uint32_t> qs, ks;  // record nodes (or synthesized: none) per scalar slot
     std::vector<std::uint32_t> q_out, k_out;
@@ -429,9 +551,19 @@ class separator {
       if (const auto it = input_nodes.find(key); it != input_nodes.end()) return it->second;
       return input_nodes[key] = input(query, index);
     };
-    std::uint32_t root_value = dot;
-    if (!alpha.empty()) root_value = p.push({op::add, root_value, slot_node(true, 0)});
-    if (!beta.empty()) root_value = p.push({op::add, root_value, slot_node(false, 0)});
+    // the root's value: the product (when it has features), α, β, the map's sum, the other parts
+    std::uint32_t root_value = s.features ? dot : none;
+    const auto add = [&](std::uint32_t x) { root_value = root_value == none ? x : p.push({op::add, root_value, x}); };
+    if (!alpha.empty()) add(slot_node(true, 0));
+    if (!beta.empty()) add(slot_node(false, 0));
+    std::uint32_t map_sum = none;  // its slot is numbered last
+    if (!mg.members.empty()) {
+      map_sum = p.push({op::input, 0});
+      const double c = mg.members[0]->coef;
+      add(c == 1    ? map_sum
+          : c == -1 ? p.push({op::neg, map_sum})
+                    : p.push({op::mul, p.push({op::constant, 0, 0, 0, c}), map_sum}));
+    }
     // the per-pair code, from the outputs down
     const auto emit = [&](auto&& self, std::uint32_t n) -> std::uint32_t {
       if (n == dot_root) return root_value;
@@ -456,7 +588,7 @@ class separator {
         t = p.push({op::neg, t});
       else if (m->coef != 1)
         t = p.push({op::mul, p.push({op::constant, 0, 0, 0, m->coef}), t});
-      root_value = p.push({op::add, root_value, t});
+      add(t);
     }
     for (std::uint32_t o : outputs_) p.outputs.push_back(emit(emit, o));
     s.expect = expect_;
@@ -464,8 +596,10 @@ class separator {
     s.key_scalars = k_out.size();
     for (const pending& x : inputs) p.code[x.node].a = x.query ? 1 + x.index : std::uint32_t(1 + qs.size() + x.index);
     p.inputs = 1 + qs.size() + ks.size();
+    if (map_sum != none) p.code[map_sum].a = std::uint32_t(p.inputs++);
     s.query.outputs.insert(s.query.outputs.end(), q_out.begin(), q_out.end());
     s.key.outputs.insert(s.key.outputs.end(), k_out.begin(), k_out.end());
+    if (!mg.members.empty()) build_map(mg, s, qmap, kmap);  // its values after the scalars
   }
 
   const recording& r_;

@@ -85,6 +85,29 @@ struct qualified_cosine {
   }
 };
 
+/// The largest feature difference: a per-pair remainder per feature, in no sum.
+struct largest_difference {
+  template <class T>
+  T operator()(std::span<const T> q, std::span<const T> k) const {
+    using std::abs, std::max;
+    T m = abs(q[0] - k[0]);
+    for (std::size_t d = 1; d < q.size(); ++d) m = max(m, abs(q[d] - k[d]));
+    return -m;
+  }
+};
+
+/// q·k/4 − Σ_d (d + 2)/16 · |q_d − k_d|: a product and a feature map whose body reads a constant
+/// per feature.
+struct l1_and_dot {
+  template <class T>
+  T operator()(std::span<const T> q, std::span<const T> k) const {
+    using std::abs;
+    T s = 0;
+    for (std::size_t d = 0; d < q.size(); ++d) s += q[d] * k[d] * T(0.25) - T(double(d + 2) / 16) * abs(q[d] - k[d]);
+    return s;
+  }
+};
+
 /// A modifier reading five learnables per score: more than a param_dual holds, so each score's
 /// learnables go back on the tape instead.
 struct five_weights {
@@ -171,9 +194,9 @@ TEST_CASE("recorded: plain scores equal their hand-separated forms, forward and 
     const auto [a, b] = same(score(p, Q, K), score(h, Q, K), "6 features");
     for (std::size_t d = 0; d < D; ++d) CHECK(std::abs(a[d] - b[d]) < 1e-10);
   }
-  SECTION("Laplace kernel: pair by pair on lanes") {
+  SECTION("Laplace kernel: a feature map") {
     const auto [a, b] = same(score(dsl::laplace_score{1.7}, Q, K), score(dsl::laplace_kernel{1.7}, Q, K),
-                             "not separated (no product of the query's and the key's values");
+                             "a feature map over 6 features, 2 operations per feature and pair");
     CHECK(std::abs(a[0] - b[0]) < 1e-10);
   }
 }
@@ -193,7 +216,7 @@ TEST_CASE("recorded: the learnables of plain scores against finite differences")
     for (int d = 0; d < 4; ++d) p.w.push_back(0.5 + 0.3 * d);
     CHECK(worst_parameter_error([&] { return softmax(mask(score(p, Q, K), causal())) * V; }, p, d_out) < tol);
   }
-  SECTION("on lanes: the Laplace bandwidth") {
+  SECTION("a feature map: the Laplace bandwidth") {
     dsl::laplace_score p{1.2};
     CHECK(worst_parameter_error([&] { return softmax(score(p, Q, K)) * V; }, p, d_out) < tol);
   }
@@ -224,8 +247,13 @@ TEST_CASE("recorded: the three forms, with masks, grouped heads and decoding") {
     CHECK_THAT(explain(e).text, Contains("10 features per row by the score microkernel"));
     check_against_reference(e, d_out, 1e-11);
   }
+  SECTION("a feature map with a weight per feature, a product beside it") {
+    const auto e = softmax(mask(score(l1_and_dot{}, Q, K), lengths(lens))) * V;
+    CHECK_THAT(explain(e).text, Contains("10 features per row") && Contains("a feature map over 10 features"));
+    check_against_reference(e, d_out, 1e-11);
+  }
   SECTION("pair by pair on lanes") {
-    const auto e = softmax(mask(score(dsl::laplace_score{2.0}, Q, K), causal())) * V;
+    const auto e = softmax(mask(score(largest_difference{}, Q, K), causal())) * V;
     CHECK_THAT(explain(e).text, Contains("the recording pair by pair on lanes"));
     check_against_reference(e, d_out, 1e-11);
   }

@@ -57,11 +57,18 @@ struct recorded_path {
       return "not separated (" + s->reason + "): the recording pair by pair on lanes, " +
              std::to_string(p.pair.operations()) + " operations per pair" + guards;
     if (!s->ok) return "not separated (" + s->reason + "): " + std::string(pairwise::what);
-    return std::to_string(p.features) + " features per row by the score microkernel (grouped by the " +
-           (p.by_key ? "key's" : "query's") + " factors); per query row " + std::to_string(p.query.operations()) +
-           " operations, " + std::to_string(p.query_scalars) + " scalars; per key row " +
-           std::to_string(p.key.operations()) + " operations, " + std::to_string(p.key_scalars) +
-           " scalars; per pair " + std::to_string(p.pair.operations()) + " operations on lanes" + guards;
+    const std::string product = p.features ? std::to_string(p.features) +
+                                                 " features per row by the score microkernel (grouped by the " +
+                                                 (p.by_key ? "key's" : "query's") + " factors); "
+                                           : "";
+    const std::string map = p.map_features ? "; a feature map over " + std::to_string(p.map_features) + " features, " +
+                                                 std::to_string(p.map.operations()) +
+                                                 " operations per feature and pair, on lanes of (feature, key)"
+                                           : "";
+    return product + "per query row " + std::to_string(p.query.operations()) + " operations, " +
+           std::to_string(p.query_scalars) + " scalars; per key row " + std::to_string(p.key.operations()) +
+           " operations, " + std::to_string(p.key_scalars) + " scalars; per pair " +
+           std::to_string(p.pair.operations()) + " operations on lanes" + map + guards;
   }
 
   static constexpr bool plain_products = false;
@@ -74,8 +81,9 @@ struct recorded_path {
       return f;
     }
     if (!s->ok) return pairwise::facts(base, pr);
-    path_facts f = dot_facts<Acc>(s->parts.features);
-    f.keys_in_place_ok = true;
+    // no product (a feature map alone): no panels
+    path_facts f = s->parts.features ? dot_facts<Acc>(s->parts.features) : pair_facts<Acc>(pr.k_dim);
+    f.keys_in_place_ok = s->parts.features > 0;
     f.query_grads_dense = true;
     f.query_width = separated_t::query_grad_width(s->parts, pr);
     return f;

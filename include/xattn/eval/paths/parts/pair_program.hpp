@@ -42,12 +42,15 @@ class pair_program_runner {
 
   /// The program on `rows` tile rows of `ld` lanes each (whole batches): dot the products (row r
   /// at dot + r · ld), query_scalar(c, r) row r's scalar c, key_scalar(c) the key block's scalar c
-  /// (ld of them, the same for every row). One row reads its inputs where they are.
+  /// (ld of them, the same for every row), map_sum the feature map's sums (as dot). One row reads
+  /// its inputs where they are.
   template <class QueryScalar, class KeyScalar>
-  void run(const Acc* dot, std::size_t rows, std::size_t ld, QueryScalar&& query_scalar, KeyScalar&& key_scalar) {
+  void run(const Acc* dot, std::size_t rows, std::size_t ld, QueryScalar&& query_scalar, KeyScalar&& key_scalar,
+           const Acc* map_sum = nullptr) {
     kernel::trace::note(kernel::tile_op::pair_program);
     const std::size_t lanes = rows * ld, qs = s_.query_scalars, ks = s_.key_scalars;
     in_[0] = {dot, false};
+    if (s_.map_features) in_[1 + qs + ks] = {map_sum, false};  // laid out as the products
     if (rows == 1) {
       for (std::size_t c = 0; c < qs; ++c) {
         one_[c] = query_scalar(c, 0);

@@ -21,6 +21,7 @@
 #include "../../plan/schedule.hpp"
 #include "common.hpp"
 #include "dot_grads.hpp"
+#include "feature_map.hpp"
 #include "pair_program.hpp"
 
 #include <array>
@@ -38,13 +39,17 @@ struct separated_score {
 
   /// A query's gradient row: the features' (padded), its scalars', then its raw row's from the
   /// pairs whose guards fail (only when there are guards); padded to whole batches.
+  /// Per row, the scalars the per-pair program reads, then the feature map's values (feature by
+  /// feature): what the row program outputs after the features.
+  static std::size_t query_values(const record::separated& s) { return s.query_scalars + s.map_features * s.map_query; }
+  static std::size_t key_values(const record::separated& s) { return s.key_scalars + s.map_features * s.map_key; }
   static std::size_t query_scalars_at(const record::separated& s) { return simd::padded<Acc>(s.features); }
-  static std::size_t query_raw_at(const record::separated& s) { return query_scalars_at(s) + s.query_scalars; }
+  static std::size_t query_raw_at(const record::separated& s) { return query_scalars_at(s) + query_values(s); }
   static std::size_t query_grad_width(const record::separated& s, const problem& pr) {
     return simd::padded<Acc>(query_raw_at(s) + (s.expect.empty() ? 0 : pr.q_dim));
   }
   static std::size_t key_scalars_at(const record::separated& s) { return s.features; }
-  static std::size_t key_raw_at(const record::separated& s) { return s.features + s.key_scalars; }
+  static std::size_t key_raw_at(const record::separated& s) { return s.features + key_values(s); }
   static std::size_t key_grad_width(const record::separated& s, const problem& pr) {
     return key_raw_at(s) + (s.expect.empty() ? 0 : pr.k_dim);
   }
@@ -59,8 +64,9 @@ struct separated_score {
 
     keys(std::shared_ptr<const record::separation> from, const Base&, const problem& pr, const forward_schedule& fs)
         : sep(std::move(from)), s(*sep) {
-      rows = program_rows<Acc>(pr.batch, pr.kv_heads, pr.kv_len, s.parts.features, s.parts.key_scalars);
-      if (fs.keys == key_reads::panels) panels = make_key_panels<strips<Acc>>(pr, s.parts.features, fs.block_k);
+      rows = program_rows<Acc>(pr.batch, pr.kv_heads, pr.kv_len, s.parts.features, key_values(s.parts));
+      if (fs.keys == key_reads::panels && s.parts.features)
+        panels = make_key_panels<strips<Acc>>(pr, s.parts.features, fs.block_k);
     }
     void build(const Base& base, const problem& pr) {
       run_program_rows(s.parts.key, base.k.view, pr.k_dim, rows);
@@ -79,6 +85,8 @@ struct separated_score {
       n_ = s.features;
       q_.resize(bq_ * std::max<std::size_t>(n_, 1));
       qs_.resize(bq_ * s.query_scalars);
+      qm_.resize(bq_ * s.map_features * s.map_query);
+      map_.emplace(s);
       if (!s.expect.empty()) raw_.resize(bq_ * pr.q_dim);
       pairs_.emplace(s);
     }
@@ -100,6 +108,8 @@ struct separated_score {
           const std::size_t t = at + r0 + l;
           for (std::size_t g = 0; g < n_; ++g) q_[t * n_ + g] = rows_.output(s.query, g, l);
           for (std::size_t c = 0; c < s.query_scalars; ++c) qs_[c * bq_ + t] = rows_.output(s.query, n_ + c, l);
+          const std::size_t m = s.map_features * s.map_query;
+          for (std::size_t c = 0; c < m; ++c) qm_[t * m + c] = rows_.output(s.query, n_ + s.query_scalars + c, l);
         }
       }
       if (!raw_.empty())
@@ -117,15 +127,26 @@ struct separated_score {
       const Acc* q = q_.data() + r0 * n_;
       const auto& f = k_.rows.f;
       const auto key = [&](std::size_t j) { return f.row(b, hk, j); };
-      if (const Acc* kt = reader_.panel(b, hk, j0, 1, key))
+      if (n_ == 0)  // a feature map alone
+        ;
+      else if (const Acc* kt = reader_.panel(b, hk, j0, 1, key))
         kernel::qk_tile(q, n_, rows, kt, n_, colsp, s, lds);
       else
         kernel::qk_direct(
             q, n_, rows, [&](std::size_t c) { return f.row(b, hk, j0 + c); }, cols, n_, s, lds, also_);
+      const record::separated& sp = k_.s.parts;
+      if (!map_->empty()) {  // the feature map's sums, laid out as the tile
+        map_->load_keys([&](std::size_t t,
+                            std::size_t g) { return k_.rows.scalar(sp.key_scalars + g * sp.map_key + t, b, hk, j0); },
+                        cols);
+        msum_.resize(rows * lds);
+        const std::size_t m = sp.map_features * sp.map_query;
+        for (std::size_t r = 0; r < rows; ++r) map_->sum(qm_.data() + (r0 + r) * m, colsp, msum_.data() + r * lds);
+      }
       const bool spread = pair_program_runner<Acc>::rows_at_once(lds) > 1;
       if (spread) {  // the block's key scalars, lds wide; one row at a time reads them in place
-        kbuf_.resize(k_.rows.count * lds);
-        for (std::size_t c = 0; c < k_.rows.count; ++c) {
+        kbuf_.resize(sp.key_scalars * lds);
+        for (std::size_t c = 0; c < sp.key_scalars; ++c) {
           const Acc* from = k_.rows.scalar(c, b, hk, j0);
           std::copy(from, from + cols, kbuf_.data() + c * lds);
           std::fill(kbuf_.data() + c * lds + cols, kbuf_.data() + (c + 1) * lds, Acc(0));
@@ -140,7 +161,7 @@ struct separated_score {
       for (std::size_t g = 0; g < rows; g += R) {
         const std::size_t n = std::min(R, rows - g);
         const auto query_scalar = [&](std::size_t c, std::size_t r) { return qs_[c * bq_ + r0 + g + r]; };
-        pairs_->run(s + g * lds, n, ld, query_scalar, key_scalar);
+        pairs_->run(s + g * lds, n, ld, query_scalar, key_scalar, msum_.data() + g * lds);
         const Acc* out = pairs_->score();
         for (std::size_t r = 0; r < n; ++r) {
           Acc* row = s + (g + r) * lds;
@@ -166,8 +187,11 @@ struct separated_score {
     kernel::row_prefetch also_;
     std::optional<pair_program_runner<Acc>> pairs_;
     row_runner<Acc> rows_;
-    kernel::aligned_vector<Acc> q_;     // the block's features, n apart
-    std::vector<Acc> qs_, raw_;         // its scalars (scalar c of row t at c · bq + t), its raw rows
+    kernel::aligned_vector<Acc> q_;  // the block's features, n apart
+    std::vector<Acc> qs_, raw_;      // its scalars (scalar c of row t at c · bq + t), its raw rows
+    std::vector<Acc> qm_;            // its feature map's values, row by row
+    std::optional<feature_map_runner<Acc>> map_;
+    kernel::aligned_vector<Acc> msum_;  // the tile's feature map sums
     kernel::aligned_vector<Acc> kbuf_;  // a key block's scalars
     std::vector<S> buf_;
     key_reader<strips<Acc>> reader_;
@@ -190,8 +214,8 @@ struct separated_score {
           const backward_schedule& bs, const gradient_targets<Acc>& t)
         : sep(std::move(from)), s(*sep), to(t), slots(automatic_slots(base.policy)) {
       const record::separated& p = s.parts;
-      q = program_rows<Acc>(pr.batch, pr.q_heads, pr.q_len, p.features, p.query_scalars);
-      k = program_rows<Acc>(pr.batch, pr.kv_heads, pr.kv_len, p.features, p.key_scalars);
+      q = program_rows<Acc>(pr.batch, pr.q_heads, pr.q_len, p.features, query_values(p));
+      k = program_rows<Acc>(pr.batch, pr.kv_heads, pr.kv_len, p.features, key_values(p));
       dq = row_features<Acc>(pr.batch, pr.q_heads, pr.q_len, query_grad_width(p, pr));
       dk = row_features<Acc>(pr.batch, pr.kv_heads, pr.kv_len, key_grad_width(p, pr));
       for (const void* a : p.params) slot_of.push_back(slots.find(a));
@@ -279,8 +303,10 @@ struct separated_score {
     grad_tiles(const Base& base, const problem& pr, grads& g, const backward_schedule& bs, Acc scale)
         : base_(base), pr_(pr), g_(g), scale_(scale), bq_(bs.block_q), lds_(simd::padded<Acc>(bs.block_k)) {
       const record::separated& s = g.s.parts;
-      products_.emplace(s.features, bs, true, g.dq.width());
+      if (s.features) products_.emplace(s.features, bs, true, g.dq.width());
       pairs_.emplace(s);
+      map_.emplace(s);
+      if (!map_->empty()) msum_.resize(bq_ * lds_);
       dot_.resize(bq_ * lds_);
       gt_.resize(bq_ * lds_);
       dks_.resize(s.key_scalars * lds_);
@@ -296,10 +322,17 @@ struct separated_score {
 
     void begin_task() { std::fill(dparams_.begin(), dparams_.end(), Acc(0)); }
     void load_keys(std::size_t b, std::size_t hk, std::size_t j0, std::size_t cols) {
-      products_->load_keys(g_.k.f.view(), b, hk, j0, cols);
+      if (products_) products_->load_keys(g_.k.f.view(), b, hk, j0, cols);
       b_ = b, hk_ = hk, j0_ = j0;
       std::fill(dks_.begin(), dks_.end(), Acc(0));
-      for (std::size_t c = 0; c < g_.k.count; ++c) {  // the block's scalars, lds_ wide
+      const record::separated& s = g_.s.parts;
+      if (!map_->empty()) {
+        map_->load_keys(
+            [&](std::size_t t, std::size_t g) { return g_.k.scalar(s.key_scalars + g * s.map_key + t, b, hk, j0); },
+            cols);
+        map_->clear_key_grads();
+      }
+      for (std::size_t c = 0; c < s.key_scalars; ++c) {  // the block's scalars, lds_ wide
         const Acc* from = g_.k.scalar(c, b, hk, j0);
         std::copy(from, from + cols, dkey_.data() + c * lds_);
         std::fill(dkey_.data() + c * lds_ + cols, dkey_.data() + (c + 1) * lds_, Acc(0));
@@ -312,7 +345,7 @@ struct separated_score {
                               1);
     }
     void load_queries(std::size_t b, std::size_t h, std::size_t i0, std::size_t rows, std::size_t) {
-      products_->load_queries(g_.q.f.view(), b, h, i0, rows);
+      if (products_) products_->load_queries(g_.q.f.view(), b, h, i0, rows);
       h_ = h, i0_ = i0, rows_ = rows;
       const auto& qv = base_.q.view;
       if (!qraw_.empty())
@@ -324,8 +357,13 @@ struct separated_score {
     /// scale · score of the tile's rows; the product kept for the gradients.
     template <class Range>
     void scores(std::size_t cols, std::size_t colsp, Acc* s, std::size_t lds, Range range) {
-      products_->scores(cols, colsp, s, lds, range);
+      if (products_)
+        products_->scores(cols, colsp, s, lds, range);
+      else
+        for (std::size_t r = 0; r < rows_; ++r) std::fill(s + r * lds, s + r * lds + colsp, Acc(0));
       for (std::size_t r = 0; r < rows_; ++r) std::copy(s + r * lds, s + r * lds + colsp, dot_.data() + r * lds_);
+      if (!map_->empty())
+        for (std::size_t r = 0; r < rows_; ++r) map_->sum(query_map(r), colsp, msum_.data() + r * lds_);
       const std::size_t R = pair_program_runner<Acc>::rows_at_once(lds_), ld = lanes(colsp);
       for (std::size_t g = 0; g < rows_; g += R) {
         const std::size_t n = std::min(R, rows_ - g);
@@ -379,6 +417,15 @@ struct separated_score {
             for (std::size_t r = 0; r < n; ++r) std::copy(a + r * ld, a + r * ld + colsp, gt_.data() + (g + r) * lds_);
           } else if (input && x.a <= s.query_scalars) {
             for (std::size_t r = 0; r < n; ++r) dq[(g + r) * ldq + qs_at + x.a - 1] += row_sum(a + r * ld, colsp);
+          } else if (input && x.a == 1 + s.query_scalars + s.key_scalars) {  // the feature map's sum
+            for (std::size_t r = 0; r < n; ++r) {
+              mparams_.assign(s.params.size(), 0.0);
+              map_->begin_row();
+              map_->backward(query_map(g + r), colsp, a + r * ld, mparams_);
+              map_->end_row(dq + (g + r) * ldq + qs_at + s.query_scalars);
+              for (std::size_t i = 0; i < mparams_.size(); ++i)
+                if (g_.slot_of[i] != parameter_slots::npos) dparams_[g_.slot_of[i]] += Acc(mparams_[i]);
+            }
           } else if (input) {
             Acc* to = dks_.data() + (x.a - 1 - s.query_scalars) * lds_;
             for (std::size_t c = 0; c < colsp; c += w) {
@@ -395,15 +442,18 @@ struct separated_score {
         if (pairs_->guarded())
           for (std::size_t r = g; r < g + n; ++r) tape_failed(r, ds + r * lds, cols, dq + r * ldq);
       }
-      products_->gradients(gt_.data(), lds_, cols, dq, rows, keys);
+      if (products_) products_->gradients(gt_.data(), lds_, cols, dq, rows, keys);
     }
 
     void store_keys(std::size_t b, std::size_t hk, std::size_t j0, std::size_t cols) {
       const record::separated& s = g_.s.parts;
-      products_->store_keys(g_.dk.view(), b, hk, j0, cols);
+      if (products_) products_->store_keys(g_.dk.view(), b, hk, j0, cols);
       for (std::size_t c = 0; c < cols; ++c) {
         Acc* row = g_.dk.row(b, hk, j0 + c);
         for (std::size_t e = 0; e < s.key_scalars; ++e) row[key_scalars_at(s) + e] = dks_[e * lds_ + c];
+        for (std::size_t g = 0; g < s.map_features; ++g)
+          for (std::size_t t = 0; t < s.map_key; ++t)
+            row[key_scalars_at(s) + s.key_scalars + g * s.map_key + t] = map_->key_grad(t, g, c);
         if (!dkraw_.empty())
           for (std::size_t e = 0; e < pr_.k_dim; ++e) row[key_raw_at(s) + e] = dkraw_[c * pr_.k_dim + e];
       }
@@ -419,7 +469,15 @@ struct separated_score {
     void run_rows(std::size_t g, std::size_t n, std::size_t ld) {
       const auto query_scalar = [&](std::size_t c, std::size_t r) { return *g_.q.scalar(c, b_, h_, i0_ + g + r); };
       const auto key_scalar = [&](std::size_t c) { return dkey_.data() + c * lds_; };
-      pairs_->run(dot_.data() + g * lds_, n, ld, query_scalar, key_scalar);
+      pairs_->run(dot_.data() + g * lds_, n, ld, query_scalar, key_scalar, msum_.data() + g * lds_);
+    }
+    /// Tile row r's feature map values, feature by feature.
+    const Acc* query_map(std::size_t r) {
+      const record::separated& s = g_.s.parts;
+      const std::size_t m = s.map_features * s.map_query;
+      qmap_.resize(m);
+      for (std::size_t c = 0; c < m; ++c) qmap_[c] = *g_.q.scalar(s.query_scalars + c, b_, h_, i0_ + r);
+      return qmap_.data();
     }
     static Acc row_sum(const Acc* a, std::size_t n) {
       simd::batch<Acc> s(Acc(0));
@@ -446,6 +504,10 @@ struct separated_score {
     std::size_t bq_, lds_, b_ = 0, hk_ = 0, j0_ = 0, h_ = 0, i0_ = 0, rows_ = 0;
     std::optional<dot_grads<Acc>> products_;
     std::optional<pair_program_runner<Acc>> pairs_;
+    std::optional<feature_map_runner<Acc>> map_;
+    kernel::aligned_vector<Acc> msum_;  // the tile's feature map sums
+    std::vector<Acc> qmap_;
+    std::vector<double> mparams_;
     kernel::aligned_vector<Acc> dot_, gt_;           // the tile's products, and the gradient at them
     kernel::aligned_vector<Acc> dks_, dkey_, seed_;  // the key scalars' gradient and values, lds_ wide
     std::vector<Acc> dparams_, qraw_, kraw_, dkraw_, tmp_;
