@@ -20,8 +20,10 @@
 #include "recorded.hpp"
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cstdint>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <string>
@@ -68,9 +70,45 @@ struct separation {
 
 namespace detail {
 
+/// Thrown when a product has more factors than `factors` holds: the score is not separated.
+struct too_many_factors {};
+
+/// A monomial's factors, kept inline: a form has thousands of monomials (a bilinear form's
+/// D·D), and each would otherwise allocate.
+struct factors {
+  static constexpr std::size_t capacity = 8;
+  std::array<std::uint32_t, capacity> v{};
+  std::uint8_t n = 0;
+
+  factors() = default;
+  factors(std::initializer_list<std::uint32_t> l) {
+    for (std::uint32_t x : l) push_back(x);
+  }
+  template <class It>
+  factors(It first, It last) {
+    for (; first != last; ++first) push_back(*first);
+  }
+  std::uint32_t* begin() noexcept { return v.data(); }
+  std::uint32_t* end() noexcept { return v.data() + n; }
+  const std::uint32_t* begin() const noexcept { return v.data(); }
+  const std::uint32_t* end() const noexcept { return v.data() + n; }
+  bool empty() const noexcept { return n == 0; }
+  std::size_t size() const noexcept { return n; }
+  void push_back(std::uint32_t x) {
+    if (n == capacity) throw too_many_factors{};
+    v[n++] = x;
+  }
+  friend bool operator==(const factors& a, const factors& b) {
+    return std::equal(a.begin(), a.end(), b.begin(), b.end());
+  }
+  friend bool operator<(const factors& a, const factors& b) {
+    return std::lexicographical_compare(a.begin(), a.end(), b.begin(), b.end());
+  }
+};
+
 struct monomial {
   double coef = 1;
-  std::vector<std::uint32_t> f;            // factors: nodes that depend on one side or on nothing
+  factors f;                               // factors: nodes that depend on one side or on nothing
   std::uint32_t pair = std::uint32_t(-1);  // or a per-pair value that is not a form, times coef
 };
 using form = std::vector<monomial>;
@@ -86,6 +124,15 @@ class separator {
                   "a value left the recorded code: a call qualified with std:: (write `using std::sqrt;` and "
                   "call sqrt(x)) or a conversion to double");
     classify();
+    try {
+      return separate(out);
+    } catch (const too_many_factors&) {
+      return fail(out, "a product of more than " + std::to_string(factors::capacity) + " factors");
+    }
+  }
+
+ private:
+  separation separate(separation& out) {
     std::vector<char> forced(code_.size(), 0);  // roots kept as per-pair operations
     std::uint32_t dot_root = none;
     form dot_form;
@@ -145,7 +192,6 @@ class separator {
     return out;
   }
 
- private:
   static constexpr std::uint32_t none = std::uint32_t(-1);
   static constexpr std::size_t min_map = 4;  // features a map needs: fewer stay per-pair code
 
@@ -295,7 +341,7 @@ class separator {
         for (const monomial& u : a)
           for (const monomial& v : b) {
             monomial m{u.coef * v.coef, u.f, none};
-            m.f.insert(m.f.end(), v.f.begin(), v.f.end());
+            for (std::uint32_t x : v.f) m.f.push_back(x);
             out.push_back(std::move(m));
           }
         return out;
@@ -304,8 +350,8 @@ class separator {
   }
 
   /// The factors of m that depend on side s.
-  std::vector<std::uint32_t> side(const monomial& m, dep s) const {
-    std::vector<std::uint32_t> out;
+  factors side(const monomial& m, dep s) const {
+    factors out;
     for (std::uint32_t f : m.f)
       if (deps_[f] == s) out.push_back(f);
     return out;
@@ -315,8 +361,8 @@ class separator {
   }
 
   /// Feature groups of form f's products: by the key's factors or by the query's.
-  std::map<std::vector<std::uint32_t>, std::vector<const monomial*>> grouping(const form& f, bool by_key) const {
-    std::map<std::vector<std::uint32_t>, std::vector<const monomial*>> g;
+  std::map<factors, std::vector<const monomial*>> grouping(const form& f, bool by_key) const {
+    std::map<factors, std::vector<const monomial*>> g;
     for (const monomial& m : f)
       if (is_term(m)) g[side(m, by_key ? dep::key : dep::query)].push_back(&m);
     return g;
@@ -324,7 +370,7 @@ class separator {
   std::size_t groups(const form& f) const {
     std::size_t best = 0;
     for (const dep s : {dep::key, dep::query}) {
-      std::vector<std::vector<std::uint32_t>> keys;
+      std::vector<factors> keys;
       for (const monomial& m : f)
         if (is_term(m)) keys.push_back(side(m, s));
       std::sort(keys.begin(), keys.end());
@@ -485,7 +531,7 @@ class separator {
     using terms = std::vector<std::pair<double, std::vector<std::uint32_t>>>;
     // the features: one side's factors form the group's feature, the rest summed on the other side
     for (const auto& [key, ms] : g) {
-      terms mine{{1.0, key}}, other;
+      terms mine{{1.0, std::vector<std::uint32_t>(key.begin(), key.end())}}, other;
       for (const monomial* m : ms) {
         std::vector<std::uint32_t> rest;
         for (std::uint32_t x : m->f)
@@ -505,7 +551,8 @@ class separator {
       if (m.pair != none) {
         if (std::find(mg.members.begin(), mg.members.end(), &m) == mg.members.end()) opaque.push_back(&m);
       } else if (!is_term(m)) {
-        (side(m, dep::key).empty() ? alpha : beta).push_back({m.coef, m.f});
+        (side(m, dep::key).empty() ? alpha : beta)
+            .push_back({m.coef, std::vector<std::uint32_t>(m.f.begin(), m.f.end())});
       }
     // the pair program: slot 0 the product, then the query's scalars, then the key's
     std::vector<std::uint32_t> qs, ks;  // record nodes (or synthesized: none) per scalar slot
