@@ -323,3 +323,44 @@ TEST_CASE("the machine's reverse pass gives the tape's derivatives", "[record]")
     CHECK(std::abs(dc - dc_tape) <= 1e-10 * (1 + std::abs(dc_tape)));
   }
 }
+
+TEST_CASE("linear outputs of a row program become one product by a matrix of the learnables", "[record]") {
+  // outputs: 2·x0 − x1/4 (linear), x0·x1 (not), x1 + 3 (affine: not), w·x2 (linear in x, w learnable)
+  const learnable<> w = 0.5;
+  record::recording r;
+  r.code.inputs = 3;
+  {
+    const record::scope sc(r);
+    const recorded x0 = recorded::input(0, 1.0), x1 = recorded::input(1, 2.0), x2 = recorded::input(2, 3.0);
+    const recorded wv = recorded(w);
+    r.code.outputs = {(x0 * 2.0 - x1 / 4.0).id(), (x0 * x1).id(), (x1 + 3.0).id(), (wv * x2).id()};
+  }
+  const record::linear_split s = record::split_linear(r.code);
+  CHECK(s.linear == std::vector<std::uint32_t>{0, 3});
+  CHECK(s.rest == std::vector<std::uint32_t>{1, 2});
+  REQUIRE(s.matrix.outputs.size() == 3 * 2);
+  machine<double> m;
+  m.run(s.matrix, simd::width<double>, nullptr);
+  const auto at = [&](std::size_t i, std::size_t l) { return m.value(s.matrix.outputs[i * 2 + l])[0]; };
+  CHECK(at(0, 0) == 2.0);
+  CHECK(at(1, 0) == -0.25);
+  CHECK(at(2, 0) == 0.0);
+  CHECK(at(2, 1) == 0.5);  // the learnable's value
+  CHECK(at(0, 1) == 0.0);
+  CHECK(s.others.outputs.size() == 2);
+  CHECK(s.others.operations() == 2);  // x0·x1 and x1 + 3, nothing of the linear ones
+}
+
+TEST_CASE("a bilinear form's query program is all product, the cosine's features too", "[record]") {
+  dsl::bilinear_score p;
+  p.cols = 5;
+  for (int n = 0; n < 15; ++n) p.w.push_back(std::sin(1.0 + n));
+  const auto b = separated_of(p, 3, 5);
+  REQUIRE(b.ok);
+  CHECK(b.parts.key_linear.linear.size() == 3);  // grouped by the query's factors: Wk on the key's side
+  CHECK(b.parts.key_linear.others.operations() == 0);
+  const auto c = separated_of(dsl::cosine_with_temperature{0.5}, 8, 8);
+  REQUIRE(c.ok);
+  CHECK(c.parts.query_linear.linear.size() == 8);  // the features: q itself
+  CHECK(c.parts.query_linear.rest.size() == 1);    // |q|²
+}

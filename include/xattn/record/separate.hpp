@@ -16,6 +16,7 @@
 // Not separated (the caller then runs the policy pair by pair): neither a product of the query's
 // and the key's values nor a feature map, two or more of them, or a per-pair remainder longer
 // than `budget` operations.
+#include "linear.hpp"
 #include "program.hpp"
 #include "recorded.hpp"
 
@@ -55,6 +56,8 @@ struct separated {
   // the pair program reads the sum as its last input.
   program map;
   std::size_t map_features = 0, map_query = 0, map_key = 0;
+  // The row programs' outputs that are linear in the row (linear.hpp): one product per block of rows.
+  linear_split query_linear, key_linear;
 };
 
 /// The outcome: separated, or why not. A recording that does not separate but holds the whole
@@ -664,6 +667,10 @@ class separator {
 /// The separation of recording r, with at most `budget` operations per pair.
 inline separation separate(const recording& r, std::size_t budget = 48) {
   separation s = detail::separator(r, budget).run();
+  if (s.ok) {
+    s.parts.query_linear = split_linear(s.parts.query);
+    s.parts.key_linear = split_linear(s.parts.key);
+  }
   if (!s.ok && !r.escaped) {
     s.lanes = true;
     s.parts = separated{};

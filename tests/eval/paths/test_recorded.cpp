@@ -184,7 +184,8 @@ TEST_CASE("recorded: plain scores equal their hand-separated forms, forward and 
     p.cols = D;
     xt::xtensor<double, 2> w = xt::xtensor<double, 2>::from_shape({D, D});
     for (std::size_t n = 0; n < D * D; ++n) p.w.push_back(w.flat(n) = std::sin(0.7 * double(n)));
-    const auto [a, b] = same(score(p, Q, K), score(bilinear(w), Q, K), "6 features");
+    const auto [a, b] =
+        same(score(p, Q, K), score(bilinear(w), Q, K), "per query row 0 operations, 6 outputs a product by a matrix");
     for (std::size_t n = 0; n < D * D; ++n) CHECK(std::abs(a[n] - b.d_w.flat(n)) < 1e-10);
   }
   SECTION("weighted dot product") {

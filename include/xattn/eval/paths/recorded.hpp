@@ -65,10 +65,14 @@ struct recorded_path {
                                                  std::to_string(p.map.operations()) +
                                                  " operations per feature and pair, on lanes of (feature, key)"
                                            : "";
-    return product + "per query row " + std::to_string(p.query.operations()) + " operations, " +
-           std::to_string(p.query_scalars) + " scalars; per key row " + std::to_string(p.key.operations()) +
-           " operations, " + std::to_string(p.key_scalars) + " scalars; per pair " +
-           std::to_string(p.pair.operations()) + " operations on lanes" + map + guards;
+    const auto rows = [](const record::linear_split& lin, std::size_t scalars) {
+      std::string t = std::to_string(lin.others.operations()) + " operations, ";
+      if (lin.any()) t += std::to_string(lin.linear.size()) + " outputs a product by a matrix, ";
+      return t + std::to_string(scalars) + " scalars";
+    };
+    return product + "per query row " + rows(p.query_linear, p.query_scalars) + "; per key row " +
+           rows(p.key_linear, p.key_scalars) + "; per pair " + std::to_string(p.pair.operations()) +
+           " operations on lanes" + map + guards;
   }
 
   static constexpr bool plain_products = false;

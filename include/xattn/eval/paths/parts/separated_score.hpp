@@ -59,17 +59,21 @@ struct separated_score {
   struct keys {
     std::shared_ptr<const record::separation> sep;
     const record::separation& s;
-    program_rows<Acc> rows;  // the keys' features and scalars
+    row_program<Acc> query, key;  // the row programs, their products' matrices made
+    program_rows<Acc> rows;       // the keys' features and scalars
     key_panels<strips<Acc>> panels;
 
     keys(std::shared_ptr<const record::separation> from, const Base&, const problem& pr, const forward_schedule& fs)
-        : sep(std::move(from)), s(*sep) {
+        : sep(std::move(from)),
+          s(*sep),
+          query(s.parts.query, s.parts.query_linear),
+          key(s.parts.key, s.parts.key_linear) {
       rows = program_rows<Acc>(pr.batch, pr.kv_heads, pr.kv_len, s.parts.features, key_values(s.parts));
       if (fs.keys == key_reads::panels && s.parts.features)
         panels = make_key_panels<strips<Acc>>(pr, s.parts.features, fs.block_k);
     }
     void build(const Base& base, const problem& pr) {
-      run_program_rows(s.parts.key, base.k.view, pr.k_dim, rows);
+      run_program_rows(key, base.k.view, pr.k_dim, rows);
       if (!panels.empty())
         pack_key_panels(panels, pr, 1, [&](std::size_t bb, std::size_t h) {
           return [&f = rows.f, bb, h](std::size_t j) { return f.row(bb, h, j); };
@@ -98,18 +102,19 @@ struct separated_score {
       scale_ = scale;
       if (at == 0) i0_ = i0;
       kernel::trace::note(kernel::tile_op::project_rows);
-      const std::size_t lanes = row_lanes<Acc>(s.query);
+      const row_program<Acc>& qp = k_.query;
+      const std::size_t lanes = row_lanes<Acc>(s.query_linear.others);
       for (std::size_t r0 = 0; r0 < rows; r0 += lanes) {
         const std::size_t count = std::min(lanes, rows - r0);
-        rows_.forward(s.query, count, lanes, [&](std::size_t l, Acc* dst) {
+        rows_.forward(qp, count, lanes, [&](std::size_t l, Acc* dst) {
           kernel::scaled_copy(qv.row(b, h, i0 + r0 + l), qv.inner_stride(), pr_.q_dim, Acc(1), dst, 1);
         });
         for (std::size_t l = 0; l < count; ++l) {
           const std::size_t t = at + r0 + l;
-          for (std::size_t g = 0; g < n_; ++g) q_[t * n_ + g] = rows_.output(s.query, g, l);
-          for (std::size_t c = 0; c < s.query_scalars; ++c) qs_[c * bq_ + t] = rows_.output(s.query, n_ + c, l);
+          for (std::size_t g = 0; g < n_; ++g) q_[t * n_ + g] = rows_.output(qp, g, l);
+          for (std::size_t c = 0; c < s.query_scalars; ++c) qs_[c * bq_ + t] = rows_.output(qp, n_ + c, l);
           const std::size_t m = s.map_features * s.map_query;
-          for (std::size_t c = 0; c < m; ++c) qm_[t * m + c] = rows_.output(s.query, n_ + s.query_scalars + c, l);
+          for (std::size_t c = 0; c < m; ++c) qm_[t * m + c] = rows_.output(qp, n_ + s.query_scalars + c, l);
         }
       }
       if (!raw_.empty())
@@ -204,6 +209,7 @@ struct separated_score {
     std::shared_ptr<const record::separation> sep;
     const record::separation& s;
     gradient_targets<Acc> to;
+    row_program<Acc> query, key;       // the row programs, their products' matrices made
     program_rows<Acc> q, k;            // the rows' features and scalars
     row_features<Acc> dq, dk;          // the gradients at them (query_grad_width, key_grad_width)
     parameter_slots slots;             // the learnables differentiated (automatic_slots)
@@ -212,7 +218,12 @@ struct separated_score {
 
     grads(std::shared_ptr<const record::separation> from, const Base& base, const problem& pr,
           const backward_schedule& bs, const gradient_targets<Acc>& t)
-        : sep(std::move(from)), s(*sep), to(t), slots(automatic_slots(base.policy)) {
+        : sep(std::move(from)),
+          s(*sep),
+          to(t),
+          query(s.parts.query, s.parts.query_linear),
+          key(s.parts.key, s.parts.key_linear),
+          slots(automatic_slots(base.policy)) {
       const record::separated& p = s.parts;
       q = program_rows<Acc>(pr.batch, pr.q_heads, pr.q_len, p.features, query_values(p));
       k = program_rows<Acc>(pr.batch, pr.kv_heads, pr.kv_len, p.features, key_values(p));
@@ -223,8 +234,8 @@ struct separated_score {
     }
 
     void build(const Base& base, const problem& pr) {
-      run_program_rows(s.parts.query, base.q.view, pr.q_dim, q);
-      run_program_rows(s.parts.key, base.k.view, pr.k_dim, k);
+      run_program_rows(query, base.q.view, pr.q_dim, q);
+      run_program_rows(key, base.k.view, pr.k_dim, k);
     }
     strided_view<Acc> query_grads() { return dq.view(); }
     void reduce_row(std::size_t, std::size_t, std::size_t, std::size_t) {}
@@ -238,25 +249,26 @@ struct separated_score {
       for (std::size_t t = 0; t < bs.tasks; ++t)
         for (std::size_t n = 0; n < slots.size(); ++n) dp[n] += double(param_parts[t * slots.size() + n]);
       kernel::trace::note(kernel::tile_op::project_back);
-      back(s.parts.query, base.q.view, to.dq, dq, pr.q_dim, query_scalars_at(s.parts), query_raw_at(s.parts),
-           bs.threads, dp);
-      back(s.parts.key, base.k.view, to.dk, dk, pr.k_dim, key_scalars_at(s.parts), key_raw_at(s.parts), bs.threads, dp);
+      back(query, base.q.view, to.dq, dq, pr.q_dim, query_scalars_at(s.parts), query_raw_at(s.parts), bs.threads, dp);
+      back(key, base.k.view, to.dk, dk, pr.k_dim, key_scalars_at(s.parts), key_raw_at(s.parts), bs.threads, dp);
       if constexpr (learns_automatically<P>())
         for (std::size_t n = 0; n < dp.size(); ++n) g.d[n] += dp[n];
     }
 
    private:
     /// Rows of x (d elements) get their gradients from df's rows (features, then the scalars from
-    /// scalars_at, then the raw row's from raw_at when there are guards) through p in reverse.
+    /// scalars_at, then the raw row's from raw_at when there are guards) through rp in reverse;
+    /// each block's parameter gradients (and its product's matrix's) summed in block order.
     template <class View>
-    void back(const record::program& p, const View& x, const strided_view<Acc>& dx, const row_features<Acc>& df,
+    void back(const row_program<Acc>& rp, const View& x, const strided_view<Acc>& dx, const row_features<Acc>& df,
               std::size_t d, std::size_t scalars_at, std::size_t raw_at, int threads, std::vector<double>& dp) {
       if (!dx.data) return;
+      const record::program& p = *rp.p;
       const auto& sh = df.term_at.shape;
-      const std::size_t rows = sh[0] * sh[1] * sh[2], lanes = row_lanes<Acc>(p), n = s.parts.features;
-      const std::size_t blocks = (rows + lanes - 1) / lanes;
+      const std::size_t rows = sh[0] * sh[1] * sh[2], lanes = row_lanes<Acc>(rp.split->others), n = s.parts.features;
+      const std::size_t blocks = (rows + lanes - 1) / lanes, np = s.parts.params.size(), nm = rp.m.size();
       const bool raw = !s.parts.expect.empty();
-      std::vector<double> parts(blocks * s.parts.params.size(), 0.0);
+      std::vector<double> parts(blocks * np, 0.0), mparts(blocks * nm, 0.0);
 #pragma omp parallel num_threads(threads) if (threads > 1)
       {
         row_runner<Acc> run;
@@ -270,13 +282,13 @@ struct separated_score {
             from[l] = df.row(b, h, j);
             to[l] = dx.row(b, h, j);
           }
-          run.forward(p, count, lanes, [&](std::size_t l, Acc* dst) {
+          run.forward(rp, count, lanes, [&](std::size_t l, Acc* dst) {
             const std::size_t r = r0 + l;
             kernel::scaled_copy(x.row(r / sh[2] / sh[1], r / sh[2] % sh[1], r % sh[2]), x.inner_stride(), d, Acc(1),
                                 dst, 1);
           });
           for (std::size_t o = 0; o < p.outputs.size(); ++o) {
-            Acc* seed = run.seeds(p, o);
+            Acc* seed = run.seeds(rp, o);
             const std::size_t at = o < n ? o : scalars_at + (o - n);
             for (std::size_t l = 0; l < count; ++l) seed[l] = from[l][at];
             std::fill(seed + count, seed + lanes, Acc(0));
@@ -288,13 +300,18 @@ struct separated_score {
           const auto store = [&](std::size_t slot, const Acc* grad) {
             for (std::size_t l = 0; l < count; ++l) to[l][std::ptrdiff_t(slot) * stride] += grad[l];
           };
-          run.reverse(p, count, store,
-                      std::span<double>(parts.data() + blk * s.parts.params.size(), s.parts.params.size()));
+          run.reverse(rp, count, store, std::span<double>(parts.data() + blk * np, np),
+                      std::span<double>(mparts.data() + blk * nm, nm));
         }
       }
-      for (std::size_t blk = 0; blk < blocks; ++blk)
-        for (std::size_t i = 0; i < s.parts.params.size(); ++i)
-          if (slot_of[i] != parameter_slots::npos) dp[slot_of[i]] += parts[blk * s.parts.params.size() + i];
+      std::vector<double> dparams(np, 0.0), dm(nm, 0.0);
+      for (std::size_t blk = 0; blk < blocks; ++blk) {
+        for (std::size_t i = 0; i < np; ++i) dparams[i] += parts[blk * np + i];
+        for (std::size_t e = 0; e < nm; ++e) dm[e] += mparts[blk * nm + e];
+      }
+      rp.matrix_backward(dm, dparams);
+      for (std::size_t i = 0; i < np; ++i)
+        if (slot_of[i] != parameter_slots::npos) dp[slot_of[i]] += dparams[i];
     }
   };
 
