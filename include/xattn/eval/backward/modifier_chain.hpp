@@ -87,8 +87,11 @@ class modifier_chain {
  private:
   /// The modifiers on one score s: returns the final score; with g, turns the gradient at the final
   /// score into the gradient at the first modifier's input, records it at every bias on the way,
-  /// and adds the gradients of each modifier's learnables.
-  Acc through(Acc s, std::size_t b, std::size_t h, std::size_t i, std::size_t j, Acc* g) {
+  /// and adds the gradients of each modifier's learnables. Flattened and inlined into the row's
+  /// loop: called per score, its duals must stay in registers, where in a large translation unit
+  /// GCC stops inlining it.
+  [[gnu::always_inline, gnu::flatten]] Acc through(Acc s, std::size_t b, std::size_t h, std::size_t i, std::size_t j,
+                                                   Acc* g) {
     std::array<Acc, n_ops + 1> deriv{}, in{}, g_out{};
     std::size_t k = 0;
     hana::for_each(ops_, [&](const auto& op) {
@@ -112,7 +115,7 @@ class modifier_chain {
               Acc* dp = dmodify_.data() + out_.slots->first[k];
               const param_dual<Acc> y = op(param_dual<Acc>{in[k], Acc(1)}, b, h, i, j);
               if (y.overflowed())  // more learnables than a param_dual holds: on the tape
-                modifier_parameters_backward(op, in[k], b, h, i, j, g_out[k], slots, std::span<Acc>(dp, slots.size()));
+                on_tape(op, in[k], b, h, i, j, g_out[k], slots, std::span<Acc>(dp, slots.size()));
               else
                 for (std::size_t e = 0; e < y.n; ++e)
                   if (const std::size_t n = slots.find(y.at[e]); n != parameter_slots::npos) dp[n] += g_out[k] * y.p[e];
@@ -122,6 +125,13 @@ class modifier_chain {
       }
     }
     return s;
+  }
+
+  /// The rare score whose learnables overflow a param_dual, kept out of the flattened loop.
+  template <class Op>
+  [[gnu::noinline]] static void on_tape(const Op& op, Acc s, std::size_t b, std::size_t h, std::size_t i, std::size_t j,
+                                        Acc g, const parameter_slots& slots, std::span<Acc> dp) {
+    modifier_parameters_backward(op, s, b, h, i, j, g, slots, dp);
   }
 
   const Ops& ops_;
