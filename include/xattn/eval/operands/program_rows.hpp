@@ -57,6 +57,9 @@ struct row_program {
   std::vector<Acc> m;                 // M: p->inputs x linear outputs, row-major
   std::vector<std::ptrdiff_t> where;  // output o: its index among the linear outputs, or ~ its index among the rest
   std::vector<char> learns;           // M's entry depends on a learnable: its gradient is wanted
+  // M's nonzero entries column by column: column o's rows column_row[column_at[o], column_at[o + 1])
+  std::vector<std::size_t> column_at{0}, column_row;
+  std::vector<Acc> column_value;
 
   row_program() = default;
   row_program(const record::program& program, const record::linear_split& s) : p(&program), split(&s) {
@@ -76,6 +79,13 @@ struct row_program {
     }
     learns.resize(m.size());
     for (std::size_t e = 0; e < m.size(); ++e) learns[e] = reads[s.matrix.outputs[e]];
+    const std::size_t nl = s.linear.size();
+    column_at.assign(1, 0);
+    for (std::size_t o = 0; o < nl; ++o) {
+      for (std::size_t r = 0; r < program.inputs; ++r)
+        if (m[r * nl + o] != Acc(0)) column_row.push_back(r), column_value.push_back(m[r * nl + o]);
+      column_at.push_back(column_row.size());
+    }
   }
   std::size_t inputs() const noexcept { return p->inputs; }
   std::size_t linear() const noexcept { return split->linear.size(); }
@@ -117,14 +127,21 @@ class row_runner {
       load(l, row_.data());
       for (std::size_t s = 0; s < inputs; ++s) in_[s * lanes + l] = row_[s];
     }
-    lin_.assign(nl * lanes, Acc(0));  // y = x · M, a vector of rows at a time
-    for (std::size_t o = 0; o < nl; ++o)
-      for (std::size_t s = 0; s < inputs; ++s)
-        if (const Acc c = rp.m[s * nl + o]; c != Acc(0))
-          for (std::size_t v = 0; v < lanes; v += w) {
-            Acc* y = lin_.data() + o * lanes + v;
-            (B::load_unaligned(y) + B::load_unaligned(in_.data() + s * lanes + v) * B(c)).store_unaligned(y);
-          }
+    // y = x · M, four vectors of rows at a time: each output summed in registers over the
+    // nonzero entries of its column (a chain through memory per entry would wait on each store)
+    lin_.resize(nl * lanes);
+    for (std::size_t v = 0; v < lanes; v += 4 * w) {
+      const std::size_t nv = std::min<std::size_t>(4, (lanes - v) / w);
+      for (std::size_t o = 0; o < nl; ++o) {
+        B acc[4] = {B(Acc(0)), B(Acc(0)), B(Acc(0)), B(Acc(0))};
+        for (std::size_t e = rp.column_at[o]; e < rp.column_at[o + 1]; ++e) {
+          const Acc* x = in_.data() + rp.column_row[e] * lanes + v;
+          const B c(rp.column_value[e]);
+          for (std::size_t t = 0; t < nv; ++t) acc[t] = xsimd::fma(B::load_unaligned(x + t * w), c, acc[t]);
+        }
+        for (std::size_t t = 0; t < nv; ++t) acc[t].store_unaligned(lin_.data() + o * lanes + v + t * w);
+      }
+    }
     if (rp.split->rest.empty()) return;
     slots_.resize(inputs);
     for (std::size_t s = 0; s < inputs; ++s) slots_[s] = {in_.data() + s * lanes, false};
