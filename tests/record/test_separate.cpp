@@ -148,6 +148,14 @@ struct every_op {
   auto parameters() const { return std::tie(c); }
 };
 
+/// qᵀWk with W (3, 5), entries sin(1 + n).
+dsl::bilinear_score bilinear_3x5() {
+  dsl::bilinear_score p;
+  p.cols = 5;
+  for (int n = 0; n < 15; ++n) p.w.push_back(std::sin(1.0 + n));
+  return p;
+}
+
 }  // namespace
 
 TEST_CASE("cosine as written separates into two norms, one product and five operations per pair", "[record]") {
@@ -187,9 +195,7 @@ TEST_CASE("the Gaussian kernel expands to norms and one product", "[record]") {
 }
 
 TEST_CASE("a bilinear form of different sizes groups by the smaller side", "[record]") {
-  dsl::bilinear_score p;
-  p.cols = 5;
-  for (int n = 0; n < 15; ++n) p.w.push_back(std::sin(1.0 + n));
+  const dsl::bilinear_score p = bilinear_3x5();
   const auto s = separated_of(p, 3, 5);
   REQUIRE(s.ok);
   CHECK(s.parts.features == 3);
@@ -352,9 +358,7 @@ TEST_CASE("linear outputs of a row program become one product by a matrix of the
 }
 
 TEST_CASE("a bilinear form's query program is all product, the cosine's features too", "[record]") {
-  dsl::bilinear_score p;
-  p.cols = 5;
-  for (int n = 0; n < 15; ++n) p.w.push_back(std::sin(1.0 + n));
+  const dsl::bilinear_score p = bilinear_3x5();
   const auto b = separated_of(p, 3, 5);
   REQUIRE(b.ok);
   CHECK(b.parts.key_linear.linear.size() == 3);  // grouped by the query's factors: Wk on the key's side
