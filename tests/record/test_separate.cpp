@@ -67,6 +67,8 @@ separated_score run_separated(const record::separated& s, const std::vector<doub
   const std::vector<double> out = outputs(s.pair, in);
   bool hold = true;
   for (std::size_t g = 0; g < s.expect.size(); ++g) hold = hold && (out[1 + g] != 0) == bool(s.expect[g]);
+  for (const auto& g : s.query_guards) hold = hold && (fq[s.features + g.scalar] != 0) == g.expect;
+  for (const auto& g : s.key_guards) hold = hold && (fk[s.features + g.scalar] != 0) == g.expect;
   return {out[0], hold};
 }
 
@@ -158,19 +160,80 @@ dsl::bilinear_score bilinear_3x5() {
 
 }  // namespace
 
-TEST_CASE("cosine as written separates into two norms, one product and five operations per pair", "[record]") {
+TEST_CASE("cosine as written folds into normalised rows, one product and nothing per pair", "[record]") {
   const dsl::cosine_with_temperature p{0.25};
   const auto s = separated_of(p, 16, 16);
   REQUIRE(s.ok);
-  CHECK(s.parts.features == 16);
-  CHECK(s.parts.query_scalars == 1);      // |q|²
-  CHECK(s.parts.key_scalars == 1);        // |k|²
-  CHECK(s.parts.pair.operations() == 5);  // qq·kk, sqrt, == 0 (the guard), norm·τ, qk / that
-  CHECK(s.parts.expect.size() == 1);
+  CHECK(s.parts.features == 16);  // q / (|q| τ) and k / |k|
+  CHECK(s.parts.product_only());
+  CHECK(s.parts.pair.operations() == 0);
+  CHECK(s.parts.expect.empty());
+  REQUIRE(s.parts.query_guards.size() == 1);  // |q|² != 0
+  REQUIRE(s.parts.key_guards.size() == 1);    // |k|² != 0
+  CHECK(s.parts.query_scalars == 1);
+  CHECK(s.parts.key_scalars == 1);
   check_pairs(p, s.parts, 16, 16);
-  // a zero query row takes the other branch: its guard says so
+  // a zero row takes the other branch: its guard says so, and its features are zero, not NaN
   const std::vector<double> zero(16, 0.0), k(16, 0.5);
-  CHECK_FALSE(run_separated(s.parts, zero, k).guards_hold);
+  const auto q0 = run_separated(s.parts, zero, k), k0 = run_separated(s.parts, k, zero);
+  CHECK_FALSE(q0.guards_hold);
+  CHECK_FALSE(k0.guards_hold);
+  CHECK(q0.score == 0);
+  CHECK(k0.score == 0);
+}
+
+/// qk / (|q| |k|) written with the norms apart, the product's sign taken out by a negation and a
+/// square root of one side's negative value: which of them fold.
+struct cosine_apart {
+  template <class T>
+  T operator()(std::span<const T> q, std::span<const T> k) const {
+    using std::sqrt;
+    T qk = 0, qq = 0, kk = 0;
+    for (std::size_t d = 0; d < q.size(); ++d) qk += q[d] * k[d], qq += q[d] * q[d], kk += k[d] * k[d];
+    return -qk / (sqrt(qq) * sqrt(kk) * T(2));
+  }
+};
+struct root_of_signed {  // √((−q₀²)·(−k₀²)) = |q₀ k₀| may not split: each factor is negative
+  template <class T>
+  T operator()(std::span<const T> q, std::span<const T> k) const {
+    using std::sqrt;
+    T qk = 0;
+    for (std::size_t d = 0; d < q.size(); ++d) qk += q[d] * k[d];
+    return qk * sqrt((-(q[0] * q[0])) * (-(k[0] * k[0])));
+  }
+};
+struct key_factor_as_query {  // the same score with a key-only factor in the denominator
+  template <class T>
+  T operator()(std::span<const T> q, std::span<const T> k) const {
+    T qk = 0, kk = 0;
+    for (std::size_t d = 0; d < q.size(); ++d) qk += q[d] * k[d], kk += k[d] * k[d];
+    return qk / (T(1) + kk);
+  }
+};
+
+TEST_CASE("folding takes one-row factors into the features, and only those", "[record]") {
+  const auto a = separated_of(cosine_apart{}, 9, 9);
+  REQUIRE(a.ok);
+  CHECK(a.parts.product_only());
+  CHECK(a.parts.query_guards.empty());
+  check_pairs(cosine_apart{}, a.parts, 9, 9);
+  const auto r = separated_of(root_of_signed{}, 6, 6);  // kept per pair
+  REQUIRE(r.ok);
+  CHECK_FALSE(r.parts.product_only());
+  check_pairs(root_of_signed{}, r.parts, 6, 6);
+  const auto k = separated_of(key_factor_as_query{}, 7, 7);
+  REQUIRE(k.ok);
+  CHECK(k.parts.product_only());
+  check_pairs(key_factor_as_query{}, k.parts, 7, 7);
+  // the key's factor is on the key's side: queries that differ only in it would show otherwise
+  std::mt19937 g(3);
+  const auto q = random_row(g, 7), k1 = random_row(g, 7);
+  auto k2 = k1;
+  for (double& x : k2) x *= 3;
+  const double want1 = key_factor_as_query{}(std::span<const double>(q), std::span<const double>(k1));
+  const double want2 = key_factor_as_query{}(std::span<const double>(q), std::span<const double>(k2));
+  CHECK(run_separated(k.parts, q, k1).score == Approx(want1).epsilon(1e-12));
+  CHECK(run_separated(k.parts, q, k2).score == Approx(want2).epsilon(1e-12));
 }
 
 TEST_CASE("select records both sides: no guard", "[record]") {
@@ -357,14 +420,18 @@ TEST_CASE("linear outputs of a row program become one product by a matrix of the
   CHECK(s.others.operations() == 2);  // x0·x1 and x1 + 3, nothing of the linear ones
 }
 
-TEST_CASE("a bilinear form's query program is all product, the cosine's features too", "[record]") {
+TEST_CASE("a bilinear form's query program is all product, the Gaussian's features too", "[record]") {
   const dsl::bilinear_score p = bilinear_3x5();
   const auto b = separated_of(p, 3, 5);
   REQUIRE(b.ok);
   CHECK(b.parts.key_linear.linear.size() == 3);  // grouped by the query's factors: Wk on the key's side
   CHECK(b.parts.key_linear.others.operations() == 0);
-  const auto c = separated_of(dsl::cosine_with_temperature{0.5}, 8, 8);
+  const auto c = separated_of(dsl::gaussian_score{0.5}, 8, 8);
   REQUIRE(c.ok);
-  CHECK(c.parts.query_linear.linear.size() == 8);  // the features: q itself
+  CHECK(c.parts.query_linear.linear.size() == 8);  // the features: q times a constant
   CHECK(c.parts.query_linear.rest.size() == 1);    // |q|²
+  // cosine's are q / (|q| τ): per row, not a product by a matrix
+  const auto d = separated_of(dsl::cosine_with_temperature{0.5}, 8, 8);
+  REQUIRE(d.ok);
+  CHECK(d.parts.query_linear.linear.empty());
 }

@@ -6,8 +6,9 @@
 // vectors, Σ_g fq_g(q) · fk_g(k) + α(q) + β(k), which the score microkernels compute. What the
 // rest of the per-pair code reads of one side only (norms, projections, per-row scalars) is
 // computed once per row and per key; the per-pair remainder is a short program run on lanes of
-// pairs. So cosine similarity written as three sums and a quotient runs as two norms, one Q·Kᵀ
-// tile and an epilogue of five operations; |q - k|² expands to |q|² - 2 q·k + |k|².
+// pairs; when that remainder only scales the product by one row's values, fold.hpp moves them into
+// the features. So cosine similarity written as three sums and a quotient runs as normalised rows
+// and one Q·Kᵀ tile; |q - k|² expands to |q|² - 2 q·k + |k|².
 //
 // A sum of one small per-pair body over the features (|q_d - k_d| for an L1 distance) is kept as a
 // feature map: the body runs on lanes of (feature, key), once for every feature, and the sum is an
@@ -16,9 +17,11 @@
 // Not separated (the caller then runs the policy pair by pair): neither a product of the query's
 // and the key's values nor a feature map, two or more of them, or a per-pair remainder longer
 // than `budget` operations.
+#include "fold.hpp"
 #include "linear.hpp"
 #include "program.hpp"
 #include "recorded.hpp"
+#include "separated.hpp"
 
 #include <algorithm>
 #include <array>
@@ -38,38 +41,6 @@ namespace xattn::record {
 /// What a value depends on: a bit for the query row, one for the key row.
 enum class dep : std::uint8_t { none = 0, query = 1, key = 2, pair = 3 };
 constexpr dep operator|(dep x, dep y) noexcept { return dep(std::uint8_t(x) | std::uint8_t(y)); }
-
-/// A separated score. The query program maps a query row (inputs: its dq values) to outputs
-/// [fq_0 .. fq_n) then its scalars; the key program a key row likewise to [fk_0 .. fk_n) then its
-/// scalars. The pair program's inputs are slot 0, Σ fq_g fk_g, then the query's scalars, then the
-/// key's; its outputs are the score, then the guards' conditions (expect[g]: the value under which
-/// the separated code is the policy's).
-struct separated {
-  program query, key, pair;
-  std::size_t features = 0, query_scalars = 0, key_scalars = 0;
-  std::vector<std::uint8_t> expect;
-  std::vector<const void*> params;  // the learnable behind each param node's index
-  bool by_key = true;               // features grouped by the key's factors (else the query's)
-  // A sum over features of one small per-feature body, Σ_g map(a_g(q), b_g(k)) (an L1 distance:
-  // Σ_d |q_d − k_d|): map's inputs are map_query values of the query's feature g then map_key of
-  // the key's; the query and key programs output them after their scalars, feature by feature;
-  // the pair program reads the sum as its last input.
-  program map;
-  std::size_t map_features = 0, map_query = 0, map_key = 0;
-  // The row programs' outputs that are linear in the row (linear.hpp): one product per block of rows.
-  linear_split query_linear, key_linear;
-};
-
-/// The outcome: separated, or why not. A recording that does not separate but holds the whole
-/// code (no value left it) runs pair by pair on lanes: then `lanes` holds and parts.pair is the
-/// recording itself (inputs q[0, dq) then k[0, dk); outputs the score, then the guards'
-/// conditions, parts.expect their recorded values), parts.params its learnables.
-struct separation {
-  bool ok = false;
-  bool lanes = false;
-  std::string reason;
-  separated parts;
-};
 
 namespace detail {
 
@@ -668,6 +639,7 @@ class separator {
 inline separation separate(const recording& r, std::size_t budget = 48) {
   separation s = detail::separator(r, budget).run();
   if (s.ok) {
+    fold_factors(s.parts);
     s.parts.query_linear = split_linear(s.parts.query);
     s.parts.key_linear = split_linear(s.parts.key);
   }

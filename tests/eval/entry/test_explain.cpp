@@ -60,10 +60,10 @@ TEST_CASE("explain: the score path, the scale and log2 e, the masks, the loop ne
   REQUIRE(!filled.folds_log2e);  // the -1e6 fill needs natural units
   REQUIRE_THAT(filled.text, Contains("raw_cosine") && Contains("not separated (a value left the recorded code") &&
                                 Contains("operator()(q, k) per pair") && Contains("lengths_mask (fills -1e+06"));
-  // written with sqrt unqualified it separates: two norms, one product, the rest per pair
+  // written with sqrt unqualified it separates: normalised rows, one product, nothing per pair
   const auto separated = explain(softmax(mask(score(recordable_cosine{}, Q, K), lengths(lens))) * V);
   REQUIRE_THAT(separated.text, Contains("64 features per row by the score microkernel") &&
-                                   Contains("per pair 5 operations on lanes, 1 guards"));
+                                   Contains("per pair nothing (the score is the product), 2 row guards"));
   const auto with_projections = explain(softmax(mask(score(cosine{}, Q, K), lengths(lens))) * V);
   REQUIRE(with_projections.path == "dot_features");  // the same score with projections: the SIMD path
 }

@@ -85,6 +85,17 @@ struct qualified_cosine {
   }
 };
 
+/// A leaky ReLU of the dot product with a guard on the pair's value: it stays per pair (about half
+/// the pairs take the other branch, by the policy).
+struct leaky_dot {
+  template <class T>
+  T operator()(std::span<const T> q, std::span<const T> k) const {
+    T qk = 0;
+    for (std::size_t d = 0; d < q.size(); ++d) qk += q[d] * k[d];
+    return qk > T(0) ? qk : T(0.1) * qk;
+  }
+};
+
 /// The largest feature difference: a per-pair remainder per feature, in no sum.
 struct largest_difference {
   template <class T>
@@ -176,7 +187,7 @@ TEST_CASE("recorded: plain scores equal their hand-separated forms, forward and 
   }
   SECTION("cosine with a temperature, as written") {
     const auto [a, b] =
-        same(score(dsl::cosine_with_temperature{0.4}, Q, K), score(cosine{0.4}, Q, K), "per pair 5 operations");
+        same(score(dsl::cosine_with_temperature{0.4}, Q, K), score(cosine{0.4}, Q, K), "per pair nothing");
     CHECK(std::abs(a[0] - b.d_temperature) < 1e-10);
   }
   SECTION("bilinear") {
@@ -217,6 +228,10 @@ TEST_CASE("recorded: the learnables of plain scores against finite differences")
     for (int d = 0; d < 4; ++d) p.w.push_back(0.5 + 0.3 * d);
     CHECK(worst_parameter_error([&] { return softmax(mask(score(p, Q, K), causal())) * V; }, p, d_out) < tol);
   }
+  SECTION("folded: the cosine's temperature in the query rows") {
+    dsl::cosine_with_temperature p{0.7};
+    CHECK(worst_parameter_error([&] { return softmax(score(p, Q, K)) * V; }, p, d_out) < tol);
+  }
   SECTION("a feature map: the Laplace bandwidth") {
     dsl::laplace_score p{1.2};
     CHECK(worst_parameter_error([&] { return softmax(score(p, Q, K)) * V; }, p, d_out) < tol);
@@ -229,12 +244,16 @@ TEST_CASE("recorded: pairs whose guards fail take the policy's own branch") {
   for (std::size_t d = 0; d < 8; ++d) q(0, 0, 3, d) = q(0, 1, 19, d) = k(0, 0, 5, d) = k(0, 1, 36, d) = 0;
   const xt::xtensor<double, 4> d_out = r.tensor<double>({1, 2, 20, 4});
   const auto e = softmax(score(dsl::cosine_with_temperature{0.3}, ref(q), ref(k))) * ref(v);
-  REQUIRE_THAT(explain(e).text, Contains("1 guards"));
+  REQUIRE_THAT(explain(e).text, Contains("2 row guards"));
   check_against_reference(e, d_out, 1e-12);
   // float: the same to float rounding
   const xt::xtensor<float, 4> qf = xt::cast<float>(q), kf = xt::cast<float>(k), vf = xt::cast<float>(v);
   const auto ef = softmax(score(dsl::cosine_with_temperature{0.3}, ref(qf), ref(kf))) * ref(vf);
   CHECK(worst(eval(ef), reference(e).output) < 2e-5);
+  // a guard per pair
+  const auto l = softmax(mask(score(leaky_dot{}, ref(q), ref(k)), causal())) * ref(v);
+  REQUIRE_THAT(explain(l).text, Contains("1 guards (pairs failing one"));
+  check_against_reference(l, d_out, 1e-12);
 }
 
 TEST_CASE("recorded: the three forms, with masks, grouped heads and decoding") {

@@ -51,8 +51,12 @@ struct recorded_path {
   static std::string describe(const Base& base, const problem& pr) {
     const auto s = separate(base, pr);
     const record::separated& p = s->parts;
+    const std::size_t row_guards = p.query_guards.size() + p.key_guards.size();
     const std::string guards =
-        p.expect.empty() ? "" : ", " + std::to_string(p.expect.size()) + " guards (pairs failing one: by the policy)";
+        (p.expect.empty() ? ""
+                          : ", " + std::to_string(p.expect.size()) + " guards (pairs failing one: by the policy)") +
+        (row_guards ? ", " + std::to_string(row_guards) + " row guards (a row failing one: its pairs by the policy)"
+                    : "");
     if (s->lanes)
       return "not separated (" + s->reason + "): the recording pair by pair on lanes, " +
              std::to_string(p.pair.operations()) + " operations per pair" + guards;
@@ -71,8 +75,10 @@ struct recorded_path {
       return t + std::to_string(scalars) + " scalars";
     };
     return product + "per query row " + rows(p.query_linear, p.query_scalars) + "; per key row " +
-           rows(p.key_linear, p.key_scalars) + "; per pair " + std::to_string(p.pair.operations()) +
-           " operations on lanes" + map + guards;
+           rows(p.key_linear, p.key_scalars) + "; per pair " +
+           (p.product_only() ? "nothing (the score is the product)"
+                             : std::to_string(p.pair.operations()) + " operations on lanes") +
+           map + guards;
   }
 
   static constexpr bool plain_products = false;

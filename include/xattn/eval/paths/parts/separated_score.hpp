@@ -46,12 +46,20 @@ struct separated_score {
   static std::size_t query_scalars_at(const record::separated& s) { return simd::padded<Acc>(s.features); }
   static std::size_t query_raw_at(const record::separated& s) { return query_scalars_at(s) + query_values(s); }
   static std::size_t query_grad_width(const record::separated& s, const problem& pr) {
-    return simd::padded<Acc>(query_raw_at(s) + (s.expect.empty() ? 0 : pr.q_dim));
+    return simd::padded<Acc>(query_raw_at(s) + (s.guarded() ? pr.q_dim : 0));
   }
   static std::size_t key_scalars_at(const record::separated& s) { return s.features; }
   static std::size_t key_raw_at(const record::separated& s) { return s.features + key_values(s); }
   static std::size_t key_grad_width(const record::separated& s, const problem& pr) {
-    return key_raw_at(s) + (s.expect.empty() ? 0 : pr.k_dim);
+    return key_raw_at(s) + (s.guarded() ? pr.k_dim : 0);
+  }
+
+  /// Whether a row's guards hold (record::separated::row_guard), its scalar c at scalar(c).
+  template <class Scalar>
+  static bool row_holds(const std::vector<record::separated::row_guard>& guards, Scalar&& scalar) {
+    for (const auto& g : guards)
+      if ((scalar(g.scalar) != Acc(0)) != g.expect) return false;
+    return true;
   }
 
   // ---- forward ----
@@ -91,8 +99,12 @@ struct separated_score {
       qs_.resize(bq_ * s.query_scalars);
       qm_.resize(bq_ * s.map_features * s.map_query);
       map_.emplace(s);
-      if (!s.expect.empty()) raw_.resize(bq_ * pr.q_dim);
-      pairs_.emplace(s);
+      if (s.guarded()) raw_.resize(bq_ * pr.q_dim);
+      only_ = s.product_only();
+      if (only_)
+        qfail_.resize(bq_);
+      else
+        pairs_.emplace(s);
     }
 
     /// Rows [at, at + rows) of the tile: queries i0.. of head (b, h) through the query program.
@@ -109,12 +121,14 @@ struct separated_score {
         rows_.forward(qp, count, lanes, [&](std::size_t l, Acc* dst) {
           kernel::scaled_copy(qv.row(b, h, i0 + r0 + l), qv.inner_stride(), pr_.q_dim, Acc(1), dst, 1);
         });
+        const Acc f = only_ ? scale : Acc(1);  // the product is the score: scaled here
         for (std::size_t l = 0; l < count; ++l) {
           const std::size_t t = at + r0 + l;
-          for (std::size_t g = 0; g < n_; ++g) q_[t * n_ + g] = rows_.output(qp, g, l);
+          for (std::size_t g = 0; g < n_; ++g) q_[t * n_ + g] = f * rows_.output(qp, g, l);
           for (std::size_t c = 0; c < s.query_scalars; ++c) qs_[c * bq_ + t] = rows_.output(qp, n_ + c, l);
           const std::size_t m = s.map_features * s.map_query;
           for (std::size_t c = 0; c < m; ++c) qm_[t * m + c] = rows_.output(qp, n_ + s.query_scalars + c, l);
+          if (only_) qfail_[t] = !row_holds(s.query_guards, [&](std::size_t c) { return qs_[c * bq_ + t]; });
         }
       }
       if (!raw_.empty())
@@ -140,6 +154,24 @@ struct separated_score {
         kernel::qk_direct(
             q, n_, rows, [&](std::size_t c) { return f.row(b, hk, j0 + c); }, cols, n_, s, lds, also_);
       const record::separated& sp = k_.s.parts;
+      const auto& kv = base_.k.view;
+      if (only_) {  // the scores are the products; the pairs of rows failing a guard by the policy
+        if (!sp.guarded()) return;
+        kfail_.resize(cols);
+        bool keys_fail = false;
+        for (std::size_t c = 0; c < cols; ++c) {
+          kfail_[c] = !row_holds(sp.key_guards, [&](std::size_t g) { return k_.rows.scalar(g, b, hk, j0)[c]; });
+          keys_fail = keys_fail || kfail_[c];
+        }
+        for (std::size_t r = 0; r < rows; ++r)
+          if (keys_fail || qfail_[r0 + r])
+            for (std::size_t c = 0; c < cols; ++c)
+              if (qfail_[r0 + r] || kfail_[c])
+                s[r * lds + c] =
+                    scale_ * policy_score<Acc, S>(base_.policy, raw_.data() + (r0 + r) * pr_.q_dim, 1, pr_.q_dim,
+                                                  kv.row(b, hk, j0 + c), kv.inner_stride(), pr_.k_dim, buf_);
+        return;
+      }
       if (!map_->empty()) {  // the feature map's sums, laid out as the tile
         map_->load_keys([&](std::size_t t,
                             std::size_t g) { return k_.rows.scalar(sp.key_scalars + g * sp.map_key + t, b, hk, j0); },
@@ -160,7 +192,6 @@ struct separated_score {
       const auto key_scalar = [&](std::size_t c) {
         return spread ? kbuf_.data() + c * lds : k_.rows.scalar(c, b, hk, j0);
       };
-      const auto& kv = base_.k.view;
       // a few rows lds apart at once, or one row of colsp lanes
       const std::size_t R = pair_program_runner<Acc>::rows_at_once(lds), ld = R == 1 ? colsp : lds;
       for (std::size_t g = 0; g < rows; g += R) {
@@ -189,6 +220,8 @@ struct separated_score {
     const problem& pr_;
     std::size_t bq_, n_ = 0, i0_ = 0;
     Acc scale_ = 1;
+    bool only_ = false;                // the score is the product (record::separated::product_only)
+    std::vector<char> qfail_, kfail_;  // the block's rows and the tile's keys failing a row guard
     kernel::row_prefetch also_;
     std::optional<pair_program_runner<Acc>> pairs_;
     row_runner<Acc> rows_;
@@ -267,7 +300,7 @@ struct separated_score {
       const auto& sh = df.term_at.shape;
       const std::size_t rows = sh[0] * sh[1] * sh[2], lanes = row_lanes<Acc>(rp.split->others), n = s.parts.features;
       const std::size_t blocks = (rows + lanes - 1) / lanes, np = s.parts.params.size(), nm = rp.m.size();
-      const bool raw = !s.parts.expect.empty();
+      const bool raw = s.parts.guarded();
       std::vector<double> parts(blocks * np, 0.0), mparts(blocks * nm, 0.0);
 #pragma omp parallel num_threads(threads) if (threads > 1)
       {
@@ -321,7 +354,8 @@ struct separated_score {
         : base_(base), pr_(pr), g_(g), scale_(scale), bq_(bs.block_q), lds_(simd::padded<Acc>(bs.block_k)) {
       const record::separated& s = g.s.parts;
       if (s.features) products_.emplace(s.features, bs, true, g.dq.width());
-      pairs_.emplace(s);
+      only_ = s.product_only();
+      if (!only_) pairs_.emplace(s);
       map_.emplace(s);
       if (!map_->empty()) msum_.resize(bq_ * lds_);
       dot_.resize(bq_ * lds_);
@@ -329,7 +363,7 @@ struct separated_score {
       dks_.resize(s.key_scalars * lds_);
       dkey_.resize(s.key_scalars * lds_);
       dparams_.resize(g.slots.size());
-      if (!s.expect.empty()) {
+      if (s.guarded()) {
         qraw_.resize(bq_ * pr.q_dim);
         kraw_.resize(bs.block_k * pr.k_dim);
         dkraw_.resize(bs.block_k * pr.k_dim);
@@ -378,6 +412,7 @@ struct separated_score {
         products_->scores(cols, colsp, s, lds, range);
       else
         for (std::size_t r = 0; r < rows_; ++r) std::fill(s + r * lds, s + r * lds + colsp, Acc(0));
+      if (only_) return product_scores(cols, colsp, s, lds);
       for (std::size_t r = 0; r < rows_; ++r) std::copy(s + r * lds, s + r * lds + colsp, dot_.data() + r * lds_);
       if (!map_->empty())
         for (std::size_t r = 0; r < rows_; ++r) map_->sum(query_map(r), colsp, msum_.data() + r * lds_);
@@ -408,6 +443,18 @@ struct separated_score {
                    KeyRange keys) {
       const record::separated& s = g_.s.parts;
       const std::size_t ldq = g_.dq.width(), qs_at = query_scalars_at(s);
+      if (only_) {  // the gradient at the products is dS; the pairs failing a guard on the tape
+        for (std::size_t r = 0; r < rows_; ++r) {
+          Acc* to = gt_.data() + r * lds_;
+          std::copy(ds + r * lds, ds + r * lds + colsp, to);
+          if (!s.guarded()) continue;
+          for (std::size_t c = 0; c < cols; ++c)
+            if (failed_[r * lds_ + c]) to[c] = 0;
+          tape_failed(r, ds + r * lds, cols, dq + r * ldq);
+        }
+        products_->gradients(gt_.data(), lds_, cols, dq, rows, keys);
+        return;
+      }
       const std::size_t R = pair_program_runner<Acc>::rows_at_once(lds_), ld = lanes(colsp);
       constexpr std::size_t w = simd::width<Acc>;
       using B = simd::batch<Acc>;
@@ -478,6 +525,27 @@ struct separated_score {
     void end_task(std::size_t id) { std::copy(dparams_.begin(), dparams_.end(), g_.task_parameters(id)); }
 
    private:
+    /// The scores when they are the products (scale · s); the pairs of rows failing a guard by the
+    /// policy, marked for the gradients.
+    void product_scores(std::size_t cols, std::size_t colsp, Acc* s, std::size_t lds) {
+      const record::separated& sp = g_.s.parts;
+      const simd::batch<Acc> scale(scale_);
+      for (std::size_t r = 0; r < rows_; ++r)
+        for (std::size_t c = 0; c < colsp; c += simd::width<Acc>)
+          simd::store(s + r * lds + c, simd::load(s + r * lds + c) * scale);
+      if (!sp.guarded()) return;
+      kfail_.resize(cols);
+      for (std::size_t c = 0; c < cols; ++c)
+        kfail_[c] = !row_holds(sp.key_guards, [&](std::size_t g) { return dkey_[g * lds_ + c]; });
+      for (std::size_t r = 0; r < rows_; ++r) {
+        const bool qfail = !row_holds(sp.query_guards, [&](std::size_t g) { return *g_.q.scalar(g, b_, h_, i0_ + r); });
+        char* failed = failed_.data() + r * lds_;
+        for (std::size_t c = 0; c < cols; ++c)
+          if ((failed[c] = qfail || kfail_[c]))
+            s[r * lds + c] = scale_ * policy_score<Acc, S>(base_.policy, qraw_.data() + r * pr_.q_dim, 1, pr_.q_dim,
+                                                           kraw_.data() + c * pr_.k_dim, 1, pr_.k_dim, buf_);
+      }
+    }
     /// Lanes per tile row: lds_ when several rows run at once, else the row's whole batches.
     std::size_t lanes(std::size_t colsp) const {
       return pair_program_runner<Acc>::rows_at_once(lds_) > 1 ? lds_ : colsp;
@@ -519,6 +587,8 @@ struct separated_score {
     grads& g_;
     Acc scale_;
     std::size_t bq_, lds_, b_ = 0, hk_ = 0, j0_ = 0, h_ = 0, i0_ = 0, rows_ = 0;
+    bool only_ = false;        // the score is the product (record::separated::product_only)
+    std::vector<char> kfail_;  // the tile's keys failing a row guard
     std::optional<dot_grads<Acc>> products_;
     std::optional<pair_program_runner<Acc>> pairs_;
     std::optional<feature_map_runner<Acc>> map_;
