@@ -250,6 +250,13 @@ TEST_CASE("recorded: pairs whose guards fail take the policy's own branch") {
   const xt::xtensor<float, 4> qf = xt::cast<float>(q), kf = xt::cast<float>(k), vf = xt::cast<float>(v);
   const auto ef = softmax(score(dsl::cosine_with_temperature{0.3}, ref(qf), ref(kf))) * ref(vf);
   CHECK(worst(eval(ef), reference(e).output) < 2e-5);
+  // whole tiles (plain: P and dS from the products' epilogues) beside tiles with a zero row or key
+  auto q2 = r.tensor<double>({1, 2, 96, 8}), k2 = r.tensor<double>({1, 2, 320, 8}),
+       v2 = r.tensor<double>({1, 2, 320, 4});
+  for (std::size_t d = 0; d < 8; ++d) q2(0, 1, 70, d) = k2(0, 0, 300, d) = 0;
+  const auto e2 = softmax(score(dsl::cosine_with_temperature{0.3}, ref(q2), ref(k2))) * ref(v2);
+  REQUIRE_THAT(explain(e2, schedule{}, with_backward).text, Contains("dP and dS: "));
+  check_against_reference(e2, r.tensor<double>({1, 2, 96, 4}), 1e-12);
   // a guard per pair
   const auto l = softmax(mask(score(leaky_dot{}, ref(q), ref(k)), causal())) * ref(v);
   REQUIRE_THAT(explain(l).text, Contains("1 guards (pairs failing one"));

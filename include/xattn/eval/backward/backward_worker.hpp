@@ -136,6 +136,14 @@ class backward_worker {
     return true;
   }
 
+  /// Whether the path's tiles allow a plain tile here (a path may score some of its pairs otherwise).
+  bool tiles_plain() const {
+    if constexpr (requires { tiles_.plain(); })
+      return tiles_.plain();
+    else
+      return true;
+  }
+
   /// A plain tile: P and dS come out of the score products' epilogues.
   void query_block_plain(std::size_t b, std::size_t h, std::size_t chunk, std::size_t i0, std::size_t rows,
                          std::size_t cols) {
@@ -158,7 +166,8 @@ class backward_worker {
                    std::size_t cols, bool all_visible) {
     tiles_.load_queries(b, h, i0, rows, chunk);
     if constexpr (Path::plain_products)
-      if (plain_tile(b, h, i0, rows, cols, all_visible)) return query_block_plain(b, h, chunk, i0, rows, cols);
+      if (plain_tile(b, h, i0, rows, cols, all_visible) && tiles_plain())
+        return query_block_plain(b, h, chunk, i0, rows, cols);
     const std::size_t colsp = simd::padded<Acc>(cols);
     if (all_visible)
       ranges_.whole(rows);

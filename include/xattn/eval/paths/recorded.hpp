@@ -81,7 +81,8 @@ struct recorded_path {
            map + guards;
   }
 
-  static constexpr bool plain_products = false;
+  // a separated score that is the product itself: facts() says when
+  static constexpr bool plain_products = true;
   static path_facts facts(const Base& base, const problem& pr) {
     const auto s = separate(base, pr);
     if (s->lanes) {
@@ -94,6 +95,7 @@ struct recorded_path {
     // no product (a feature map alone): no panels
     path_facts f = s->parts.features ? dot_facts<Acc>(s->parts.features) : pair_facts<Acc>(pr.k_dim);
     f.keys_in_place_ok = s->parts.features > 0;
+    f.plain_products = s->parts.product_only();
     f.query_grads_dense = true;
     f.query_width = separated_t::query_grad_width(s->parts, pr);
     return f;
@@ -222,6 +224,12 @@ struct recorded_path {
     void gradients(const Acc* ds, std::size_t lds, std::size_t cols, std::size_t colsp, Acc* dq, RowRange rows,
                    KeyRange keys) {
       this->on([&](auto& t) { t.gradients(ds, lds, cols, colsp, dq, rows, keys); });
+    }
+    /// Plain tiles (P and dS from the products' epilogues): a separated score that is the product.
+    bool plain() const noexcept { return this->separated && this->separated->plain(); }
+    template <class Epi>
+    void product(std::size_t colsp, Acc* s, std::size_t lds, const Epi& epi) {
+      this->separated->product(colsp, s, lds, epi);
     }
     void store_keys(std::size_t b, std::size_t hk, std::size_t j0, std::size_t cols) {
       this->on([&](auto& t) { t.store_keys(b, hk, j0, cols); });

@@ -99,8 +99,8 @@ struct separated_score {
       qs_.resize(bq_ * s.query_scalars);
       qm_.resize(bq_ * s.map_features * s.map_query);
       map_.emplace(s);
-      if (s.guarded()) raw_.resize(bq_ * pr.q_dim);
       only_ = s.product_only();
+      if (s.guarded() && !only_) raw_.resize(bq_ * pr.q_dim);
       if (only_)
         qfail_.resize(bq_);
       else
@@ -140,7 +140,7 @@ struct separated_score {
     /// Rows to prefetch with the keys the next scores read in place (kernel::row_prefetch).
     void prefetch_with_keys(kernel::row_prefetch also) noexcept { also_ = also; }
 
-    void scores(std::size_t b, std::size_t, std::size_t hk, std::size_t i0, std::size_t rows, std::size_t j0,
+    void scores(std::size_t b, std::size_t h, std::size_t hk, std::size_t i0, std::size_t rows, std::size_t j0,
                 std::size_t cols, std::size_t colsp, Acc* s, std::size_t lds) {
       const std::size_t r0 = i0 - i0_;  // rows [i0, i0 + rows) of the loaded block
       const Acc* q = q_.data() + r0 * n_;
@@ -155,6 +155,7 @@ struct separated_score {
             q, n_, rows, [&](std::size_t c) { return f.row(b, hk, j0 + c); }, cols, n_, s, lds, also_);
       const record::separated& sp = k_.s.parts;
       const auto& kv = base_.k.view;
+      const auto& qv = base_.q.view;
       if (only_) {  // the scores are the products; the pairs of rows failing a guard by the policy
         if (!sp.guarded()) return;
         kfail_.resize(cols);
@@ -168,7 +169,7 @@ struct separated_score {
             for (std::size_t c = 0; c < cols; ++c)
               if (qfail_[r0 + r] || kfail_[c])
                 s[r * lds + c] =
-                    scale_ * policy_score<Acc, S>(base_.policy, raw_.data() + (r0 + r) * pr_.q_dim, 1, pr_.q_dim,
+                    scale_ * policy_score<Acc, S>(base_.policy, qv.row(b, h, i0 + r), qv.inner_stride(), pr_.q_dim,
                                                   kv.row(b, hk, j0 + c), kv.inner_stride(), pr_.k_dim, buf_);
         return;
       }
@@ -389,20 +390,42 @@ struct separated_score {
         std::fill(dkey_.data() + c * lds_ + cols, dkey_.data() + (c + 1) * lds_, Acc(0));
       }
       std::fill(dkraw_.begin(), dkraw_.end(), Acc(0));
-      const auto& kv = base_.k.view;
-      if (!kraw_.empty())
-        for (std::size_t c = 0; c < cols; ++c)
-          kernel::scaled_copy(kv.row(b, hk, j0 + c), kv.inner_stride(), pr_.k_dim, Acc(1), kraw_.data() + c * pr_.k_dim,
-                              1);
+      cols_ = cols;
+      kraw_loaded_ = false;
+      keys_fail_ = false;
+      if (only_ && s.guarded()) {
+        kfail_.resize(cols);
+        for (std::size_t c = 0; c < cols; ++c) {
+          kfail_[c] = !row_holds(s.key_guards, [&](std::size_t g) { return dkey_[g * lds_ + c]; });
+          keys_fail_ = keys_fail_ || kfail_[c];
+        }
+      }
+      if (!only_) load_raw_keys();
     }
     void load_queries(std::size_t b, std::size_t h, std::size_t i0, std::size_t rows, std::size_t) {
       if (products_) products_->load_queries(g_.q.f.view(), b, h, i0, rows);
       h_ = h, i0_ = i0, rows_ = rows;
-      const auto& qv = base_.q.view;
-      if (!qraw_.empty())
-        for (std::size_t r = 0; r < rows; ++r)
-          kernel::scaled_copy(qv.row(b, h, i0 + r), qv.inner_stride(), pr_.q_dim, Acc(1), qraw_.data() + r * pr_.q_dim,
-                              1);
+      qraw_loaded_ = false;
+      rows_fail_ = false;
+      const record::separated& s = g_.s.parts;
+      if (only_ && s.guarded()) {
+        qfail_.resize(rows);
+        for (std::size_t r = 0; r < rows; ++r) {
+          qfail_[r] = !row_holds(s.query_guards, [&](std::size_t g) { return *g_.q.scalar(g, b, h, i0 + r); });
+          rows_fail_ = rows_fail_ || qfail_[r];
+        }
+      }
+      if (!only_) load_raw_queries();
+    }
+
+    /// Whether this tile may take P and dS from the products' epilogues: the score is the product
+    /// and no row of it fails a guard.
+    bool plain() const noexcept { return only_ && !rows_fail_ && !keys_fail_; }
+    /// The tile's products through an epilogue (plain tiles).
+    template <class Epi>
+    void product(std::size_t colsp, Acc* s, std::size_t lds, const Epi& epi) {
+      products_->product(colsp, s, lds, kernel::every_column{}, epi);
+      tile_fails_ = false;
     }
 
     /// scale · score of the tile's rows; the product kept for the gradients.
@@ -443,11 +466,11 @@ struct separated_score {
                    KeyRange keys) {
       const record::separated& s = g_.s.parts;
       const std::size_t ldq = g_.dq.width(), qs_at = query_scalars_at(s);
+      if (only_ && !tile_fails_) return products_->gradients(ds, lds, cols, dq, rows, keys);
       if (only_) {  // the gradient at the products is dS; the pairs failing a guard on the tape
         for (std::size_t r = 0; r < rows_; ++r) {
           Acc* to = gt_.data() + r * lds_;
           std::copy(ds + r * lds, ds + r * lds + colsp, to);
-          if (!s.guarded()) continue;
           for (std::size_t c = 0; c < cols; ++c)
             if (failed_[r * lds_ + c]) to[c] = 0;
           tape_failed(r, ds + r * lds, cols, dq + r * ldq);
@@ -533,18 +556,34 @@ struct separated_score {
       for (std::size_t r = 0; r < rows_; ++r)
         for (std::size_t c = 0; c < colsp; c += simd::width<Acc>)
           simd::store(s + r * lds + c, simd::load(s + r * lds + c) * scale);
-      if (!sp.guarded()) return;
-      kfail_.resize(cols);
-      for (std::size_t c = 0; c < cols; ++c)
-        kfail_[c] = !row_holds(sp.key_guards, [&](std::size_t g) { return dkey_[g * lds_ + c]; });
+      tile_fails_ = sp.guarded() && (rows_fail_ || keys_fail_);
+      if (!tile_fails_) return;
+      load_raw_queries();
+      load_raw_keys();
       for (std::size_t r = 0; r < rows_; ++r) {
-        const bool qfail = !row_holds(sp.query_guards, [&](std::size_t g) { return *g_.q.scalar(g, b_, h_, i0_ + r); });
         char* failed = failed_.data() + r * lds_;
         for (std::size_t c = 0; c < cols; ++c)
-          if ((failed[c] = qfail || kfail_[c]))
+          if ((failed[c] = qfail_[r] || kfail_[c]))
             s[r * lds + c] = scale_ * policy_score<Acc, S>(base_.policy, qraw_.data() + r * pr_.q_dim, 1, pr_.q_dim,
                                                            kraw_.data() + c * pr_.k_dim, 1, pr_.k_dim, buf_);
       }
+    }
+    /// The raw rows of the loaded query block and key block, for the policy's own scores (once).
+    void load_raw_queries() {
+      if (qraw_.empty() || qraw_loaded_) return;
+      const auto& qv = base_.q.view;
+      for (std::size_t r = 0; r < rows_; ++r)
+        kernel::scaled_copy(qv.row(b_, h_, i0_ + r), qv.inner_stride(), pr_.q_dim, Acc(1), qraw_.data() + r * pr_.q_dim,
+                            1);
+      qraw_loaded_ = true;
+    }
+    void load_raw_keys() {
+      if (kraw_.empty() || kraw_loaded_) return;
+      const auto& kv = base_.k.view;
+      for (std::size_t c = 0; c < cols_; ++c)
+        kernel::scaled_copy(kv.row(b_, hk_, j0_ + c), kv.inner_stride(), pr_.k_dim, Acc(1),
+                            kraw_.data() + c * pr_.k_dim, 1);
+      kraw_loaded_ = true;
     }
     /// Lanes per tile row: lds_ when several rows run at once, else the row's whole batches.
     std::size_t lanes(std::size_t colsp) const {
@@ -587,8 +626,11 @@ struct separated_score {
     grads& g_;
     Acc scale_;
     std::size_t bq_, lds_, b_ = 0, hk_ = 0, j0_ = 0, h_ = 0, i0_ = 0, rows_ = 0;
-    bool only_ = false;        // the score is the product (record::separated::product_only)
-    std::vector<char> kfail_;  // the tile's keys failing a row guard
+    std::size_t cols_ = 0;
+    bool only_ = false;                // the score is the product (record::separated::product_only)
+    std::vector<char> qfail_, kfail_;  // the query block's rows and the key block's keys failing a row guard
+    bool rows_fail_ = false, keys_fail_ = false, tile_fails_ = false;
+    bool qraw_loaded_ = false, kraw_loaded_ = false;
     std::optional<dot_grads<Acc>> products_;
     std::optional<pair_program_runner<Acc>> pairs_;
     std::optional<feature_map_runner<Acc>> map_;
