@@ -251,9 +251,10 @@ TEST_CASE("the Gaussian kernel expands to norms and one product", "[record]") {
   const dsl::gaussian_score p{0.8};
   const auto s = separated_of(p, 12, 12);
   REQUIRE(s.ok);
-  CHECK(s.parts.features == 12);
-  CHECK(s.parts.query_scalars == 1);  // α = Σ q²
-  CHECK(s.parts.key_scalars == 1);    // β = Σ k²
+  CHECK(s.parts.features == 14);  // q and k, then (−|q|²/σ², 1) and (1, −|k|²/σ²) folded in
+  CHECK(s.parts.product_only());
+  CHECK(s.parts.query_scalars == 0);
+  CHECK(s.parts.key_scalars == 0);
   check_pairs(p, s.parts, 12, 12, 1e-10);
 }
 
@@ -429,7 +430,7 @@ TEST_CASE("a bilinear form's query program is all product, the Gaussian's featur
   const auto c = separated_of(dsl::gaussian_score{0.5}, 8, 8);
   REQUIRE(c.ok);
   CHECK(c.parts.query_linear.linear.size() == 8);  // the features: q times a constant
-  CHECK(c.parts.query_linear.rest.size() == 1);    // |q|²
+  CHECK(c.parts.query_linear.rest.size() == 2);    // −|q|²/σ² and the key's term's 1
   // cosine's are q / (|q| τ): per row, not a product by a matrix
   const auto d = separated_of(dsl::cosine_with_temperature{0.5}, 8, 8);
   REQUIRE(d.ok);

@@ -1,12 +1,14 @@
 #pragma once
-// Folding: a separated score (separate.hpp) whose per-pair code only scales the product by values
-// of one row each -- cosine's qk / (√(qq·kk)·τ), a constant 1/√D, a learnable temperature -- takes
-// those factors into the rows' features, fq·α(q) and fk·β(k), so that the score is the product
-// itself and nothing runs per pair. A guard that such a factor is not zero (cosine's `norm == 0`)
-// becomes a guard per row: a row failing it has its features zeroed and its pairs scored by the
-// policy. The identities used hold for real numbers -- √(a·b) = √a·√b for a, b ≥ 0, and a·b = 0
-// only where a or b is -- so where the policy's own products would under- or overflow (|q|·|k|
-// below about 1e-22 in float), the folded score is the exact one.
+// Folding: a separated score (separate.hpp) whose per-pair code is the product scaled by values of
+// one row each -- cosine's qk / (√(qq·kk)·τ), a constant 1/√D, a learnable temperature -- plus
+// terms of one row each (the Gaussian's −|q|²/σ² and −|k|²/σ²) takes the factors into the rows'
+// features, fq·a(q) and fk·b(k), and the terms into two features of their own (Σ a(q) beside 1,
+// 1 beside Σ b(k)), so that the score is the product itself and nothing runs per pair. A guard
+// that such a factor is not zero (cosine's `norm == 0`) becomes a guard per row: a row failing it
+// has its features zeroed and its pairs scored by the policy. The identities used hold for real
+// numbers -- √(a·b) = √a·√b for a, b ≥ 0, and a·b = 0 only where a or b is -- so where the
+// policy's own products would under- or overflow (|q|·|k| below about 1e-22 in float), the folded
+// score is the exact one.
 #include "program.hpp"
 #include "separated.hpp"
 
@@ -26,13 +28,35 @@ class folder {
   bool run() {
     if (s_.features == 0 || s_.map_features != 0 || s_.product_only()) return false;
     classify();
-    std::vector<factor> fs;
-    double dot = 0, coef = 1;
-    if (!decompose(p_.outputs[0], 1, fs, dot, coef) || dot != 1) return false;
+    sum terms;
+    if (!expand(p_.outputs[0], terms)) return false;
+    const term* product = nullptr;
+    extra q_only{{}, query}, k_only{{}, key};
+    std::vector<extra> extras;
+    for (const term& t : terms) {
+      if (t.coef == 0) continue;
+      if (t.dot == 1) {
+        if (product) return false;  // two products: not one tile
+        product = &t;
+      } else if (t.dot != 0) {
+        return false;
+      } else {
+        bool q = false, k = false;
+        for (const factor& f : t.fs) {
+          k = k || dep_[f.n] == key;
+          q = q || dep_[f.n] == query;
+        }
+        if (q && k) return false;  // a product of the rows' values beside the tile's: not separated here
+        (k ? k_only : q_only).terms.push_back(&t);
+      }
+    }
+    if (!q_only.terms.empty()) extras.push_back(q_only);
+    if (!k_only.terms.empty()) extras.push_back(k_only);
+    if (!product) return false;
     std::vector<guard> guards;
     for (std::size_t g = 0; g < s_.expect.size(); ++g)
       if (!row_guards(p_.outputs[1 + g], s_.expect[g] != 0, guards)) return false;
-    build(fs, coef, guards);
+    build(*product, extras, guards);
     return true;
   }
 
@@ -42,6 +66,18 @@ class folder {
   struct factor {
     std::uint32_t n;  // a value of one side (or of neither) in the pair program
     double e;         // its power
+  };
+  /// coef · product^dot · Π factors
+  struct term {
+    double coef = 1;
+    double dot = 0;
+    std::vector<factor> fs;
+  };
+  using sum = std::vector<term>;
+  /// A feature of its own: terms of one row (owner: query or key) summed there, 1 on the other side.
+  struct extra {
+    std::vector<const term*> terms;
+    std::uint8_t owner;
   };
   struct guard {
     std::uint32_t n;  // a condition of one side in the pair program
@@ -63,40 +99,67 @@ class folder {
   static std::uint32_t operand(const node& x, int k) { return k == 0 ? x.a : k == 1 ? x.b : x.c; }
   static bool integer(double e) { return e == std::floor(e); }
 
-  /// Node n of the pair program to the power e as dot^d · coef · Π factors; false if it is not such
-  /// a product.
-  bool decompose(std::uint32_t n, double e, std::vector<factor>& out, double& dot, double& coef) const {
+  /// m's power e into t.
+  static void times(term& t, const term& m, double e) {
+    t.coef *= std::pow(m.coef, e);
+    t.dot += m.dot * e;
+    for (const factor& f : m.fs) t.fs.push_back({f.n, f.e * e});
+  }
+
+  /// Node n of the pair program as a sum of terms; false if it is not such a sum (a product of two
+  /// sums, a function of the product, a fractional power of what may be negative).
+  bool expand(std::uint32_t n, sum& out) const {
     const node& x = p_.code[n];
     if (x.o == op::input && x.a == 0) {
-      dot += e;
+      out = {{1, 1, {}}};
+      return true;
+    }
+    if (x.o == op::constant) {
+      out = {{x.value, 0, {}}};
       return true;
     }
     if (dep_[n] != pair) {
-      out.push_back({n, e});
+      out = {{1, 0, {{n, 1}}}};
       return true;
     }
+    sum a, b;
     switch (x.o) {
-      case op::mul:
-        return decompose(x.a, e, out, dot, coef) && decompose(x.b, e, out, dot, coef);
-      case op::div:
-        return decompose(x.a, e, out, dot, coef) && decompose(x.b, -e, out, dot, coef);
+      case op::add:
+      case op::sub:
+        if (!expand(x.a, a) || !expand(x.b, b)) return false;
+        for (term& t : b) {
+          if (x.o == op::sub) t.coef = -t.coef;
+          a.push_back(std::move(t));
+        }
+        out = std::move(a);
+        return true;
       case op::neg:
-        if (!integer(e)) return false;
-        if (std::fmod(e, 2.0) != 0) coef = -coef;
-        return decompose(x.a, e, out, dot, coef);
+        if (!expand(x.a, out)) return false;
+        for (term& t : out) t.coef = -t.coef;
+        return true;
+      case op::mul:
+      case op::div: {
+        if (!expand(x.a, a) || !expand(x.b, b)) return false;
+        if (x.o == op::mul && b.size() != 1) std::swap(a, b);
+        if (b.size() != 1) return false;
+        for (term& t : a) times(t, b[0], x.o == op::mul ? 1 : -1);
+        out = std::move(a);
+        return true;
+      }
       case op::sqrt:
       case op::pow: {
         const double c = x.o == op::sqrt ? 0.5 : x.value;
-        if (integer(c)) return decompose(x.a, e * c, out, dot, coef);
+        if (!expand(x.a, a) || a.size() != 1) return false;
+        const term& t = a[0];
         // a fractional power splits over factors none of which is negative, never over the product
-        std::vector<factor> in;
-        double d = 0, k = 1;
-        if (!decompose(x.a, 1, in, d, k) || d != 0 || k < 0) return false;
-        for (const factor& f : in) {
-          if (!nonnegative(f.n)) return false;
-          out.push_back({f.n, f.e * c * e});
+        if (!integer(c)) {
+          if (t.dot != 0 || t.coef < 0) return false;
+          for (const factor& f : t.fs)
+            if (!nonnegative(f.n)) return false;
         }
-        coef *= std::pow(k, c * e);
+        term u{1, 0, {}};
+        times(u, t, c);
+        out = {std::move(u)};
         return true;
       }
       default:
@@ -198,28 +261,35 @@ class folder {
     return memo[n] = at;
   }
 
-  /// One side's part: its factors' product (coef times), zero where one of its guards fails; the
-  /// guards' conditions as the row's new scalars.
-  void side(program& r, std::uint8_t which, const std::vector<factor>& fs, double coef,
-            const std::vector<guard>& guards, std::vector<separated::row_guard>& row_guards) const {
-    std::unordered_map<std::uint32_t, std::uint32_t> memo;
+  /// Term t's factors of side `which` (of neither side: with the query's) multiplied in row program
+  /// r, with its coefficient when with_coef (every factor: `whole`); absent when that is 1.
+  std::uint32_t part(program& r, std::unordered_map<std::uint32_t, std::uint32_t>& memo, std::uint8_t which,
+                     const term& t, bool with_coef, bool whole = false) const {
     std::uint32_t num = absent, den = absent;
     const auto times = [&](std::uint32_t a, std::uint32_t b) { return a == absent ? b : r.push({op::mul, a, b}); };
-    for (const factor& f : fs) {
-      if ((dep_[f.n] == key) != (which == key)) continue;
-      std::uint32_t t = into(r, memo, f.n);
+    for (const factor& f : t.fs) {
+      if (!whole && (dep_[f.n] == key) != (which == key)) continue;
+      std::uint32_t v = into(r, memo, f.n);
       const double a = std::abs(f.e);
       if (a == 0.5)
-        t = r.push({op::sqrt, t});
+        v = r.push({op::sqrt, v});
       else if (a != 1)
-        t = r.push({op::pow, t, 0, 0, a});
-      (f.e > 0 ? num : den) = times(f.e > 0 ? num : den, t);
+        v = r.push({op::pow, v, 0, 0, a});
+      (f.e > 0 ? num : den) = times(f.e > 0 ? num : den, v);
     }
-    if (coef != 1) {
-      const std::uint32_t c = r.push({op::constant, 0, 0, 0, coef});
+    if (with_coef && t.coef != 1) {
+      const std::uint32_t c = r.push({op::constant, 0, 0, 0, t.coef});
       num = num == absent ? c : r.push({op::mul, c, num});
     }
     if (den != absent) num = r.push({op::div, num == absent ? r.push({op::constant, 0, 0, 0, 1}) : num, den});
+    return num;
+  }
+
+  /// One side's features: the product's features times its factors, then the extra features; zero
+  /// where one of its guards fails. The guards' conditions become the row's scalars.
+  void side(program& r, std::uint8_t which, const term& product, const std::vector<extra>& extras,
+            const std::vector<guard>& guards, std::vector<separated::row_guard>& row_guards) const {
+    std::unordered_map<std::uint32_t, std::uint32_t> memo;
     std::vector<std::uint32_t> conditions;
     std::uint32_t holds = absent;
     for (const guard& g : guards) {
@@ -231,23 +301,38 @@ class folder {
       const std::uint32_t ok = g.expect ? c : r.push({op::lnot, c});
       holds = holds == absent ? ok : r.push({op::land, holds, ok});
     }
-    if (num != absent && holds != absent) num = r.push({op::select, holds, num, r.push({op::constant, 0, 0, 0, 0})});
+    const auto zeroed = [&](std::uint32_t v) {
+      return holds == absent ? v : r.push({op::select, holds, v, r.push({op::constant, 0, 0, 0, 0})});
+    };
     std::vector<std::uint32_t> outputs(r.outputs.begin(), r.outputs.begin() + std::ptrdiff_t(s_.features));
-    if (num != absent)
-      for (std::uint32_t& o : outputs) o = r.push({op::mul, o, num});
+    if (const std::uint32_t a = part(r, memo, which, product, which == query); a != absent) {
+      const std::uint32_t z = zeroed(a);
+      for (std::uint32_t& o : outputs) o = r.push({op::mul, o, z});
+    }
+    for (const extra& x : extras) {
+      std::uint32_t v = absent;
+      if (x.owner == which)
+        for (const term* t : x.terms) {
+          std::uint32_t u = part(r, memo, which, *t, true, true);
+          if (u == absent) u = r.push({op::constant, 0, 0, 0, 1});
+          v = v == absent ? u : r.push({op::add, v, u});
+        }
+      outputs.push_back(v == absent ? r.push({op::constant, 0, 0, 0, 1}) : zeroed(v));
+    }
     outputs.insert(outputs.end(), conditions.begin(), conditions.end());
     r.outputs = std::move(outputs);
   }
 
-  void build(const std::vector<factor>& fs, double coef, const std::vector<guard>& guards) {
+  void build(const term& product, const std::vector<extra>& extras, const std::vector<guard>& guards) {
     program qp = s_.query, kp = s_.key;  // s_'s read by into() until both are built
     std::vector<separated::row_guard> qg, kg;
-    side(qp, query, fs, coef, guards, qg);  // factors of neither side go with the query's
-    side(kp, key, fs, 1, guards, kg);
+    side(qp, query, product, extras, guards, qg);  // factors of neither side go with the query's
+    side(kp, key, product, extras, guards, kg);
     s_.query = std::move(qp);
     s_.key = std::move(kp);
     prune(s_.query);
     prune(s_.key);
+    s_.features += extras.size();
     s_.query_scalars = qg.size();
     s_.key_scalars = kg.size();
     s_.query_guards = std::move(qg);
@@ -258,6 +343,7 @@ class folder {
     p.inputs = 1 + s_.query_scalars + s_.key_scalars;
     s_.pair = std::move(p);
   }
+
   /// Code no output reads removed (the input slots stay as they are).
   static void prune(program& p) {
     std::vector<char> live(p.size(), 0);

@@ -182,7 +182,7 @@ TEST_CASE("recorded: plain scores equal their hand-separated forms, forward and 
     return std::pair{ge.dscore, gb.dscore};
   };
   SECTION("Gaussian") {
-    const auto [a, b] = same(score(dsl::gaussian_score{1.3}, Q, K), score(gaussian{1.3}, Q, K), "6 features");
+    const auto [a, b] = same(score(dsl::gaussian_score{1.3}, Q, K), score(gaussian{1.3}, Q, K), "8 features");
     CHECK(std::abs(a[0] - b.d_sigma) < 1e-10);
   }
   SECTION("cosine with a temperature, as written") {
@@ -219,7 +219,7 @@ TEST_CASE("recorded: the learnables of plain scores against finite differences")
   const xt::xtensor<double, 4> d_out = r.tensor<double>({1, 2, 5, 3});
   const auto Q = ref(q), K = ref(k), V = ref(v);
   const double tol = 1e-8;  // central differences, h = 1e-6: O(h²) + O(ε/h)
-  SECTION("separated: the Gaussian width in the per-pair program") {
+  SECTION("folded: the Gaussian width in the row programs") {
     dsl::gaussian_score p{0.9};
     CHECK(worst_parameter_error([&] { return softmax(score(p, Q, K)) * V; }, p, d_out) < tol);
   }
@@ -271,7 +271,7 @@ TEST_CASE("recorded: the three forms, with masks, grouped heads and decoding") {
   const auto Q = ref(q), K = ref(k), V = ref(v);
   SECTION("separated") {
     const auto e = softmax(mask(score(dsl::gaussian_score{2.0}, Q, K), lengths(lens))) * V;
-    CHECK_THAT(explain(e).text, Contains("10 features per row by the score microkernel"));
+    CHECK_THAT(explain(e).text, Contains("12 features per row by the score microkernel"));
     check_against_reference(e, d_out, 1e-11);
   }
   SECTION("a feature map with a weight per feature, a product beside it") {
