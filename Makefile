@@ -28,6 +28,9 @@ demo: configure
 	@cmake --build $(BUILD) -j $(JOBS) --target xattn-demo
 	@# OpenMP (fused pass) and OpenBLAS (projections) share the cores: idle OpenMP threads must sleep.
 	@OMP_WAIT_POLICY=passive $(BUILD)/dsl/xattn-demo
+	@# the Python package: a score and a mask written in Python, fused (compiled on first use)
+	@cmake --build $(BUILD) -j $(JOBS) --target xattn_python
+	@PYTHONPATH=$(BUILD)/python OMP_WAIT_POLICY=passive /usr/bin/python3 python/examples/flex_demo.py
 
 test: build
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)

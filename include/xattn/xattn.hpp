@@ -13,6 +13,7 @@
 #include "policy/cosine.hpp"
 #include "policy/dot.hpp"
 #include "policy/gaussian.hpp"
+#include "policy/masks/block_mask.hpp"
 #include "policy/masks/bool_mask.hpp"
 #include "policy/masks/causal.hpp"
 #include "policy/masks/documents.hpp"

@@ -29,3 +29,14 @@ def test_numpy_example(capsys):
     # [end numpy]
     assert capsys.readouterr().out == "[ 2.  3.  4.  5. 10. 11. 12. 13.]\n"
     assert out.shape == (2, 1, 4) and out.dtype == np.float32
+
+
+def test_flex_demo_agrees_with_pytorch(capsys):
+    """make demo's Python part runs and its fused result matches PyTorch's formula."""
+    import os
+    import runpy
+
+    runpy.run_path(os.path.join(os.path.dirname(__file__), "..", "examples", "flex_demo.py"))
+    printed = capsys.readouterr().out
+    assert "last query" in printed
+    assert float(printed.rsplit(":", 1)[1]) < 1e-12

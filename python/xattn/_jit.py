@@ -73,6 +73,32 @@ def cache_dir():
     return os.environ.get("XATTN_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "xattn")
 
 
+def compile_shared(src, who):
+    """The path of the shared library compiled from the C++ source src, cached by the hash of the
+    source, the compiler's command, the library's version and its C interface; who names the
+    caller in a compile error."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    command = [CXX, *CXX_FLAGS, *("-I" + os.path.join(here, d) for d in INCLUDE_DIRS)]  # relative: to the package
+    dirs = [os.path.join(here, d) for d in INCLUDE_DIRS]
+    parts = [src, *command, _c.lib.xattn_version().decode(), interface_digest(dirs)]
+    key = hashlib.sha256("\0".join(parts).encode()).hexdigest()[:32]
+    directory = cache_dir()
+    path = os.path.join(directory, "jit_%s.so" % key)
+    if not os.path.exists(path):
+        os.makedirs(directory, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=directory) as tmp:
+            cpp, so = os.path.join(tmp, "source.cpp"), os.path.join(tmp, "library.so")
+            with open(cpp, "w") as f:
+                f.write(src)
+            run = subprocess.run(command + [cpp, "-o", so], capture_output=True, text=True)
+            if run.returncode != 0:
+                errors = [l for l in run.stderr.splitlines() if "error" in l]
+                first = errors[0] if errors else (run.stderr.strip().splitlines() or ["(no output)"])[0]
+                raise CompileError("%s does not compile: %s\n\n%s" % (who, first, run.stderr))
+            os.replace(so, path)  # atomic: a concurrent compile of the same key writes the same file
+    return path
+
+
 class Policy:
     """A compiled scoring policy: xattn.attention(q, k, v, score=policy). Its learnables are
     attributes (torch tensors that require grad when torch is present, else floats), named as in
@@ -131,26 +157,7 @@ class Policy:
             raise NotImplementedError("xattn.policy: compiled policies take float32 or float64 inputs")
         if element in self._libs:
             return self._libs[element]
-        src = self._source(element)
-        here = os.path.dirname(os.path.abspath(__file__))
-        command = [CXX, *CXX_FLAGS, *("-I" + os.path.join(here, d) for d in INCLUDE_DIRS)]  # relative: to the package
-        dirs = [os.path.join(here, d) for d in INCLUDE_DIRS]
-        parts = [src, *command, _c.lib.xattn_version().decode(), interface_digest(dirs)]
-        key = hashlib.sha256("\0".join(parts).encode()).hexdigest()[:32]
-        directory = cache_dir()
-        path = os.path.join(directory, "policy_%s.so" % key)
-        if not os.path.exists(path):
-            os.makedirs(directory, exist_ok=True)
-            with tempfile.TemporaryDirectory(dir=directory) as tmp:
-                cpp, so = os.path.join(tmp, "policy.cpp"), os.path.join(tmp, "policy.so")
-                with open(cpp, "w") as f:
-                    f.write(src)
-                run = subprocess.run(command + [cpp, "-o", so], capture_output=True, text=True)
-                if run.returncode != 0:
-                    errors = [l for l in run.stderr.splitlines() if "error" in l]
-                    first = errors[0] if errors else (run.stderr.strip().splitlines() or ["(no output)"])[0]
-                    raise CompileError("xattn.policy: %s does not compile: %s\n\n%s" % (self.name, first, run.stderr))
-                os.replace(so, path)  # atomic: a concurrent compile of the same key writes the same file
+        path = compile_shared(self._source(element), "xattn.policy: %s" % self.name)
         lib = ctypes.CDLL(path)
         T = ctypes.POINTER(_c.Tensor)
         D = ctypes.POINTER(ctypes.c_double)

@@ -121,3 +121,66 @@ TEST_CASE("predicate: any callable") {
   REQUIRE(m.visible(0, 0, 1, 1));
   REQUIRE_FALSE(m.visible(0, 1, 1, 1));
 }
+
+namespace {
+/// The exact table of predicate f in blocks of bq x bk: what create_block_mask computes.
+template <class F>
+xt::xtensor<int, 4> table_of(const F& f, std::size_t batch, std::size_t sq, std::size_t skv, std::size_t bq,
+                             std::size_t bk) {
+  xt::xtensor<int, 4> t = xt::zeros<int>({batch, std::size_t(1), (sq + bq - 1) / bq, (skv + bk - 1) / bk});
+  for (std::size_t b = 0; b < batch; ++b)
+    for (std::size_t x = 0; x < t.shape()[2]; ++x)
+      for (std::size_t y = 0; y < t.shape()[3]; ++y) {
+        std::size_t shown = 0, all = 0;
+        for (std::size_t i = x * bq; i < std::min(sq, (x + 1) * bq); ++i)
+          for (std::size_t j = y * bk; j < std::min(skv, (y + 1) * bk); ++j) shown += f(b, 0, i, j), ++all;
+        t(b, 0, x, y) = shown == 0 ? 0 : shown == all ? 2 : 1;
+      }
+  return t;
+}
+}  // namespace
+
+TEST_CASE("block_mask: a table of blocks and the predicate of its partial ones") {
+  const auto f = [](std::size_t b, std::size_t, std::size_t i, std::size_t j) {
+    return j <= i && i - j <= 5 + 3 * b;  // a causal band, wider in batch 1
+  };
+  for (auto [bq, bk] : {std::pair{4u, 4u}, {3u, 5u}, {8u, 2u}}) {
+    const auto t = table_of(f, 2, 13, 17, bq, bk);
+    INFO("blocks " << bq << " x " << bk);
+    const auto m = bound(block_mask(t, bq, bk, f), shape(13, 17));
+    // inside a partial table block the table cannot know more; elsewhere it is exact
+    for (std::size_t b = 0; b < 2; ++b)
+      for (std::size_t i0 = 0; i0 < 13; ++i0)
+        for (std::size_t i1 = i0 + 1; i1 <= 13; i1 += 3)
+          for (std::size_t j0 = 0; j0 < 17; ++j0)
+            for (std::size_t j1 = j0 + 1; j1 <= 17; j1 += 2) {
+              const block got = m.classify(b, 0, i0, i1, j0, j1),
+                          truth = testing::classify_by_pairs(m, b, i0, i1, j0, j1);
+              INFO("batch " << b << ", rows [" << i0 << ", " << i1 << "), keys [" << j0 << ", " << j1 << ")");
+              REQUIRE((got == truth || got == block::partial));
+              const bool aligned =
+                  i0 % bq == 0 && (i1 % bq == 0 || i1 == 13) && j0 % bk == 0 && (j1 % bk == 0 || j1 == 17);
+              if (aligned) REQUIRE(got == truth);
+            }
+    for (std::size_t b = 0; b < 2; ++b)
+      for (std::size_t i = 0; i < 13; ++i)
+        for (std::size_t j0 : {0u, 3u, 9u}) {
+          std::vector<double> s(8, 1.0);
+          m.hide_row(s.data(), s.size(), b, 0, i, j0, -5.0);
+          for (std::size_t c = 0; c < s.size(); ++c) REQUIRE((s[c] == 1.0) == f(b, 0, i, j0 + c));
+        }
+  }
+  // a table that calls a partial block full shows pairs the predicate hides
+  auto wrong = table_of(f, 2, 13, 17, 4, 4);
+  wrong(0, 0, 1, 1) = 2;
+  REQUIRE(bound(block_mask(wrong, 4, f), shape(13, 17)).visible(0, 0, 4, 7));
+  REQUIRE_FALSE(f(0, 0, 4, 7));
+  // the table must cover the scores; partial blocks need a predicate
+  REQUIRE_THROWS_WITH(bound(block_mask(table_of(f, 2, 13, 17, 4, 4), 4, f), shape(17, 17)),
+                      Catch::Contains("kinds has shape (2,1,4,5)") && Catch::Contains("need (2 or 1, 1 or 1, 5, 5)"));
+  REQUIRE_THROWS_WITH(bound(block_mask(table_of(f, 2, 13, 17, 4, 4), 4), shape(13, 17)),
+                      Catch::Contains("partial blocks (1) but no predicate"));
+  xt::xtensor<int, 4> three = xt::zeros<int>({1, 1, 1, 1});
+  three(0, 0, 0, 0) = 3;
+  REQUIRE_THROWS_WITH(block_mask(three, 4), Catch::Contains("kinds(0, 0, 0, 0) is 3"));
+}

@@ -1,0 +1,351 @@
+"""FlexAttention on the CPU, forward and backward: score_mod(score, b, h, q_idx, kv_idx) and
+mask_mod(b, h, q_idx, kv_idx) written in Python are traced once per call into C++ (a score modifier
+and a mask predicate of the C++ DSL), compiled on first use and cached by the traced graph, and run
+as one fused pass. Captured tensors that require grad receive their gradients, summed in a fixed
+order (the same bits on any thread count).
+
+    from xattn.flex import flex_attention, create_block_mask, and_masks, or_masks
+    block_mask = create_block_mask(causal, B=None, H=None, Q_LEN=S, KV_LEN=S)
+    out = flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask)
+
+Signatures and semantics follow torch.nn.attention.flex_attention (PyTorch 2.5); docs/python.md
+says where they differ.
+"""
+
+import ctypes
+import math
+
+import torch
+
+from . import _c, _flexgen, _jit, _trace
+from ._trace import FLOAT, INT, TraceError
+
+__all__ = ["flex_attention", "create_block_mask", "BlockMask", "and_masks", "or_masks", "noop_mask", "TraceError"]
+
+_BLOCK_SIZE = 128
+_EMPTY, _PARTIAL, _FULL = 0, 1, 2
+
+
+def noop_mask(b, h, q_idx, kv_idx):
+    """Every key visible."""
+    return q_idx >= 0
+
+
+def and_masks(*mask_mods):
+    """A mask_mod that shows a pair when every one of mask_mods does."""
+    if not mask_mods:
+        raise ValueError("and_masks needs at least one mask_mod")
+
+    def both(b, h, q_idx, kv_idx):
+        r = mask_mods[0](b, h, q_idx, kv_idx)
+        for m in mask_mods[1:]:
+            r = r & m(b, h, q_idx, kv_idx)
+        return r
+
+    both.__name__ = "and_masks(%s)" % ", ".join(getattr(m, "__name__", "mask") for m in mask_mods)
+    return both
+
+
+def or_masks(*mask_mods):
+    """A mask_mod that shows a pair when any of mask_mods does."""
+    if not mask_mods:
+        raise ValueError("or_masks needs at least one mask_mod")
+
+    def either(b, h, q_idx, kv_idx):
+        r = mask_mods[0](b, h, q_idx, kv_idx)
+        for m in mask_mods[1:]:
+            r = r | m(b, h, q_idx, kv_idx)
+        return r
+
+    either.__name__ = "or_masks(%s)" % ", ".join(getattr(m, "__name__", "mask") for m in mask_mods)
+    return either
+
+
+class BlockMask:
+    """Which (query block, key block) pairs are empty, partial or full, and the mask_mod that decides
+    the pairs of partial blocks. kinds: int64 (B or 1, H or 1, ceil(Q_LEN / BLOCK_SIZE[0]),
+    ceil(KV_LEN / BLOCK_SIZE[1])) of 0 (empty: skipped), 1 (partial: mask_mod asked per pair),
+    2 (full: run without it)."""
+
+    def __init__(self, kinds, block_size, mask_mod, q_len, kv_len):
+        self.kinds, self.BLOCK_SIZE, self.mask_mod = kinds, block_size, mask_mod
+        self.seq_lengths = (q_len, kv_len)
+
+    @property
+    def shape(self):
+        return (self.kinds.shape[0], self.kinds.shape[1], *self.seq_lengths)
+
+    def sparsity(self):
+        """The percentage of blocks skipped."""
+        return 100.0 * float((self.kinds == _EMPTY).sum()) / max(1, self.kinds.numel())
+
+    def to_dense(self):
+        """The kinds as a (B, H, query blocks, key blocks) int64 tensor."""
+        return self.kinds.clone()
+
+    def __repr__(self):
+        n = self.kinds.numel()
+        count = [int((self.kinds == k).sum()) for k in (_EMPTY, _PARTIAL, _FULL)]
+        return ("BlockMask(shape=%s, BLOCK_SIZE=%s, %d blocks: %d empty, %d partial, %d full, sparsity=%.2f%%)"
+                % (self.shape, self.BLOCK_SIZE, n, *count, self.sparsity()))
+
+
+def _block_sizes(BLOCK_SIZE):
+    if isinstance(BLOCK_SIZE, int):
+        return BLOCK_SIZE, BLOCK_SIZE
+    q, kv = BLOCK_SIZE
+    return int(q), int(kv)
+
+
+def create_block_mask(mask_mod, B, H, Q_LEN, KV_LEN, device="cpu", BLOCK_SIZE=_BLOCK_SIZE, _compile=False):
+    """The BlockMask of mask_mod over (B, H, Q_LEN, KV_LEN); B or H None: the same for every batch
+    row or head (mask_mod then sees b = 0 or h = 0). mask_mod is evaluated on index tensors, one
+    query block at a time."""
+    if torch.device(device).type != "cpu":
+        raise ValueError("create_block_mask: xattn runs on the CPU; device must be 'cpu', not %r" % (device,))
+    qbs, kbs = _block_sizes(BLOCK_SIZE)
+    if qbs <= 0 or kbs <= 0:
+        raise ValueError("create_block_mask: BLOCK_SIZE must be positive, not %r" % (BLOCK_SIZE,))
+    for name, n in (("Q_LEN", Q_LEN), ("KV_LEN", KV_LEN)):
+        if not isinstance(n, int) or n < 0:
+            raise ValueError("create_block_mask: %s must be an int >= 0, not %r" % (name, n))
+    nb, nh = (1 if B is None else int(B)), (1 if H is None else int(H))
+    nq, nk = -(-Q_LEN // qbs), -(-KV_LEN // kbs)
+    kinds = torch.zeros(nb, nh, nq, nk, dtype=torch.int64)
+    kv = torch.arange(KV_LEN)
+    per_key_block = torch.full((nk,), kbs, dtype=torch.int64)
+    if nk:
+        per_key_block[-1] = KV_LEN - (nk - 1) * kbs
+    b = torch.arange(nb).view(-1, 1, 1, 1)
+    h = torch.arange(nh).view(1, -1, 1, 1)
+    with torch.no_grad():
+        for qb in range(nq):
+            q = torch.arange(qb * qbs, min(Q_LEN, (qb + 1) * qbs))
+            m = torch.as_tensor(mask_mod(b, h, q.view(1, 1, -1, 1), kv.view(1, 1, 1, -1)))
+            if m.dtype != torch.bool:
+                m = m != 0
+            m = m.expand(nb, nh, len(q), KV_LEN)
+            padded = torch.zeros(nb, nh, len(q), nk * kbs, dtype=torch.bool)
+            padded[..., :KV_LEN] = m
+            counts = padded.view(nb, nh, len(q), nk, kbs).sum(dim=(2, 4))
+            total = per_key_block * len(q)
+            kinds[:, :, qb] = torch.where(counts == 0, _EMPTY, torch.where(counts == total, _FULL, _PARTIAL))
+    return BlockMask(kinds, (qbs, kbs), mask_mod, Q_LEN, KV_LEN)
+
+
+# ---- the compiled kernels ---------------------------------------------------------------------
+
+_libraries = {}
+
+
+def _library(src):
+    lib = _libraries.get(src)
+    if lib is None:
+        lib = ctypes.CDLL(_jit.compile_shared(src, "flex_attention's generated kernel"))
+        T = ctypes.POINTER(_c.Tensor)
+        i64 = ctypes.c_int64
+        lib.xattn_flex_forward.restype = ctypes.c_int
+        lib.xattn_flex_forward.argtypes = [T, T, T, ctypes.POINTER(_c.Desc), T, T, T, T, T, i64, i64]
+        lib.xattn_flex_backward.restype = ctypes.c_int
+        lib.xattn_flex_backward.argtypes = [T, T, T, ctypes.POINTER(_c.Desc), T, T, T, T, T, T, T, T, T, i64, i64,
+                                            ctypes.POINTER(ctypes.c_double)]
+        lib.xattn_flex_last_error.restype = ctypes.c_char_p
+        _libraries[src] = lib
+    return lib
+
+
+def _check(lib, status):
+    if status != _c.OK:
+        _c.raise_for(status, lib.xattn_flex_last_error().decode())
+
+
+_CODES = {torch.float32: _c.F32, torch.float64: _c.F64, torch.bfloat16: _c.BF16, torch.float16: _c.F16,
+          torch.int64: _c.I64}
+
+
+def _view(x):
+    if x is None:
+        return None
+    t = _c.Tensor()
+    t.data, t.dtype, t.rank = x.data_ptr(), _CODES[x.dtype], x.dim()
+    for a in range(x.dim()):
+        t.shape[a], t.strides[a] = x.shape[a], x.stride(a)
+    return t
+
+
+def _ref(t):
+    return None if t is None else ctypes.byref(t)
+
+
+class _Call:
+    """One call's kernel and everything it reads besides q, k, v: the captures as the kernel takes
+    them (float64 or int64; learning ones float64 copies), the block table, the descriptor."""
+
+    def __init__(self, lib, score, mask, block_mask, scale, threads, double):
+        self.lib, self.double = lib, double
+        self.score_tensors = [self._as_read(c) for c in score.captures] if score else []
+        self.learning = [c for c in score.captures if c.learns] if score else []
+        self.mask_tensors = [self._as_read(c) for c in mask.captures] if mask else []
+        self.score_views = self._array(self.score_tensors)
+        self.mask_views = self._array(self.mask_tensors)
+        self.kinds = block_mask.kinds.contiguous() if block_mask is not None else None
+        self.kinds_view = _view(self.kinds)
+        self.blocks = block_mask.BLOCK_SIZE if block_mask is not None else (1, 1)
+        self.desc = _c.lib.xattn_attention_defaults()
+        self.desc.scale = float(scale)
+        self.desc.threads = int(threads)
+
+    @staticmethod
+    def _as_read(c):
+        t = c.tensor.detach()
+        return t.to(torch.float64 if c.kind == FLOAT else torch.int64)
+
+    @staticmethod
+    def _array(tensors):
+        if not tensors:
+            return None
+        return (_c.Tensor * len(tensors))(*[_view(t) for t in tensors])
+
+    def forward(self, q, k, v):
+        shape = (q.shape[0], q.shape[1], q.shape[2], v.shape[3])
+        out = torch.empty(shape, dtype=q.dtype)
+        lse = torch.empty(shape[:3], dtype=torch.float64 if self.double else torch.float32)
+        Q, K, V, O, L = map(_view, (q, k, v, out, lse))
+        _check(self.lib, self.lib.xattn_flex_forward(
+            ctypes.byref(Q), ctypes.byref(K), ctypes.byref(V), ctypes.byref(self.desc), ctypes.byref(O),
+            ctypes.byref(L), self.score_views, self.mask_views, _ref(self.kinds_view), *self.blocks))
+        return out, lse
+
+    def backward(self, q, k, v, out, lse, d_out, wanted):
+        grads = [torch.empty(x.shape, dtype=x.dtype) if w else None for x, w in zip((q, k, v), wanted)]
+        sizes = [self.score_tensors[c.slot].numel() for c in self.learning]
+        d_tables = torch.zeros(max(1, sum(sizes)), dtype=torch.float64)
+        d_out = d_out.contiguous()  # alive through the call: the view holds its address only
+        args = [_view(x) for x in (q, k, v)] + [_view(out), _view(lse), _view(d_out)]
+        views = [_view(g) for g in grads]
+        _check(self.lib, self.lib.xattn_flex_backward(
+            *[ctypes.byref(a) for a in args[:3]], ctypes.byref(self.desc), *[ctypes.byref(a) for a in args[3:]],
+            *map(_ref, views), self.score_views, self.mask_views, _ref(self.kinds_view), *self.blocks,
+            ctypes.cast(d_tables.data_ptr(), ctypes.POINTER(ctypes.c_double))))
+        tables, at = [], 0
+        for c, n in zip(self.learning, sizes):
+            tables.append(d_tables[at:at + n].view(c.tensor.shape).to(c.tensor.dtype))
+            at += n
+        return grads, tables
+
+
+class _Flex(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, call, q, k, v, *learning):
+        out, lse = call.forward(q, k, v)
+        ctx.call = call
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.mark_non_differentiable(lse)
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, d_out, d_lse):
+        q, k, v, out, lse = ctx.saved_tensors
+        grads, tables = ctx.call.backward(q, k, v, out, lse, d_out, ctx.needs_input_grad[1:4])
+        tables = [t if want else None for t, want in zip(tables, ctx.needs_input_grad[4:])]
+        return (None, *grads, *tables)
+
+
+def _empty_result(q, k, v, return_lse, lse_dtype):
+    shape = (q.shape[0], q.shape[1], q.shape[2], v.shape[3])
+    out = torch.zeros(shape, dtype=q.dtype)
+    if any(x.requires_grad for x in (q, k, v)) and torch.is_grad_enabled():
+        out = out + (q.sum() + k.sum() + v.sum()).to(q.dtype) * 0  # zero gradients of the right shapes
+    lse = torch.full(shape[:3], -math.inf, dtype=lse_dtype)
+    return (out, lse) if return_lse else out
+
+
+def _trace_score(score_mod, learning):
+    return _trace.trace(score_mod, ("score", "b", "h", "q_idx", "kv_idx"), (FLOAT, INT, INT, INT, INT), learning,
+                        getattr(score_mod, "__name__", "score_mod"))
+
+
+def _trace_mask(mask_mod):
+    return _trace.trace(mask_mod, ("b", "h", "q_idx", "kv_idx"), (INT, INT, INT, INT), False,
+                        getattr(mask_mod, "__name__", "mask_mod"))
+
+
+def flex_attention(query, key, value, score_mod=None, block_mask=None, scale=None, enable_gqa=False,
+                   return_lse=False, kernel_options=None, *, threads=0):
+    """softmax(score_mod(query key^T * scale) masked by block_mask) value, fused, on the CPU.
+
+    query (B, Hq, Sq, D), key (B, Hkv, Skv, D), value (B, Hkv, Skv, Dv), torch tensors or numpy
+    arrays of one dtype (float32, float64, bfloat16, float16); Hq == Hkv unless enable_gqa (Hq a
+    multiple of Hkv). scale: None for 1/sqrt(D). A row that sees no key gives 0 and an lse of
+    -inf. return_lse: also the log-sum-exp of each row's scores (B, Hq, Sq), float32 (float64 for
+    float64 inputs), without a gradient. threads: 0 for OpenMP's default. kernel_options is
+    accepted and ignored."""
+    numpy = not isinstance(query, torch.Tensor)
+    if numpy:
+        import numpy as np
+
+        query, key, value = (torch.from_numpy(np.ascontiguousarray(x)) for x in (query, key, value))
+    for name, x in (("query", query), ("key", key), ("value", value)):
+        if not isinstance(x, torch.Tensor):
+            raise TypeError("flex_attention: %s must be a torch tensor or numpy array, not %s" % (name, type(x)))
+        if x.dim() != 4:
+            raise ValueError("flex_attention: %s has shape %s; it must be (B, H, S, D)" % (name, tuple(x.shape)))
+        if x.device.type != "cpu":
+            raise ValueError("flex_attention: %s is on %s; xattn runs on the CPU" % (name, x.device))
+    if not (query.dtype == key.dtype == value.dtype) or query.dtype not in _CODES or query.dtype == torch.int64:
+        raise TypeError("flex_attention: query, key and value must share one float dtype (float32, float64, "
+                        "bfloat16, float16), got %s, %s, %s" % (query.dtype, key.dtype, value.dtype))
+    (B, Hq, Sq, D), (_, Hkv, Skv, _) = query.shape, key.shape
+    if key.shape[0] != B or value.shape[0] != B or key.shape[3] != D or value.shape[1] != Hkv or \
+            value.shape[2] != Skv:
+        raise ValueError("flex_attention: query %s, key %s and value %s do not fit: (B, Hq, Sq, D), (B, Hkv, Skv, D), "
+                         "(B, Hkv, Skv, Dv)" % (tuple(query.shape), tuple(key.shape), tuple(value.shape)))
+    if Hkv == 0 or Hq % Hkv != 0 or (Hq != Hkv and not enable_gqa):
+        raise ValueError("flex_attention: query has %d heads and key/value %d; they must be equal, or Hq a multiple "
+                         "of Hkv with enable_gqa=True" % (Hq, Hkv))
+    if block_mask is not None:
+        if not isinstance(block_mask, BlockMask):
+            raise TypeError("flex_attention: block_mask must come from create_block_mask, not %s" % type(block_mask))
+        nb, nh = block_mask.kinds.shape[:2]
+        if block_mask.seq_lengths != (Sq, Skv) or nb not in (1, B) or nh not in (1, Hq):
+            raise ValueError("flex_attention: block_mask has shape %s, the attention (%d, %d, %d, %d); B and H must "
+                             "match or be 1, Q_LEN and KV_LEN match" % (block_mask.shape, B, Hq, Sq, Skv))
+    double = query.dtype == torch.float64
+    scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
+    lse_dtype = torch.float64 if double else torch.float32
+    learning = torch.is_grad_enabled()
+
+    score = mask = None
+    if score_mod is not None:
+        tracer, result = _trace_score(score_mod, learning)
+        if result.kind != FLOAT and result.kind != INT:
+            raise TraceError("flex_attention: score_mod returns a bool; it must return the new score")
+        score = (tracer, result)
+    if block_mask is not None and (block_mask.kinds == _PARTIAL).any():
+        tracer, result = _trace_mask(block_mask.mask_mod)
+        mask = (tracer, result)
+    sizes = {"b": B, "h": Hq, "q_idx": Sq, "kv_idx": Skv}
+    for t in (score, mask):
+        if t:
+            _trace.check_indices(t[0], sizes, [c.tensor for c in t[0].captures])
+
+    if min(B, Hq, Sq, Skv) == 0:
+        r = _empty_result(query, key, value, return_lse, lse_dtype)
+        return tuple(x.numpy() for x in r) if numpy and return_lse else (r.numpy() if numpy else r)
+    if block_mask is not None and mask is None:  # no partial block: the table alone decides
+        mask = _no_partial(block_mask)
+    lib = _library(_flexgen.source(score, mask, double))
+    call = _Call(lib, score[0] if score else None, mask[0] if mask else None, block_mask, scale, threads, double)
+    learning_tensors = [c.tensor for c in call.learning]
+    if learning and any(x.requires_grad for x in (query, key, value, *learning_tensors)):
+        out, lse = _Flex.apply(call, query, key, value, *learning_tensors)
+    else:
+        out, lse = call.forward(query, key, value)
+    if numpy:
+        out, lse = out.numpy(), lse.numpy()
+    return (out, lse) if return_lse else out
+
+
+def _no_partial(block_mask):
+    """The mask a table without partial blocks compiles with: the predicate is never asked."""
+    return _trace_mask(noop_mask)
