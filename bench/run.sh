@@ -64,7 +64,10 @@ bash "$here/ort.sh" "$out/ort.json" || echo "run.sh: ONNX Runtime comparison fai
 /usr/bin/python3 "$here/torch_d2l.py" "$out/torch_d2l.json" || echo "run.sh: PyTorch comparison failed; continuing" >&2
 # The Python package against PyTorch on the same tensors, and its per-call cost (compare.md, compare.png).
 /usr/bin/python3 "$here/compare.py" "$build" "$out" || echo "run.sh: Python comparison failed; continuing" >&2
-extras=("$out/compile.json" "$out/ort.json" "$out/torch_d2l.json" "$out/ring_single.json" "$out/ring_np2.json")
+# Score and mask functions written in Python (xattn.flex) against the package's words and PyTorch eager.
+/usr/bin/python3 "$here/flex.py" "$build" "$out/flex.json" || echo "run.sh: flex comparison failed; continuing" >&2
+extras=("$out/compile.json" "$out/ort.json" "$out/torch_d2l.json" "$out/ring_single.json" "$out/ring_np2.json"
+        "$out/flex.json")
 python3 "$here/report.py" "$out/results.json" "$out" "${extras[@]}"
 # The per-CPU table of docs/performance.md, from the same files.
 python3 "$here/report.py" --summary --out "$out/summary.md" "$out/results.json" "${extras[@]}"

@@ -143,7 +143,8 @@ class parameter_slots {
   std::size_t find(const void* address) const {
     const auto* a = static_cast<const std::byte*>(address);
     for (const range& r : ranges_)
-      if (a >= r.begin && a < r.begin + r.count * r.stride) return r.first + std::size_t(a - r.begin) / r.stride;
+      if (a >= r.begin && a < r.begin + r.count * r.stride)  // per score in the backward: a shift, not a division
+        return r.first + (r.shift >= 0 ? std::size_t(a - r.begin) >> r.shift : std::size_t(a - r.begin) / r.stride);
     return npos;
   }
   /// The address of slot n (to seed it).
@@ -158,16 +159,22 @@ class parameter_slots {
   struct range {
     const std::byte* begin;
     std::size_t count, stride, first;
+    int shift = -1;  // log2(stride) when stride is a power of two
   };
+  static int log2_of(std::size_t stride) {
+    int s = 0;
+    while ((std::size_t(1) << s) < stride) ++s;
+    return (std::size_t(1) << s) == stride ? s : -1;
+  }
   template <class X>
   void add(const X& x) {
     if constexpr (is_learnable_v<X>) {
-      ranges_.push_back({reinterpret_cast<const std::byte*>(&x), 1, sizeof(X), count_});
+      ranges_.push_back({reinterpret_cast<const std::byte*>(&x), 1, sizeof(X), count_, log2_of(sizeof(X))});
       ++count_;
     } else {
       using L = typename contiguous_element<const X>::type;
       const std::size_t n = std::size_t(std::size(x));
-      ranges_.push_back({reinterpret_cast<const std::byte*>(std::data(x)), n, sizeof(L), count_});
+      ranges_.push_back({reinterpret_cast<const std::byte*>(std::data(x)), n, sizeof(L), count_, log2_of(sizeof(L))});
       count_ += n;
     }
   }

@@ -204,7 +204,7 @@ def test_t5_bucketed_learnable_bias():
     def bucket(q_idx, kv_idx):  # T5's causal buckets: exact below 8, logarithmic to max_distance
         n = (q_idx - kv_idx).clamp(min=0)
         exact = buckets // 2
-        large = exact + (torch.log(n.clamp(min=1).to(torch.float64) / exact) / math.log(max_distance / exact)
+        large = exact + (torch.log(n.clamp(min=1).to(torch.float32) / exact) / math.log(max_distance / exact)
                          * (buckets - exact)).to(torch.int64)
         large = torch.clamp(large, 0, buckets - 1)
         return torch.where(n < exact, n, large)

@@ -52,13 +52,16 @@ _interface_digest = None
 
 
 def interface_digest(include_dirs):
-    """A hash of the C interface's headers (xattn.h, xattn/c_api/): a cached policy built against
-    other ones is compiled again, even within one version."""
+    """A hash of the headers a compiled library is built from (xattn.h, xattn/**): a cached library
+    built against other ones is compiled again, even within one version."""
     global _interface_digest
     if _interface_digest is None:
         h = hashlib.sha256()
         for d in include_dirs:
-            for path in sorted(glob.glob(os.path.join(d, "xattn.h")) + glob.glob(os.path.join(d, "xattn", "c_api", "*"))):
+            paths = glob.glob(os.path.join(d, "xattn.h")) + glob.glob(os.path.join(d, "xattn", "**", "*"),
+                                                                      recursive=True)
+            for path in sorted(p for p in paths if os.path.isfile(p)):
+                h.update(os.path.relpath(path, d).encode())
                 with open(path, "rb") as f:
                     h.update(f.read())
         _interface_digest = h.hexdigest()

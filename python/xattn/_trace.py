@@ -4,9 +4,12 @@ mask predicate. Python numbers, captured tensors indexed by traced integers, ari
 comparisons and a list of torch functions are recorded; anything else raises TraceError naming
 the construct and the line of the user's function."""
 
+import collections
+import hashlib
 import inspect
 import math
 import os
+import types
 
 import torch
 
@@ -100,8 +103,8 @@ class Node:
     clip = clamp
     def minimum(self, o): return self.tracer.binary("min", self, o)
     def maximum(self, o): return self.tracer.binary("max", self, o)
-    def float(self): return self.tracer.cast(self, FLOAT)
-    def double(self): return self.tracer.cast(self, FLOAT)
+    def float(self): return self.tracer.cast(self, FLOAT, 32)
+    def double(self): return self.tracer.cast(self, FLOAT, 64)
     def long(self): return self.tracer.cast(self, INT)
     def int(self): return self.tracer.cast(self, INT)
     def bool(self): return self.tracer.cast(self, BOOL)
@@ -109,7 +112,11 @@ class Node:
     def to(self, dtype, *rest, **kwargs):
         if not isinstance(dtype, torch.dtype):
             _fail(self.tracer, ".to(%r): only .to(dtype) is supported" % (dtype,))
-        return self.tracer.cast(self, BOOL if dtype == torch.bool else FLOAT if _float_dtype(dtype) else INT)
+        if dtype == torch.bool:
+            return self.tracer.cast(self, BOOL)
+        if _float_dtype(dtype):  # computed in float32 or float64, as torch would (16-bit ones in float32)
+            return self.tracer.cast(self, FLOAT, 64 if dtype == torch.float64 else 32)
+        return self.tracer.cast(self, INT)
 
     def __bool__(self):
         _fail(self.tracer, "Python `if`, `and`, `or`, `not` or bool() on a traced value (use torch.where, &, |, ~)")
@@ -258,13 +265,13 @@ class Tracer:
             kind = FLOAT
         return Node(self, "unary", (op, a), kind, a.diff)
 
-    def cast(self, a, kind):
+    def cast(self, a, kind, bits=None):
         a = self.const(a)
         if kind != FLOAT and a.diff:
             _fail(self, "converting a value that depends on the score to %s" % kind)
-        if a.kind == kind:
+        if a.kind == kind and (bits is None or a.diff):
             return a
-        return Node(self, "cast", (kind, a), kind, a.diff)
+        return Node(self, "cast", (kind, a, bits), kind, a.diff)
 
     def clamp(self, a, lo, hi):
         if lo is not None:
@@ -330,6 +337,150 @@ def trace(fn, argument_names, kinds, learning, name):
     return tracer, result
 
 
+def precisions(tracer):
+    """The bits (32 or 64) each float node that does not depend on the score is computed in, by
+    torch's promotion: a float tensor keeps its dtype, integers turned float take the default
+    dtype, a Python float adopts the other operand's (None: only Python numbers met)."""
+    default = 64 if torch.get_default_dtype() == torch.float64 else 32
+    bits = {}
+    for n in tracer.nodes:
+        b = None
+        if n.kind == FLOAT:
+            if n.op == "capture":
+                b = 64 if tracer.captures[n.args[0]].tensor.dtype == torch.float64 else 32
+            elif n.op == "cast":
+                b = n.args[2] or (bits.get(n.args[1].id) if n.args[1].kind == FLOAT else default)
+            elif n.op in ("binary", "unary", "where"):
+                operands = [a for a in n.args if isinstance(a, Node)]
+                if n.op == "where":
+                    operands = operands[1:]  # the condition's type does not promote
+                known = [bits[a.id] for a in operands if a.kind == FLOAT and bits.get(a.id)]
+                if known:
+                    b = max(known)
+                elif any(a.kind != FLOAT and a.op != "const" for a in operands):
+                    b = default
+                elif any(a.kind != FLOAT for a in operands) and n.op == "binary" and n.args[0] == "/":
+                    b = default
+        bits[n.id] = b
+    return bits
+
+
+def graph_key(tracer, result):
+    """What the generated code depends on, hashable: every node's operation, arguments, kind and
+    whether it is differentiated, the captures' kinds, and the result."""
+    def arg(a):
+        if isinstance(a, Node):
+            return ("n", a.id)
+        return (type(a).__name__, a)  # 1 and 1.0 and True stay apart
+    nodes = tuple((n.op, tuple(arg(a) for a in n.args), n.kind, n.diff) for n in tracer.nodes)
+    return nodes, tuple((c.kind, c.learns) for c in tracer.captures), result.id
+
+
+# ---- a traced function kept while nothing it can read changes ----------------------------------
+
+def _value_key(v, depth):
+    """What of v a trace depends on, or None when it cannot be seen into (an object whose
+    attributes could change unseen): then the function is traced on every call."""
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return (type(v).__name__, v)
+    if isinstance(v, torch.Tensor):  # its values too (_version), in case the function read one as a number
+        return ("tensor", id(v), v._version, v.dtype, tuple(v.shape), v.requires_grad)
+    if isinstance(v, (types.ModuleType, types.BuiltinFunctionType)) or isinstance(v, type):
+        return ("object", id(v))
+    if isinstance(v, types.FunctionType):
+        return fingerprint(v, depth + 1)
+    if isinstance(v, tuple):
+        keys = tuple(_value_key(x, depth) for x in v)
+        return None if any(k is None for k in keys) else keys
+    if isinstance(v, torch.dtype):
+        return ("dtype", str(v))
+    return None
+
+
+def _names(code):
+    names = set(code.co_names)
+    for c in code.co_consts:
+        if isinstance(c, types.CodeType):
+            names |= _names(c)
+    return names
+
+
+def fingerprint(fn, depth=0):
+    """A key that changes whenever anything fn can read changes (its code, its closure, the
+    globals it names, its defaults, recursively through the functions it calls), or None."""
+    code = getattr(fn, "__code__", None)
+    if depth > 8 or code is None or not isinstance(fn, types.FunctionType):
+        return None
+    parts = [("code", id(code))]
+    cells = fn.__closure__ or ()
+    for name, cell in zip(code.co_freevars, cells):
+        try:
+            value = cell.cell_contents
+        except ValueError:  # not yet bound
+            return None
+        k = _value_key(value, depth)
+        if k is None:
+            return None
+        parts.append((name, k))
+    glob, builtins = fn.__globals__, fn.__globals__.get("__builtins__")
+    for name in sorted(_names(code)):
+        if name in glob:
+            k = _value_key(glob[name], depth)
+            if k is None:
+                return None
+            parts.append((name, k))
+        elif not (isinstance(builtins, dict) and name in builtins) and not hasattr(builtins, name):
+            parts.append((name, "attribute"))  # an attribute name (x.abs, torch.where): fixed by its object
+    for d in (fn.__defaults__ or ()) + tuple((fn.__kwdefaults__ or {}).values()):
+        k = _value_key(d, depth)
+        if k is None:
+            return None
+        parts.append(("default", k))
+    parts.append(("code object", code))  # kept alive: ids stay unique while cached
+    return tuple(parts)
+
+
+class Traced:
+    """A traced function: its tracer and result, a digest of its graph (the key of its compiled
+    code) and its index ranges checked per problem size."""
+
+    def __init__(self, tracer, result):
+        self.tracer, self.result = tracer, result
+        self.key = hashlib.sha256(repr(graph_key(tracer, result)).encode()).hexdigest()
+        self._checked = {}
+
+    def check_indices(self, sizes):
+        """check_indices() for these sizes, remembered with the integer captures' versions: the
+        ranges of the nodes."""
+        ints = [c.tensor for c in self.tracer.captures if c.kind != FLOAT]
+        key = (tuple(sorted(sizes.items())), tuple((id(t), t._version) for t in ints))
+        r = self._checked.get(key)
+        if r is None:
+            r = check_indices(self.tracer, sizes, [c.tensor for c in self.tracer.captures])
+            if len(self._checked) > 64:
+                self._checked.clear()
+            self._checked[key] = r
+        return r
+
+
+_traced = collections.OrderedDict()
+
+
+def traced(fn, argument_names, kinds, learning, name):
+    """trace(...) as a Traced, reused while fingerprint(fn) stays the same."""
+    fp = fingerprint(fn)
+    key = (fp, argument_names, learning) if fp is not None else None
+    if key is not None and key in _traced:
+        _traced.move_to_end(key)
+        return _traced[key]
+    t = Traced(*trace(fn, argument_names, kinds, learning, name))
+    if key is not None:
+        _traced[key] = t
+        if len(_traced) > 64:
+            _traced.popitem(last=False)
+    return t
+
+
 # ---- ranges of integer values: an index out of a capture's range fails before anything runs ----
 
 def _interval(op, x, y=None):
@@ -387,12 +538,10 @@ def ranges(tracer, sizes, captured):
             r = (n.args[0], n.args[0])
         elif n.op == "capture":
             t = captured[n.args[0]]
-            if n.kind != FLOAT and t.numel() > 0:
+            if n.kind != FLOAT and t.numel() > 0:  # floats index nothing: their range is not needed
                 r = (int(t.min()), int(t.max()))
-            elif n.kind == FLOAT and t.numel() > 0 and not t.requires_grad:
-                r = (float(t.min()), float(t.max()))
         elif n.op == "cast":
-            a = out[n.args[1].id]
+            a = out[n.args[1].id]  # float32 rounding moves a bound by far less than an integer
             if n.kind == BOOL:
                 r = (0, 1)
             elif n.kind == INT:

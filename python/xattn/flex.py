@@ -14,6 +14,7 @@ says where they differ.
 
 import ctypes
 import math
+import struct
 
 import torch
 
@@ -67,9 +68,13 @@ class BlockMask:
     ceil(KV_LEN / BLOCK_SIZE[1])) of 0 (empty: skipped), 1 (partial: mask_mod asked per pair),
     2 (full: run without it)."""
 
-    def __init__(self, kinds, block_size, mask_mod, q_len, kv_len):
+    def __init__(self, kinds, block_size, mask_mod, q_len, kv_len, row_spans=None, fine=None):
         self.kinds, self.BLOCK_SIZE, self.mask_mod = kinds, block_size, mask_mod
         self.seq_lengths = (q_len, kv_len)
+        self.row_spans = row_spans  # (B, H, Q_LEN, 2): each row's first and past-last visible key
+        # what the pass reads: the same classification in blocks of at most 16 x 16
+        self.fine, self.fine_size = fine if fine is not None else (kinds, block_size)
+        self.has_partial = bool((self.fine == _PARTIAL).any())
 
     @property
     def shape(self):
@@ -111,11 +116,12 @@ def create_block_mask(mask_mod, B, H, Q_LEN, KV_LEN, device="cpu", BLOCK_SIZE=_B
             raise ValueError("create_block_mask: %s must be an int >= 0, not %r" % (name, n))
     nb, nh = (1 if B is None else int(B)), (1 if H is None else int(H))
     nq, nk = -(-Q_LEN // qbs), -(-KV_LEN // kbs)
+    # the pass classifies its own tiles, which are finer than 128: it reads a finer table
+    fq, fk = (16 if qbs % 16 == 0 else qbs), (16 if kbs % 16 == 0 else kbs)
     kinds = torch.zeros(nb, nh, nq, nk, dtype=torch.int64)
+    fine = torch.zeros(nb, nh, -(-Q_LEN // fq), -(-KV_LEN // fk), dtype=torch.int64)
+    spans = torch.zeros(nb, nh, Q_LEN, 2, dtype=torch.int64)  # lets the pass leave out keys past a row's last
     kv = torch.arange(KV_LEN)
-    per_key_block = torch.full((nk,), kbs, dtype=torch.int64)
-    if nk:
-        per_key_block[-1] = KV_LEN - (nk - 1) * kbs
     b = torch.arange(nb).view(-1, 1, 1, 1)
     h = torch.arange(nh).view(1, -1, 1, 1)
     with torch.no_grad():
@@ -125,32 +131,50 @@ def create_block_mask(mask_mod, B, H, Q_LEN, KV_LEN, device="cpu", BLOCK_SIZE=_B
             if m.dtype != torch.bool:
                 m = m != 0
             m = m.expand(nb, nh, len(q), KV_LEN)
-            padded = torch.zeros(nb, nh, len(q), nk * kbs, dtype=torch.bool)
-            padded[..., :KV_LEN] = m
-            counts = padded.view(nb, nh, len(q), nk, kbs).sum(dim=(2, 4))
-            total = per_key_block * len(q)
-            kinds[:, :, qb] = torch.where(counts == 0, _EMPTY, torch.where(counts == total, _FULL, _PARTIAL))
-    return BlockMask(kinds, (qbs, kbs), mask_mod, Q_LEN, KV_LEN)
+            kinds[:, :, qb] = _kinds_of(m, qbs, kbs)[:, :, 0]
+            fine[:, :, qb * qbs // fq:qb * qbs // fq + -(-len(q) // fq)] = _kinds_of(m, fq, fk)
+            if KV_LEN:
+                seen = m.any(-1)
+                first = torch.where(seen, m.to(torch.int8).argmax(-1), 0)
+                last = torch.where(seen, KV_LEN - m.flip(-1).to(torch.int8).argmax(-1), 0)
+                spans[:, :, q, 0], spans[:, :, q, 1] = first, last
+    return BlockMask(kinds, (qbs, kbs), mask_mod, Q_LEN, KV_LEN, spans, (fine, (fq, fk)))
+
+
+def _kinds_of(m, rows, cols):
+    """Each rows x cols block of the visibility m (nb, nh, L, K) as empty, partial or full."""
+    nb, nh, L, K = m.shape
+    nr, nc = -(-L // rows), -(-K // cols)
+    shown = torch.zeros(nb, nh, nr * rows, nc * cols, dtype=torch.bool)
+    shown[..., :L, :K] = m
+    valid = torch.zeros(nr * rows, nc * cols, dtype=torch.bool)
+    valid[:L, :K] = True
+    counts = shown.view(nb, nh, nr, rows, nc, cols).sum((3, 5))
+    total = valid.view(nr, rows, nc, cols).sum((1, 3))
+    return torch.where(counts == 0, _EMPTY, torch.where(counts == total, _FULL, _PARTIAL))
 
 
 # ---- the compiled kernels ---------------------------------------------------------------------
 
-_libraries = {}
+_libraries = {}  # by the traced graphs' keys (cheaper than generating their source)
 
 
-def _library(src):
-    lib = _libraries.get(src)
+def _library(score, mask, double):
+    key = (score.key if score else None, mask.key if mask else None, double)
+    lib = _libraries.get(key)
     if lib is None:
+        src = _flexgen.source((score.tracer, score.result) if score else None,
+                              (mask.tracer, mask.result) if mask else None, double)
         lib = ctypes.CDLL(_jit.compile_shared(src, "flex_attention's generated kernel"))
         T = ctypes.POINTER(_c.Tensor)
         i64 = ctypes.c_int64
         lib.xattn_flex_forward.restype = ctypes.c_int
-        lib.xattn_flex_forward.argtypes = [T, T, T, ctypes.POINTER(_c.Desc), T, T, T, T, T, i64, i64]
+        lib.xattn_flex_forward.argtypes = [T, T, T, ctypes.POINTER(_c.Desc), T, T, T, T, T, T, i64, i64]
         lib.xattn_flex_backward.restype = ctypes.c_int
-        lib.xattn_flex_backward.argtypes = [T, T, T, ctypes.POINTER(_c.Desc), T, T, T, T, T, T, T, T, T, i64, i64,
+        lib.xattn_flex_backward.argtypes = [T, T, T, ctypes.POINTER(_c.Desc), T, T, T, T, T, T, T, T, T, T, i64, i64,
                                             ctypes.POINTER(ctypes.c_double)]
         lib.xattn_flex_last_error.restype = ctypes.c_char_p
-        _libraries[src] = lib
+        _libraries[key] = lib
     return lib
 
 
@@ -163,14 +187,14 @@ _CODES = {torch.float32: _c.F32, torch.float64: _c.F64, torch.bfloat16: _c.BF16,
           torch.int64: _c.I64}
 
 
+_pack = struct.Struct("@Pii%dq%dq" % (_c.MAX_RANK, _c.MAX_RANK)).pack
+
+
 def _view(x):
     if x is None:
         return None
-    t = _c.Tensor()
-    t.data, t.dtype, t.rank = x.data_ptr(), _CODES[x.dtype], x.dim()
-    for a in range(x.dim()):
-        t.shape[a], t.strides[a] = x.shape[a], x.stride(a)
-    return t
+    pad = (0,) * (_c.MAX_RANK - x.dim())
+    return _c.Tensor.from_buffer_copy(_pack(x.data_ptr(), _CODES[x.dtype], x.dim(), *x.shape, *pad, *x.stride(), *pad))
 
 
 def _ref(t):
@@ -181,16 +205,20 @@ class _Call:
     """One call's kernel and everything it reads besides q, k, v: the captures as the kernel takes
     them (float64 or int64; learning ones float64 copies), the block table, the descriptor."""
 
-    def __init__(self, lib, score, mask, block_mask, scale, threads, double):
+    def __init__(self, lib, score, mask, block_mask, scale, threads, double, memo_bounds=None):
         self.lib, self.double = lib, double
         self.score_tensors = [self._as_read(c) for c in score.captures] if score else []
+        self.memo_bounds = memo_bounds  # after the captures, as the generated code reads them
+        extra = [memo_bounds] if memo_bounds is not None else []
+        self.score_views = self._array(self.score_tensors + extra)
         self.learning = [c for c in score.captures if c.learns] if score else []
         self.mask_tensors = [self._as_read(c) for c in mask.captures] if mask else []
-        self.score_views = self._array(self.score_tensors)
         self.mask_views = self._array(self.mask_tensors)
-        self.kinds = block_mask.kinds.contiguous() if block_mask is not None else None
+        self.kinds = block_mask.fine.contiguous() if block_mask is not None else None
         self.kinds_view = _view(self.kinds)
-        self.blocks = block_mask.BLOCK_SIZE if block_mask is not None else (1, 1)
+        self.spans = block_mask.row_spans if block_mask is not None else None
+        self.spans_view = _view(self.spans)
+        self.blocks = block_mask.fine_size if block_mask is not None else (1, 1)
         self.desc = _c.lib.xattn_attention_defaults()
         self.desc.scale = float(scale)
         self.desc.threads = int(threads)
@@ -213,7 +241,8 @@ class _Call:
         Q, K, V, O, L = map(_view, (q, k, v, out, lse))
         _check(self.lib, self.lib.xattn_flex_forward(
             ctypes.byref(Q), ctypes.byref(K), ctypes.byref(V), ctypes.byref(self.desc), ctypes.byref(O),
-            ctypes.byref(L), self.score_views, self.mask_views, _ref(self.kinds_view), *self.blocks))
+            ctypes.byref(L), self.score_views, self.mask_views, _ref(self.kinds_view), _ref(self.spans_view),
+            *self.blocks))
         return out, lse
 
     def backward(self, q, k, v, out, lse, d_out, wanted):
@@ -225,7 +254,8 @@ class _Call:
         views = [_view(g) for g in grads]
         _check(self.lib, self.lib.xattn_flex_backward(
             *[ctypes.byref(a) for a in args[:3]], ctypes.byref(self.desc), *[ctypes.byref(a) for a in args[3:]],
-            *map(_ref, views), self.score_views, self.mask_views, _ref(self.kinds_view), *self.blocks,
+            *map(_ref, views), self.score_views, self.mask_views, _ref(self.kinds_view), _ref(self.spans_view),
+            *self.blocks,
             ctypes.cast(d_tables.data_ptr(), ctypes.POINTER(ctypes.c_double))))
         tables, at = [], 0
         for c, n in zip(self.learning, sizes):
@@ -261,13 +291,13 @@ def _empty_result(q, k, v, return_lse, lse_dtype):
 
 
 def _trace_score(score_mod, learning):
-    return _trace.trace(score_mod, ("score", "b", "h", "q_idx", "kv_idx"), (FLOAT, INT, INT, INT, INT), learning,
-                        getattr(score_mod, "__name__", "score_mod"))
+    return _trace.traced(score_mod, ("score", "b", "h", "q_idx", "kv_idx"), (FLOAT, INT, INT, INT, INT), learning,
+                         getattr(score_mod, "__name__", "score_mod"))
 
 
 def _trace_mask(mask_mod):
-    return _trace.trace(mask_mod, ("b", "h", "q_idx", "kv_idx"), (INT, INT, INT, INT), False,
-                        getattr(mask_mod, "__name__", "mask_mod"))
+    return _trace.traced(mask_mod, ("b", "h", "q_idx", "kv_idx"), (INT, INT, INT, INT), False,
+                         getattr(mask_mod, "__name__", "mask_mod"))
 
 
 def flex_attention(query, key, value, score_mod=None, block_mask=None, scale=None, enable_gqa=False,
@@ -317,25 +347,26 @@ def flex_attention(query, key, value, score_mod=None, block_mask=None, scale=Non
 
     score = mask = None
     if score_mod is not None:
-        tracer, result = _trace_score(score_mod, learning)
-        if result.kind != FLOAT and result.kind != INT:
+        score = _trace_score(score_mod, learning)
+        if score.result.kind != FLOAT and score.result.kind != INT:
             raise TraceError("flex_attention: score_mod returns a bool; it must return the new score")
-        score = (tracer, result)
-    if block_mask is not None and (block_mask.kinds == _PARTIAL).any():
-        tracer, result = _trace_mask(block_mask.mask_mod)
-        mask = (tracer, result)
+    if block_mask is not None and block_mask.has_partial:
+        mask = _trace_mask(block_mask.mask_mod)
     sizes = {"b": B, "h": Hq, "q_idx": Sq, "kv_idx": Skv}
-    for t in (score, mask):
-        if t:
-            _trace.check_indices(t[0], sizes, [c.tensor for c in t[0].captures])
+    memo_bounds = None
+    if mask:
+        mask.check_indices(sizes)
+    if score:
+        memo_bounds = _memo_bounds(score, score.check_indices(sizes))
 
     if min(B, Hq, Sq, Skv) == 0:
         r = _empty_result(query, key, value, return_lse, lse_dtype)
         return tuple(x.numpy() for x in r) if numpy and return_lse else (r.numpy() if numpy else r)
     if block_mask is not None and mask is None:  # no partial block: the table alone decides
         mask = _no_partial(block_mask)
-    lib = _library(_flexgen.source(score, mask, double))
-    call = _Call(lib, score[0] if score else None, mask[0] if mask else None, block_mask, scale, threads, double)
+    lib = _library(score, mask, double)
+    call = _Call(lib, score.tracer if score else None, mask.tracer if mask else None, block_mask, scale, threads,
+                 double, memo_bounds)
     learning_tensors = [c.tensor for c in call.learning]
     if learning and any(x.requires_grad for x in (query, key, value, *learning_tensors)):
         out, lse = _Flex.apply(call, query, key, value, *learning_tensors)
@@ -344,6 +375,24 @@ def flex_attention(query, key, value, score_mod=None, block_mask=None, scale=Non
     if numpy:
         out, lse = out.numpy(), lse.numpy()
     return (out, lse) if return_lse else out
+
+
+_MEMO_LIMIT = 1 << 22
+
+
+def _memo_bounds(score, ranges):
+    """The range of each memo table of the score's code for this call (lo > hi: none; the code
+    then computes those values per score), as the (memos, 2) int64 tensor the code reads."""
+    if not hasattr(score, "memos"):
+        score.memos = _flexgen.memo_plan(score.tracer, score.result)
+    if not score.memos:
+        return None
+    bounds = []
+    for _, d in score.memos:
+        lo, hi = ranges[d.id]
+        ok = math.isfinite(lo) and math.isfinite(hi) and 0 <= hi - lo < _MEMO_LIMIT
+        bounds.append((int(lo), int(hi)) if ok else (0, -1))
+    return torch.tensor(bounds, dtype=torch.int64)
 
 
 def _no_partial(block_mask):

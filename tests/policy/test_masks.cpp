@@ -163,6 +163,12 @@ TEST_CASE("block_mask: a table of blocks and the predicate of its partial ones")
               if (aligned) REQUIRE(got == truth);
             }
     for (std::size_t b = 0; b < 2; ++b)
+      for (std::size_t i = 0; i < 13; ++i) {
+        const auto [first, last] = m.row_span(b, 0, i);  // a bound on the row's visible keys
+        for (std::size_t j = 0; j < 17; ++j)
+          if (f(b, 0, i, j)) REQUIRE((std::int64_t(j) >= first && std::int64_t(j) < last));
+      }
+    for (std::size_t b = 0; b < 2; ++b)
       for (std::size_t i = 0; i < 13; ++i)
         for (std::size_t j0 : {0u, 3u, 9u}) {
           std::vector<double> s(8, 1.0);

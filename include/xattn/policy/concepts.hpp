@@ -15,11 +15,15 @@
 // mask policy      required:  bool visible(size_t b, size_t h, size_t i, size_t j) const
 //                  optional:  block classify(b, h, i0, i1, j0, j1) const   (ranges are [i0, i1) x [j0, j1))
 //                             double fill() const   (score of masked keys; default -inf: excluded)
-//                             pair<int64, int64> row_span(b, h, i) const  (visible keys are exactly [first, last))
+//                             pair<int64, int64> row_span(b, h, i) const  (visible keys are exactly [first, last);
+//                                                                          with hide_row: within it)
 //                             void hide_row(T* s, size_t n, b, h, i, j0, T value) const  (s[c] = value where hidden)
 //                             auto bind(const problem&) const   (validate sizes, precompute)
 // score modifier   required:  U operator()(U s, size_t b, size_t h, size_t i, size_t j) const  (U = float, double)
 //                  optional:  void apply_row(T* s, size_t n, b, h, i, j0) const  (vectorised row)
+//                             void backward_row(const T* s, T* g, size_t n, b, h, i, j0, T* dp) const
+//                               (its own backward of a row: g in, d/d output; out, d/d input s; dp[k] +=
+//                                d/d its k-th learnable, dp null without learnables; g[c] == 0: skip)
 //                             auto bind(const problem&) const
 #include "problem.hpp"
 
@@ -146,6 +150,11 @@ concept has_row_span = requires(const M& m, std::size_t n) {
 template <class M, class T>
 concept has_hide_row = requires(const M& m, T* s, std::size_t n) {
   m.hide_row(s, n, n, n, n, n, T(0));
+};
+
+template <class Op, class T>
+concept has_backward_row = requires(const Op& op, const T* s, T* g, std::size_t n, T* dp) {
+  op.backward_row(s, g, n, n, n, n, n, dp);
 };
 
 template <class Op, class T>

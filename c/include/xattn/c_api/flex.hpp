@@ -50,10 +50,15 @@ struct table {
   std::array<std::int64_t, XATTN_MAX_RANK> shape{}, strides{};
 
   template <class... I>
-  const learnable<double>& operator()(I... index) const noexcept {
+  const learnable<double>& operator()(I... i) const noexcept {
+    return values[index(i...)];
+  }
+  /// The entry's position in values (its gradient's slot within this table).
+  template <class... I>
+  std::size_t index(I... i) const noexcept {
     std::size_t at = 0, a = 0;
-    ((at += std::size_t(axis_index(index, shape[a])) * std::size_t(strides[a]), ++a), ...);
-    return values[at];
+    ((at += std::size_t(axis_index(i, shape[a])) * std::size_t(strides[a]), ++a), ...);
+    return at;
   }
 };
 
@@ -133,8 +138,8 @@ struct builder {
 
 /// The block table as the mask policy (nothing when Mask is void): kinds (B', H', nq, nk) uint8.
 template <class Mask>
-block_mask_policy<Mask> block_table(const xattn_tensor* kinds, std::int64_t q_block, std::int64_t kv_block,
-                                    const Mask& mask) {
+block_mask_policy<Mask> block_table(const xattn_tensor* kinds, const xattn_tensor* spans, std::int64_t q_block,
+                                    std::int64_t kv_block, const Mask& mask) {
   block_mask_policy<Mask> m;
   if (kinds == nullptr || kinds->rank != 4 || kinds->dtype != XATTN_I64)
     fail("flex_attention: the block mask's kinds must be a 4-D XATTN_I64 table");
@@ -152,6 +157,21 @@ block_mask_policy<Mask> block_table(const xattn_tensor* kinds, std::int64_t q_bl
           table->push_back(std::uint8_t(k));
         }
   m.kinds = std::move(table);
+  if (spans != nullptr) {  // (B', H', Sq, 2) int64: each row's first and past-last visible key
+    if (spans->rank != 4 || spans->dtype != XATTN_I64 || spans->shape[0] != kinds->shape[0] ||
+        spans->shape[1] != kinds->shape[1] || spans->shape[3] != 2)
+      fail("flex_attention: the block mask's row spans must be (B', H', Sq, 2) XATTN_I64 beside kinds ",
+           shape_of(*kinds));
+    auto rows = std::make_shared<std::vector<std::pair<std::int64_t, std::int64_t>>>();
+    const auto* s = static_cast<const std::int64_t*>(spans->data);
+    for (std::int64_t b = 0; b < spans->shape[0]; ++b)
+      for (std::int64_t h = 0; h < spans->shape[1]; ++h)
+        for (std::int64_t i = 0; i < spans->shape[2]; ++i) {
+          const std::int64_t at = b * spans->strides[0] + h * spans->strides[1] + i * spans->strides[2];
+          rows->emplace_back(s[at], s[at + spans->strides[3]]);
+        }
+    m.row_spans = std::move(rows);
+  }
   if (q_block <= 0 || kv_block <= 0)
     fail("flex_attention: BLOCK_SIZE must be positive, not (", q_block, ", ", kv_block, ")");
   m.q_block = std::size_t(q_block);

@@ -61,6 +61,14 @@ class modifier_chain {
 
   static constexpr bool empty = n_ops == 0;
 
+  /// Whether the one modifier writes its own backward of a row.
+  static constexpr bool own_backward() {
+    if constexpr (n_ops == 1)
+      return has_backward_row<std::decay_t<decltype(hana::at_c<0>(std::declval<const Ops&>()))>, Acc>;
+    else
+      return false;
+  }
+
   void begin_task() { std::fill(dmodify_.begin(), dmodify_.end(), Acc(0)); }
   void end_task(std::size_t id) const {
     if constexpr (learning) std::copy(dmodify_.begin(), dmodify_.end(), out_.per_task + id * dmodify_.size());
@@ -76,12 +84,19 @@ class modifier_chain {
     }
   }
 
-  /// The gradient g[0, cols) at row r's final scores taken to its base scores (0 stays 0).
+  /// The gradient g[0, cols) at row r's final scores taken to its base scores (0 stays 0). A lone
+  /// modifier that writes its own backward of a row (has_backward_row) runs it instead of being
+  /// differentiated on dual numbers per score.
   void backward_row(Acc* g, std::size_t r, std::size_t cols, std::size_t b, std::size_t h, std::size_t i,
                     std::size_t j0) {
-    if constexpr (n_ops > 0)
+    if constexpr (own_backward()) {
+      Acc* dp = nullptr;
+      if constexpr (learning) dp = dmodify_.data() + out_.slots->first[0];
+      hana::at_c<0>(ops_).backward_row(s0_.data() + r * lds_, g, cols, b, h, i, j0, dp);
+    } else if constexpr (n_ops > 0) {
       for (std::size_t c = 0; c < cols; ++c)
         if (g[c] != Acc(0)) through(s0_[r * lds_ + c], b, h, i, j0 + c, &g[c]);
+    }
   }
 
  private:

@@ -55,6 +55,11 @@ struct shifted {
                  std::size_t j0) const requires has_apply_row<X, T> {
     x.apply_row(s, n, b, h, at.q0 + i, at.k0 + j0);
   }
+  template <class T>
+  void backward_row(const T* s, T* g, std::size_t n, std::size_t b, std::size_t h, std::size_t i, std::size_t j0,
+                    T* dp) const requires has_backward_row<X, T> {
+    x.backward_row(s, g, n, b, h, at.q0 + i, at.k0 + j0, dp);
+  }
 };
 
 /// p's masks and modifiers bound to `whole` and shifted to the block at `at`; dropout too. The

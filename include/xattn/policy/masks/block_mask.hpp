@@ -34,6 +34,9 @@ struct block_mask_policy {
   std::array<std::size_t, 4> shape{};
   std::size_t q_block = 128, kv_block = 128;
   F f{};
+  // per (B', H', query block): the keys from the first to past the last block that is not empty;
+  // or, when the caller knows them (row_spans, (B', H', Sq) pairs), per row: a tighter bound
+  std::shared_ptr<const std::vector<std::pair<std::int64_t, std::int64_t>>> spans, row_spans;
 
   block_kind kind(std::size_t b, std::size_t h, std::size_t qb, std::size_t kb) const noexcept {
     const std::size_t bb = shape[0] == 1 ? 0 : b, hh = shape[1] == 1 ? 0 : h;
@@ -63,6 +66,14 @@ struct block_mask_policy {
         if (any_empty && any_other) return block::partial;
       }
     return any_other ? block::visible : block::hidden;
+  }
+
+  /// A bound on row i's visible keys: its block row's first to last non-empty block (bind() finds
+  /// them). The kernel leaves out the columns past it, as it does past the causal diagonal.
+  std::pair<std::int64_t, std::int64_t> row_span(std::size_t b, std::size_t h, std::size_t i) const noexcept {
+    const std::size_t bb = shape[0] == 1 ? 0 : b, hh = shape[1] == 1 ? 0 : h;
+    if (row_spans) return (*row_spans)[(bb * shape[1] + hh) * (row_spans->size() / (shape[0] * shape[1])) + i];
+    return (*spans)[(bb * shape[1] + hh) * shape[2] + i / q_block];
   }
 
   /// Row i's scores s[0, n) at keys j0...: a block's run filled, skipped or asked pair by pair.
@@ -101,7 +112,23 @@ struct block_mask_policy {
     if constexpr (std::is_same_v<F, no_block_predicate>)
       if (std::find(kinds->begin(), kinds->end(), std::uint8_t(1)) != kinds->end())
         fail("block_mask(kinds, block_size): kinds has partial blocks (1) but no predicate decides their pairs");
-    return *this;
+    if (row_spans && row_spans->size() != shape[0] * shape[1] * pr.q_len)
+      fail("block_mask(kinds, block_size): ", row_spans->size(), " row spans for ", shape[0], " x ", shape[1],
+           " tables of ", pr.q_len, " queries");
+    block_mask_policy m = *this;
+    auto s = std::make_shared<std::vector<std::pair<std::int64_t, std::int64_t>>>();
+    s->reserve(shape[0] * shape[1] * shape[2]);
+    for (std::size_t b = 0; b < shape[0]; ++b)
+      for (std::size_t h = 0; h < shape[1]; ++h)
+        for (std::size_t x = 0; x < shape[2]; ++x) {
+          std::size_t first = shape[3], last = 0;
+          for (std::size_t y = 0; y < shape[3]; ++y)
+            if (kind(b, h, x, y) != block_kind::empty) first = std::min(first, y), last = y + 1;
+          if (first >= last) first = last = 0;
+          s->emplace_back(std::int64_t(first * kv_block), std::int64_t(std::min(last * kv_block, pr.kv_len)));
+        }
+    m.spans = std::move(s);
+    return m;
   }
 };
 
