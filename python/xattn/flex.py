@@ -71,10 +71,12 @@ class BlockMask:
     def __init__(self, kinds, block_size, mask_mod, q_len, kv_len, row_spans=None, fine=None):
         self.kinds, self.BLOCK_SIZE, self.mask_mod = kinds, block_size, mask_mod
         self.seq_lengths = (q_len, kv_len)
-        self.row_spans = row_spans  # (B, H, Q_LEN, 2): each row's first and past-last visible key
+        self.row_spans = row_spans  # (B, H, Q_LEN, 3): each row's span of visible keys, and whether it is exact
         # what the pass reads: the same classification in blocks of at most 16 x 16
         self.fine, self.fine_size = fine if fine is not None else (kinds, block_size)
         self.has_partial = bool((self.fine == _PARTIAL).any())
+        # every row sees one run of keys: the spans decide, mask_mod is not compiled in
+        self.rows_are_spans = row_spans is not None and bool((row_spans[..., 2] == 1).all())
 
     @property
     def shape(self):
@@ -120,7 +122,9 @@ def create_block_mask(mask_mod, B, H, Q_LEN, KV_LEN, device="cpu", BLOCK_SIZE=_B
     fq, fk = (16 if qbs % 16 == 0 else qbs), (16 if kbs % 16 == 0 else kbs)
     kinds = torch.zeros(nb, nh, nq, nk, dtype=torch.int64)
     fine = torch.zeros(nb, nh, -(-Q_LEN // fq), -(-KV_LEN // fk), dtype=torch.int64)
-    spans = torch.zeros(nb, nh, Q_LEN, 2, dtype=torch.int64)  # lets the pass leave out keys past a row's last
+    # each row's first and past-last visible key, and 1 when the row sees exactly those (causal,
+    # windows, prefixes): the pass then trims and fills by them and never calls mask_mod
+    spans = torch.zeros(nb, nh, Q_LEN, 3, dtype=torch.int64)
     kv = torch.arange(KV_LEN)
     b = torch.arange(nb).view(-1, 1, 1, 1)
     h = torch.arange(nh).view(1, -1, 1, 1)
@@ -138,6 +142,7 @@ def create_block_mask(mask_mod, B, H, Q_LEN, KV_LEN, device="cpu", BLOCK_SIZE=_B
                 first = torch.where(seen, m.to(torch.int8).argmax(-1), 0)
                 last = torch.where(seen, KV_LEN - m.flip(-1).to(torch.int8).argmax(-1), 0)
                 spans[:, :, q, 0], spans[:, :, q, 1] = first, last
+                spans[:, :, q, 2] = (m.sum(-1) == last - first).to(torch.int64)
     return BlockMask(kinds, (qbs, kbs), mask_mod, Q_LEN, KV_LEN, spans, (fine, (fq, fk)))
 
 
@@ -350,7 +355,7 @@ def flex_attention(query, key, value, score_mod=None, block_mask=None, scale=Non
         score = _trace_score(score_mod, learning)
         if score.result.kind != FLOAT and score.result.kind != INT:
             raise TraceError("flex_attention: score_mod returns a bool; it must return the new score")
-    if block_mask is not None and block_mask.has_partial:
+    if block_mask is not None and block_mask.has_partial and not block_mask.rows_are_spans:
         mask = _trace_mask(block_mask.mask_mod)
     sizes = {"b": B, "h": Hq, "q_idx": Sq, "kv_idx": Skv}
     memo_bounds = None
@@ -362,7 +367,7 @@ def flex_attention(query, key, value, score_mod=None, block_mask=None, scale=Non
     if min(B, Hq, Sq, Skv) == 0:
         r = _empty_result(query, key, value, return_lse, lse_dtype)
         return tuple(x.numpy() for x in r) if numpy and return_lse else (r.numpy() if numpy else r)
-    if block_mask is not None and mask is None:  # no partial block: the table alone decides
+    if block_mask is not None and mask is None:  # the table and the spans alone decide
         mask = _no_partial(block_mask)
     lib = _library(score, mask, double)
     call = _Call(lib, score.tracer if score else None, mask.tracer if mask else None, block_mask, scale, threads,

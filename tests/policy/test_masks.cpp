@@ -176,6 +176,25 @@ TEST_CASE("block_mask: a table of blocks and the predicate of its partial ones")
           for (std::size_t c = 0; c < s.size(); ++c) REQUIRE((s[c] == 1.0) == f(b, 0, i, j0 + c));
         }
   }
+  // rows whose visible keys are one run: the spans decide, the predicate is never asked
+  {
+    const auto band = [](std::size_t, std::size_t, std::size_t i, std::size_t j) { return j <= i && i - j <= 4; };
+    auto m = block_mask(table_of(band, 1, 13, 17, 4, 4), 4, [](std::size_t, std::size_t, std::size_t, std::size_t) {
+      FAIL("asked");
+      return false;
+    });
+    auto rows = std::make_shared<std::vector<std::pair<std::int64_t, std::int64_t>>>();
+    for (std::int64_t i = 0; i < 13; ++i) rows->emplace_back(std::max<std::int64_t>(0, i - 4), i + 1);
+    m.row_spans = rows;
+    m.rows_are_spans = true;
+    const auto bm = bound(m, shape(13, 17, 1));
+    for (std::size_t i = 0; i < 13; ++i) {
+      for (std::size_t j = 0; j < 17; ++j) REQUIRE(bm.visible(0, 0, i, j) == band(0, 0, i, j));
+      std::vector<double> s(11, 1.0);
+      bm.hide_row(s.data(), s.size(), 0, 0, i, 3, -5.0);
+      for (std::size_t c = 0; c < s.size(); ++c) REQUIRE((s[c] == 1.0) == band(0, 0, i, 3 + c));
+    }
+  }
   // a table that calls a partial block full shows pairs the predicate hides
   auto wrong = table_of(f, 2, 13, 17, 4, 4);
   wrong(0, 0, 1, 1) = 2;

@@ -140,6 +140,8 @@ struct builder {
 template <class Mask>
 block_mask_policy<Mask> block_table(const xattn_tensor* kinds, const xattn_tensor* spans, std::int64_t q_block,
                                     std::int64_t kv_block, const Mask& mask) {
+  // spans (B', H', Sq, 3): each row's first and past-last visible key, and 1 when those are all
+  // it sees (the table's maker checked every row)
   block_mask_policy<Mask> m;
   if (kinds == nullptr || kinds->rank != 4 || kinds->dtype != XATTN_I64)
     fail("flex_attention: the block mask's kinds must be a 4-D XATTN_I64 table");
@@ -157,11 +159,12 @@ block_mask_policy<Mask> block_table(const xattn_tensor* kinds, const xattn_tenso
           table->push_back(std::uint8_t(k));
         }
   m.kinds = std::move(table);
-  if (spans != nullptr) {  // (B', H', Sq, 2) int64: each row's first and past-last visible key
+  if (spans != nullptr) {
     if (spans->rank != 4 || spans->dtype != XATTN_I64 || spans->shape[0] != kinds->shape[0] ||
-        spans->shape[1] != kinds->shape[1] || spans->shape[3] != 2)
-      fail("flex_attention: the block mask's row spans must be (B', H', Sq, 2) XATTN_I64 beside kinds ",
+        spans->shape[1] != kinds->shape[1] || spans->shape[3] != 3)
+      fail("flex_attention: the block mask's row spans must be (B', H', Sq, 3) XATTN_I64 beside kinds ",
            shape_of(*kinds));
+    m.rows_are_spans = true;
     auto rows = std::make_shared<std::vector<std::pair<std::int64_t, std::int64_t>>>();
     const auto* s = static_cast<const std::int64_t*>(spans->data);
     for (std::int64_t b = 0; b < spans->shape[0]; ++b)
@@ -169,6 +172,7 @@ block_mask_policy<Mask> block_table(const xattn_tensor* kinds, const xattn_tenso
         for (std::int64_t i = 0; i < spans->shape[2]; ++i) {
           const std::int64_t at = b * spans->strides[0] + h * spans->strides[1] + i * spans->strides[2];
           rows->emplace_back(s[at], s[at + spans->strides[3]]);
+          m.rows_are_spans = m.rows_are_spans && s[at + 2 * spans->strides[3]] == 1;
         }
     m.row_spans = std::move(rows);
   }

@@ -37,6 +37,7 @@ struct block_mask_policy {
   // per (B', H', query block): the keys from the first to past the last block that is not empty;
   // or, when the caller knows them (row_spans, (B', H', Sq) pairs), per row: a tighter bound
   std::shared_ptr<const std::vector<std::pair<std::int64_t, std::int64_t>>> spans, row_spans;
+  bool rows_are_spans = false;  // every row's visible keys are exactly its row span: f is never asked
 
   block_kind kind(std::size_t b, std::size_t h, std::size_t qb, std::size_t kb) const noexcept {
     const std::size_t bb = shape[0] == 1 ? 0 : b, hh = shape[1] == 1 ? 0 : h;
@@ -44,6 +45,10 @@ struct block_mask_policy {
   }
 
   bool visible(std::size_t b, std::size_t h, std::size_t i, std::size_t j) const {
+    if (rows_are_spans) {
+      const auto [first, last] = row_span(b, h, i);
+      return std::int64_t(j) >= first && std::int64_t(j) < last;
+    }
     switch (kind(b, h, i / q_block, j / kv_block)) {
       case block_kind::empty:
         return false;
@@ -79,6 +84,14 @@ struct block_mask_policy {
   /// Row i's scores s[0, n) at keys j0...: a block's run filled, skipped or asked pair by pair.
   template <class T>
   void hide_row(T* s, std::size_t n, std::size_t b, std::size_t h, std::size_t i, std::size_t j0, T value) const {
+    if (rows_are_spans) {  // causal, windows, prefixes: two fills
+      const auto [first, last] = row_span(b, h, i);
+      const std::int64_t lo = std::clamp<std::int64_t>(first - std::int64_t(j0), 0, std::int64_t(n));
+      const std::int64_t hi = std::clamp<std::int64_t>(last - std::int64_t(j0), lo, std::int64_t(n));
+      std::fill(s, s + lo, value);
+      std::fill(s + hi, s + n, value);
+      return;
+    }
     const std::size_t qb = i / q_block;
     for (std::size_t c = 0; c < n;) {
       const std::size_t j = j0 + c, end = std::min(n, (j / kv_block + 1) * kv_block - j0);
@@ -112,6 +125,7 @@ struct block_mask_policy {
     if constexpr (std::is_same_v<F, no_block_predicate>)
       if (std::find(kinds->begin(), kinds->end(), std::uint8_t(1)) != kinds->end())
         fail("block_mask(kinds, block_size): kinds has partial blocks (1) but no predicate decides their pairs");
+    if (rows_are_spans && !row_spans) fail("block_mask(kinds, block_size): rows_are_spans needs row_spans");
     if (row_spans && row_spans->size() != shape[0] * shape[1] * pr.q_len)
       fail("block_mask(kinds, block_size): ", row_spans->size(), " row spans for ", shape[0], " x ", shape[1],
            " tables of ", pr.q_len, " queries");
