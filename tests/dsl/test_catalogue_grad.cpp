@@ -73,20 +73,17 @@ double worst_parameter_error(const Make& make, Owner& owner, const learned_gradi
   return worst;
 }
 
-/// relative_bias with its own backward of a row: what xattn.flex generates for a traced score_mod.
-/// `calls` counts the rows it ran, so the test knows the chain took it.
-struct own_backward_bias : dsl::relative_bias {
+/// The catalogue's relative_bias, counting the rows its own backward ran.
+struct counted_bias : dsl::relative_bias {
   std::size_t* calls = nullptr;
 
   template <class T>
-  void backward_row(const T* s, T* g, std::size_t n, std::size_t, std::size_t h, std::size_t i, std::size_t j0,
+  void backward_row(const T* s, T* g, std::size_t n, std::size_t b, std::size_t h, std::size_t i, std::size_t j0,
                     T* dp) const {
-    (void)s;  // d(s + t)/ds = 1: g stays
     ++*calls;
-    for (std::size_t c = 0; c < n; ++c)
-      if (g[c] != T(0)) dp[h * width() + bucket(i, j0 + c)] += g[c];
+    relative_bias::backward_row(s, g, n, b, h, i, j0, dp);
   }
-  own_backward_bias bind(const problem& pr) const {
+  counted_bias bind(const problem& pr) const {
     relative_bias::bind(pr);
     return *this;
   }
@@ -94,22 +91,21 @@ struct own_backward_bias : dsl::relative_bias {
 
 }  // namespace
 
-TEST_CASE("a modifier's own backward of a row replaces its dual numbers, with the same gradients") {
+TEST_CASE("a modifier's own backward of a row gives the oracle's gradients") {
   testing::rng r(17);
   const auto q = r.tensor<double>({1, 2, 7, 4}), k = r.tensor<double>({1, 2, 7, 4}), v = r.tensor<double>({1, 2, 7, 3});
   const xt::xtensor<double, 4> d_out = r.tensor<double>({1, 2, 7, 3});
   const auto Q = ref(q), K = ref(k), V = ref(v);
-  dsl::relative_bias plain{{}, 2};
-  for (int n = 0; n < 2 * 5; ++n) plain.table.push_back(0.3 * std::sin(n));
   std::size_t calls = 0;
-  own_backward_bias own;
-  own.table = plain.table, own.radius = plain.radius, own.calls = &calls;
-  const auto make = [&](const auto& op) { return softmax(mask(modify(Q * trans(K) / 2.0, op), causal())) * V; };
-  const auto want = grad(make(plain), eval_with_lse(make(plain)), d_out);
-  const auto got = grad(make(own), eval_with_lse(make(own)), d_out);
+  counted_bias rb;
+  rb.radius = 2, rb.calls = &calls;
+  for (int n = 0; n < 2 * 5; ++n) rb.table.push_back(0.3 * std::sin(n));
+  const auto make = [&] { return softmax(mask(modify(Q * trans(K) / 2.0, rb), causal())) * V; };
+  const auto got = grad(make(), eval_with_lse(make()), d_out);
+  const auto want = reference_grad(make_plan(make()), d_out);  // forward mode, no backward_row
   CHECK(calls > 0);
   REQUIRE(got.dmodify.size() == 1);
-  for (std::size_t n = 0; n < plain.table.size(); ++n) CHECK(std::abs(got.dmodify[0][n] - want.dmodify[0][n]) < 1e-12);
+  for (std::size_t n = 0; n < rb.table.size(); ++n) CHECK(std::abs(got.dmodify[0][n] - want.dmodify[0][n]) < 1e-12);
   CHECK(xt::amax(xt::abs(got.dq - want.dq))() < 1e-12);
   CHECK(xt::amax(xt::abs(got.dk - want.dk))() < 1e-12);
   CHECK(xt::amax(xt::abs(got.dv - want.dv))() < 1e-12);
