@@ -32,34 +32,28 @@ def noop_mask(b, h, q_idx, kv_idx):
     return q_idx >= 0
 
 
-def and_masks(*mask_mods):
-    """A mask_mod that shows a pair when every one of mask_mods does."""
+def _combined(mask_mods, op, word):
     if not mask_mods:
-        raise ValueError("and_masks needs at least one mask_mod")
+        raise ValueError("%s needs at least one mask_mod" % word)
 
-    def both(b, h, q_idx, kv_idx):
+    def combined(b, h, q_idx, kv_idx):
         r = mask_mods[0](b, h, q_idx, kv_idx)
         for m in mask_mods[1:]:
-            r = r & m(b, h, q_idx, kv_idx)
+            r = op(r, m(b, h, q_idx, kv_idx))
         return r
 
-    both.__name__ = "and_masks(%s)" % ", ".join(getattr(m, "__name__", "mask") for m in mask_mods)
-    return both
+    combined.__name__ = "%s(%s)" % (word, ", ".join(getattr(m, "__name__", "mask") for m in mask_mods))
+    return combined
+
+
+def and_masks(*mask_mods):
+    """A mask_mod that shows a pair when every one of mask_mods does."""
+    return _combined(mask_mods, lambda a, b: a & b, "and_masks")
 
 
 def or_masks(*mask_mods):
     """A mask_mod that shows a pair when any of mask_mods does."""
-    if not mask_mods:
-        raise ValueError("or_masks needs at least one mask_mod")
-
-    def either(b, h, q_idx, kv_idx):
-        r = mask_mods[0](b, h, q_idx, kv_idx)
-        for m in mask_mods[1:]:
-            r = r | m(b, h, q_idx, kv_idx)
-        return r
-
-    either.__name__ = "or_masks(%s)" % ", ".join(getattr(m, "__name__", "mask") for m in mask_mods)
-    return either
+    return _combined(mask_mods, lambda a, b: a | b, "or_masks")
 
 
 class BlockMask:
