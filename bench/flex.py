@@ -8,9 +8,11 @@ PyTorch), forward and forward + backward, 1 and 2 threads, medians of 3. Rows, w
   flex/<mod>/<form>/<impl>/<B>/<H>/<Sq>/<Skv>/<D>/<threads>
 form fwd or fwd_bwd; impl flex, words or torch. Also the first compile of a new graph, a cached
 load in a new process, and one call's overhead at (1, 8, 1, 256, 64):
-  flex/compile/{first,cached}_s, flex/overhead/<impl>/1/8/1/256/64/1 (µs).
+  flex/compile/{first,cached}_s, flex/overhead/<impl>/1/8/1/256/64/1 (ms; impl flex, kernel: the
+  generated kernel called with its arguments built, attention: xattn.attention).
 --quick: the small shapes only. Skipped without torch.
 """
+import ctypes
 import json
 import math
 import os
@@ -28,6 +30,7 @@ except ImportError:
     print("flex.py: no torch (apt-get install python3-torch); skipped", file=sys.stderr)
     sys.exit(0)
 import xattn  # noqa: E402
+from xattn import flex  # noqa: E402
 from xattn.flex import and_masks, create_block_mask, flex_attention  # noqa: E402
 
 QUICK = "--quick" in sys.argv
@@ -172,7 +175,16 @@ def overhead_rows(rows):
     def mod(score, b, h, q_idx, kv_idx):
         return score + w[h, q_idx - kv_idx + 255]
 
+    # the generated kernel alone, called with its arguments built: flex minus kernel is the overhead
+    with torch.no_grad():
+        flex_attention(q, k, v, score_mod=mod, threads=1)
+        call = flex._call(flex._trace_score(mod, False), None, None, 0.125, 1, False, (1, 8, 1, 256))
+        outputs = call.forward(q, k, v)  # kept alive: the views hold their addresses only
+        views = [flex._view(x) for x in (q, k, v, *outputs)]
+        kernel_args = [ctypes.byref(x) for x in views[:3]] + [call._desc] + [ctypes.byref(x) for x in views[3:]]
+        kernel_args += call._reads
     for impl, f in (("flex", lambda: flex_attention(q, k, v, score_mod=mod, threads=1)),
+                    ("kernel", lambda: call.lib.xattn_flex_forward(*kernel_args)),
                     ("attention", lambda: xattn.attention(q, k, v, threads=1))):
         with torch.no_grad():
             us = median_ms(lambda: [f() for _ in range(200)], reps=5) * 1e3 / 200

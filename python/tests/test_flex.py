@@ -301,6 +301,42 @@ def test_table_gradient_is_deterministic_across_thread_counts():
     assert torch.equal(grads[0], grads[1]) and torch.equal(grads[0], grads[2])
 
 
+def test_captures_changed_in_place_between_calls_are_read_as_they_are_now():
+    S = 40
+    rel = torch.zeros(2, 2 * S - 1, requires_grad=True)  # float32: the kernel reads a float64 copy
+    ids = torch.zeros(S, dtype=torch.int32)  # int32: read as an int64 copy
+
+    def score_mod(score, b, h, q_idx, kv_idx):
+        return score + rel[h, q_idx - kv_idx + S - 1] + ids[kv_idx]
+
+    q, k, v = (x.detach() for x in inputs(Sq=S, Skv=S))
+    opt = torch.optim.SGD([rel], lr=1.0)
+    for step in range(3):
+        out = flex_attention(q, k, v, score_mod=score_mod)
+        with torch.no_grad():
+            ref, _ = naive(q, k, v, lambda s, b, h, i, j: s + rel.double()[h, i - j + S - 1] + ids.double()[j])
+        assert (out - ref).abs().max().item() < 1e-12, step
+        (out * torch.arange(out.numel(), dtype=out.dtype).view(out.shape).sin()).sum().backward()
+        opt.step()  # in place: the next call must see the new table
+        opt.zero_grad()
+    ids.copy_(torch.arange(S) % 3)
+    for _ in range(2):
+        with torch.no_grad():
+            out = flex_attention(q, k, v, score_mod=score_mod)
+            ref, _ = naive(q, k, v, lambda s, b, h, i, j: s + rel.double()[h, i - j + S - 1] + ids.double()[j])
+        assert rel.abs().max() > 0.1 and (out - ref).abs().max().item() < 1e-12
+        rel.data.mul_(3)  # in place without a version bump
+    table = torch.zeros(2, 3, dtype=torch.float64)
+
+    def lookup(score, b, h, q_idx, kv_idx):
+        return score + table[h, ids[kv_idx]]
+
+    flex_attention(q, k, v, score_mod=lookup)
+    ids[3] = 3  # now out of the table's range: checked again, not run
+    with pytest.raises(IndexError, match="lookup"):
+        flex_attention(q, k, v, score_mod=lookup)
+
+
 def test_gradcheck_small():
     q, k, v = inputs(B=1, Hq=1, Hkv=1, Sq=6, Skv=7, D=3)
     bias = torch.randn(1, 13, dtype=torch.float64, requires_grad=True)

@@ -5,6 +5,7 @@ comparisons and a list of torch functions are recorded; anything else raises Tra
 the construct and the line of the user's function."""
 
 import collections
+import functools
 import hashlib
 import inspect
 import math
@@ -397,12 +398,13 @@ def _value_key(v, depth):
     return None
 
 
+@functools.lru_cache(maxsize=256)
 def _names(code):
     names = set(code.co_names)
     for c in code.co_consts:
         if isinstance(c, types.CodeType):
-            names |= _names(c)
-    return names
+            names |= set(_names(c))
+    return tuple(sorted(names))
 
 
 def fingerprint(fn, depth=0):
@@ -423,7 +425,7 @@ def fingerprint(fn, depth=0):
             return None
         parts.append((name, k))
     glob, builtins = fn.__globals__, fn.__globals__.get("__builtins__")
-    for name in sorted(_names(code)):
+    for name in _names(code):
         if name in glob:
             k = _value_key(glob[name], depth)
             if k is None:

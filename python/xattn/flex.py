@@ -12,6 +12,7 @@ Signatures and semantics follow torch.nn.attention.flex_attention (PyTorch 2.5);
 says where they differ.
 """
 
+import collections
 import ctypes
 import math
 import struct
@@ -221,6 +222,14 @@ class _Call:
         self.desc = _c.lib.xattn_attention_defaults()
         self.desc.scale = float(scale)
         self.desc.threads = int(threads)
+        self.learning_tensors = [c.tensor for c in self.learning]
+        # converted copies are refreshed on every call: a capture changed in place is always read as it is now
+        captures = (score.captures if score else []) + (mask.captures if mask else [])
+        self._copies = [(t, c.tensor) for c, t in zip(captures, self.score_tensors + self.mask_tensors)
+                        if t.data_ptr() != c.tensor.data_ptr()]
+        # what every call passes after q, k, v and the outputs, built once
+        self._reads = (self.score_views, self.mask_views, _ref(self.kinds_view), _ref(self.spans_view), *self.blocks)
+        self._desc = ctypes.byref(self.desc)
 
     @staticmethod
     def _as_read(c):
@@ -233,18 +242,23 @@ class _Call:
             return None
         return (_c.Tensor * len(tensors))(*[_view(t) for t in tensors])
 
+    def _refresh(self):
+        for copy, tensor in self._copies:
+            copy.copy_(tensor.detach())
+
     def forward(self, q, k, v):
+        self._refresh()
         shape = (q.shape[0], q.shape[1], q.shape[2], v.shape[3])
         out = torch.empty(shape, dtype=q.dtype)
         lse = torch.empty(shape[:3], dtype=torch.float64 if self.double else torch.float32)
-        Q, K, V, O, L = map(_view, (q, k, v, out, lse))
+        byref = ctypes.byref
         _check(self.lib, self.lib.xattn_flex_forward(
-            ctypes.byref(Q), ctypes.byref(K), ctypes.byref(V), ctypes.byref(self.desc), ctypes.byref(O),
-            ctypes.byref(L), self.score_views, self.mask_views, _ref(self.kinds_view), _ref(self.spans_view),
-            *self.blocks))
+            byref(_view(q)), byref(_view(k)), byref(_view(v)), self._desc, byref(_view(out)), byref(_view(lse)),
+            *self._reads))
         return out, lse
 
     def backward(self, q, k, v, out, lse, d_out, wanted):
+        self._refresh()
         grads = [torch.empty(x.shape, dtype=x.dtype) if w else None for x, w in zip((q, k, v), wanted)]
         sizes = [self.score_tensors[c.slot].numel() for c in self.learning]
         d_tables = torch.zeros(max(1, sum(sizes)), dtype=torch.float64)
@@ -252,9 +266,8 @@ class _Call:
         args = [_view(x) for x in (q, k, v)] + [_view(out), _view(lse), _view(d_out)]
         views = [_view(g) for g in grads]
         _check(self.lib, self.lib.xattn_flex_backward(
-            *[ctypes.byref(a) for a in args[:3]], ctypes.byref(self.desc), *[ctypes.byref(a) for a in args[3:]],
-            *map(_ref, views), self.score_views, self.mask_views, _ref(self.kinds_view), _ref(self.spans_view),
-            *self.blocks,
+            *[ctypes.byref(a) for a in args[:3]], self._desc, *[ctypes.byref(a) for a in args[3:]],
+            *map(_ref, views), *self._reads,
             ctypes.cast(d_tables.data_ptr(), ctypes.POINTER(ctypes.c_double))))
         tables, at = [], 0
         for c, n in zip(self.learning, sizes):
@@ -351,22 +364,13 @@ def flex_attention(query, key, value, score_mod=None, block_mask=None, scale=Non
             raise TraceError("flex_attention: score_mod returns a bool; it must return the new score")
     if block_mask is not None and block_mask.has_partial and not block_mask.rows_are_spans:
         mask = _trace_mask(block_mask.mask_mod)
-    sizes = {"b": B, "h": Hq, "q_idx": Sq, "kv_idx": Skv}
-    memo_bounds = None
-    if mask:
-        mask.check_indices(sizes)
-    if score:
-        memo_bounds = _memo_bounds(score, score.check_indices(sizes))
-
-    if min(B, Hq, Sq, Skv) == 0:
-        r = _empty_result(query, key, value, return_lse, lse_dtype)
-        return tuple(x.numpy() for x in r) if numpy and return_lse else (r.numpy() if numpy else r)
     if block_mask is not None and mask is None:  # the table and the spans alone decide
         mask = _no_partial(block_mask)
-    lib = _library(score, mask, double)
-    call = _Call(lib, score.tracer if score else None, mask.tracer if mask else None, block_mask, scale, threads,
-                 double, memo_bounds)
-    learning_tensors = [c.tensor for c in call.learning]
+    call = _call(score, mask, block_mask, scale, int(threads), double, (B, Hq, Sq, Skv))
+    if call is None:  # nothing to compute
+        r = _empty_result(query, key, value, return_lse, lse_dtype)
+        return tuple(x.numpy() for x in r) if numpy and return_lse else (r.numpy() if numpy else r)
+    learning_tensors = call.learning_tensors
     if learning and any(x.requires_grad for x in (query, key, value, *learning_tensors)):
         out, lse = _Flex.apply(call, query, key, value, *learning_tensors)
     else:
@@ -374,6 +378,35 @@ def flex_attention(query, key, value, score_mod=None, block_mask=None, scale=Non
     if numpy:
         out, lse = out.numpy(), lse.numpy()
     return (out, lse) if return_lse else out
+
+
+_calls = collections.OrderedDict()
+
+
+def _call(score, mask, block_mask, scale, threads, double, shape):
+    """The _Call of these traced functions, block mask and sizes, or None when the attention is
+    empty; kept while the integer captures' versions stay the same (their values were checked as
+    indices), so that a call of a known shape builds no descriptors and views again."""
+    captures = (score.tracer.captures if score else []) + (mask.tracer.captures if mask else [])
+    key = (score, mask, block_mask, scale, threads, double, shape,
+           tuple(c.tensor._version for c in captures if c.kind != FLOAT))
+    call = _calls.get(key)
+    if call is not None:
+        _calls.move_to_end(key)
+        return call
+    B, Hq, Sq, Skv = shape
+    sizes = {"b": B, "h": Hq, "q_idx": Sq, "kv_idx": Skv}
+    if mask:
+        mask.check_indices(sizes)
+    memo_bounds = _memo_bounds(score, score.check_indices(sizes)) if score else None
+    if min(shape) == 0:
+        return None
+    call = _Call(_library(score, mask, double), score.tracer if score else None, mask.tracer if mask else None,
+                 block_mask, scale, threads, double, memo_bounds)
+    _calls[key] = call
+    if len(_calls) > 16:
+        _calls.popitem(last=False)
+    return call
 
 
 _MEMO_LIMIT = 1 << 22
