@@ -5,7 +5,7 @@ against sequence length (forward), and bars for the backward and the 16-bit rows
 usage: report.py RESULTS_JSON OUT_DIR [EXTRA_JSON...]   (extra: ONNX Runtime, compile time, PyTorch, MPI)
        report.py --summary [--out FILE] [--cpu LABEL] RESULTS_JSON [EXTRA_JSON...]
 
-The second form prints (or writes to FILE) one markdown section for docs/performance.md: the CPU
+The second form prints (or writes to FILE) one markdown section for bench/results/<cpu>-<date>/: the CPU
 (from the JSON "context": the CPU's name, family and model that xattn-bench records, num_cpus,
 mhz_per_cpu, caches, the SIMD architecture) and one table of the main rows of the run, each a
 range over the shapes it covers, for one and two threads. LABEL replaces the heading's CPU name.
@@ -517,7 +517,7 @@ def load_run(results_json, extras):
     return data
 
 
-# ---- summary mode: one table per CPU for docs/performance.md ----
+# ---- summary mode: one table per CPU for bench/results/<cpu>-<date>/summary.md ----
 
 # (vendor, family, models, steppings or None, name); the first match names the heading.
 MICROARCHITECTURES = [

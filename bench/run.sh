@@ -4,7 +4,7 @@
 #   BENCH_MIN_TIME     seconds per repetition (default 1; the whole suite then takes about 11 minutes)
 #   BENCH_REPETITIONS  repetitions per benchmark, reported as their median (default 5)
 # Writes BUILD_DIR/bench/results.{json,md}, plots (.dat, .gp, .png): gflops_vs_seqlen, backward, sixteen_bit,
-# and summary.md: the table of docs/performance.md for this CPU (bench/report.py --summary).
+# and summary.md: this CPU's table for bench/results/<cpu>-<date>/ (bench/report.py --summary).
 set -euo pipefail
 
 build=${1:?usage: bench/run.sh BUILD_DIR [benchmark flags]}
@@ -69,5 +69,5 @@ bash "$here/ort.sh" "$out/ort.json" || echo "run.sh: ONNX Runtime comparison fai
 extras=("$out/compile.json" "$out/ort.json" "$out/torch_d2l.json" "$out/ring_single.json" "$out/ring_np2.json"
         "$out/flex.json")
 python3 "$here/report.py" "$out/results.json" "$out" "${extras[@]}"
-# The per-CPU table of docs/performance.md, from the same files.
+# This CPU's summary table (bench/results/<cpu>-<date>/summary.md), from the same files.
 python3 "$here/report.py" --summary --out "$out/summary.md" "$out/results.json" "${extras[@]}"
