@@ -10,7 +10,9 @@ form fwd or fwd_bwd; impl flex, words or torch. Also the first compile of a new 
 load in a new process, and one call's overhead at (1, 8, 1, 256, 64):
   flex/compile/{first,cached}_s, flex/overhead/<impl>/1/8/1/256/64/1 (ms; impl flex, kernel: the
   generated kernel called with its arguments built, attention: xattn.attention).
---quick: the small shapes only. Skipped without torch.
+--quick: the small shapes only. Skipped without torch. Run with OMP_WAIT_POLICY=passive, as
+bench/run.sh does: PyTorch's OpenMP threads spinning beside its OpenBLAS threads otherwise make
+its own 2-thread rows 2-8x slower, and ours too after its rows.
 """
 import ctypes
 import json
@@ -36,13 +38,19 @@ from xattn.flex import and_masks, create_block_mask, flex_attention  # noqa: E40
 QUICK = "--quick" in sys.argv
 
 
-def median_ms(f, reps=3):
+def median_ms(f, reps=3, min_s=0.25):
+    """The median over reps repetitions of one call's time, each repetition calling f for at least
+    min_s seconds (as Google Benchmark's --benchmark_min_time): single calls of a millisecond are
+    mostly noise on a shared host."""
+    start = time.perf_counter()
     f()
+    n = max(1, int(min_s / max(time.perf_counter() - start, 1e-6)))
     times = []
     for _ in range(reps):
         start = time.perf_counter()
-        f()
-        times.append((time.perf_counter() - start) * 1e3)
+        for _ in range(n):
+            f()
+        times.append((time.perf_counter() - start) * 1e3 / n)
     return statistics.median(times)
 
 
@@ -187,7 +195,7 @@ def overhead_rows(rows):
                     ("kernel", lambda: call.lib.xattn_flex_forward(*kernel_args)),
                     ("attention", lambda: xattn.attention(q, k, v, threads=1))):
         with torch.no_grad():
-            us = median_ms(lambda: [f() for _ in range(200)], reps=5) * 1e3 / 200
+            us = median_ms(f, reps=5) * 1e3
         rows.append(("flex/overhead/%s/1/8/1/256/64/1" % impl, us / 1e3))
         print("%-64s %10.1f µs" % (rows[-1][0], us), flush=True)
 

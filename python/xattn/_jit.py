@@ -76,12 +76,12 @@ def cache_dir():
     return os.environ.get("XATTN_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "xattn")
 
 
-def compile_shared(src, who):
+def compile_shared(src, who, flags=()):
     """The path of the shared library compiled from the C++ source src, cached by the hash of the
     source, the compiler's command, the library's version and its C interface; who names the
-    caller in a compile error."""
+    caller in a compile error; flags go after the package's own (a later -O wins)."""
     here = os.path.dirname(os.path.abspath(__file__))
-    command = [CXX, *CXX_FLAGS, *("-I" + os.path.join(here, d) for d in INCLUDE_DIRS)]  # relative: to the package
+    command = [CXX, *CXX_FLAGS, *flags, *("-I" + os.path.join(here, d) for d in INCLUDE_DIRS)]  # relative: to the package
     dirs = [os.path.join(here, d) for d in INCLUDE_DIRS]
     parts = [src, *command, _c.lib.xattn_version().decode(), interface_digest(dirs)]
     key = hashlib.sha256("\0".join(parts).encode()).hexdigest()[:32]

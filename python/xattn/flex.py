@@ -165,7 +165,9 @@ def _library(score, mask, double):
     if lib is None:
         src = _flexgen.source((score.tracer, score.result) if score else None,
                               (mask.tracer, mask.result) if mask else None, double)
-        lib = ctypes.CDLL(_jit.compile_shared(src, "flex_attention's generated kernel"))
+        # -O3: the generated pass runs 5-15 % faster than at the package's -O2 (the softmax and
+        # backward rows inline), for about a fifth more compile time
+        lib = ctypes.CDLL(_jit.compile_shared(src, "flex_attention's generated kernel", ("-O3",)))
         T = ctypes.POINTER(_c.Tensor)
         i64 = ctypes.c_int64
         lib.xattn_flex_forward.restype = ctypes.c_int
