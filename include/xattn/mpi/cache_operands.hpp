@@ -74,8 +74,8 @@ decltype(auto) without_cache(const Plan& p, std::string& error) {
     auto v = gathered(p.v);
     auto masks = hana::drop_back(p.masks);
     using B = policy_base<typename base_t::policy_type, decltype(p.base.q), decltype(k)>;
-    return plan<B, decltype(p.ops), decltype(masks), decltype(v), decltype(p.sinks)>{
-        B{p.base.policy, p.base.q, std::move(k)}, p.scale, p.ops, std::move(masks), std::move(v), p.drop, p.sinks};
+    return with_values(with_masks(with_base(p, B{p.base.policy, p.base.q, std::move(k)}), std::move(masks)),
+                       std::move(v));
   } else {
     return p;
   }

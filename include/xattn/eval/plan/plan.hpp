@@ -109,6 +109,78 @@ struct plan {
   static constexpr bool has_sinks = !std::is_same_v<Sk, no_sinks>;
 };
 
+// ---- a plan changed one part at a time: the other parts are carried over, so a step that
+// ---- changes the masks cannot drop the sinks; leaving a part out is a named step of its own.
+
+template <class P, class B>
+auto with_base(P p, B base) {
+  return plan<B, decltype(p.ops), decltype(p.masks), decltype(p.v), decltype(p.sinks)>{.base = std::move(base),
+                                                                                       .scale = p.scale,
+                                                                                       .ops = std::move(p.ops),
+                                                                                       .masks = std::move(p.masks),
+                                                                                       .v = std::move(p.v),
+                                                                                       .drop = p.drop,
+                                                                                       .sinks = std::move(p.sinks)};
+}
+
+/// p with its score modifiers replaced (a hana::tuple, applied first to last).
+template <class P, class Ops>
+auto with_ops(P p, Ops ops) {
+  return plan<decltype(p.base), Ops, decltype(p.masks), decltype(p.v), decltype(p.sinks)>{.base = std::move(p.base),
+                                                                                          .scale = p.scale,
+                                                                                          .ops = std::move(ops),
+                                                                                          .masks = std::move(p.masks),
+                                                                                          .v = std::move(p.v),
+                                                                                          .drop = p.drop,
+                                                                                          .sinks = std::move(p.sinks)};
+}
+
+/// p with its masks replaced (a hana::tuple, innermost first).
+template <class P, class Masks>
+auto with_masks(P p, Masks masks) {
+  return plan<decltype(p.base), decltype(p.ops), Masks, decltype(p.v), decltype(p.sinks)>{.base = std::move(p.base),
+                                                                                          .scale = p.scale,
+                                                                                          .ops = std::move(p.ops),
+                                                                                          .masks = std::move(masks),
+                                                                                          .v = std::move(p.v),
+                                                                                          .drop = p.drop,
+                                                                                          .sinks = std::move(p.sinks)};
+}
+
+template <class P, class V>
+auto with_values(P p, V v) {
+  return plan<decltype(p.base), decltype(p.ops), decltype(p.masks), V, decltype(p.sinks)>{.base = std::move(p.base),
+                                                                                          .scale = p.scale,
+                                                                                          .ops = std::move(p.ops),
+                                                                                          .masks = std::move(p.masks),
+                                                                                          .v = std::move(v),
+                                                                                          .drop = p.drop,
+                                                                                          .sinks = std::move(p.sinks)};
+}
+
+template <class P, class Sk>
+auto with_sinks(P p, Sk sinks) {
+  return plan<decltype(p.base), decltype(p.ops), decltype(p.masks), decltype(p.v), Sk>{.base = std::move(p.base),
+                                                                                       .scale = p.scale,
+                                                                                       .ops = std::move(p.ops),
+                                                                                       .masks = std::move(p.masks),
+                                                                                       .v = std::move(p.v),
+                                                                                       .drop = p.drop,
+                                                                                       .sinks = std::move(sinks)};
+}
+
+/// p without sink logits: for a part of the keys whose results are merged, the sinks joining once.
+template <class P>
+auto without_sinks(P p) {
+  return with_sinks(std::move(p), no_sinks{});
+}
+
+template <class P>
+P with_dropout(P p, random::dropout drop) {
+  p.drop = drop;
+  return p;
+}
+
 namespace detail {
 
 // ---- the grammar, as type traits (nothing here instantiates a function body) ------------------
@@ -232,13 +304,14 @@ random::dropout dropout_of(const W& w) {
 
 template <class Base>
 auto start(Base b) {
-  return plan<Base, hana::tuple<>, hana::tuple<>>{std::move(b), 1.0, {}, {}};
+  return plan<Base, hana::tuple<>, hana::tuple<>>{
+      .base = std::move(b), .scale = 1.0, .ops = {}, .masks = {}, .v = {}, .drop = {}, .sinks = {}};
 }
 
 template <class P, class Op>
 auto add_op(P p, Op op) {
   auto ops = hana::append(std::move(p.ops), std::move(op));
-  return plan<decltype(p.base), decltype(ops), decltype(p.masks)>{std::move(p.base), p.scale, std::move(ops), {}};
+  return with_ops(std::move(p), std::move(ops));
 }
 
 /// A side of a sum: its operands and the product of its scales.
@@ -268,7 +341,13 @@ auto plan_scores(const E& e) {
     auto [q2, k2, s2] = term_of(e.rhs);
     using base_t = sum_base<decltype(q1), decltype(k1), decltype(q2), decltype(k2)>;
     return plan<base_t, hana::tuple<>, hana::tuple<>>{
-        base_t{{{}, std::move(q1), std::move(k1)}, std::move(q2), std::move(k2), s1, s2}, 1.0, {}, {}};
+        .base = base_t{{{}, std::move(q1), std::move(k1)}, std::move(q2), std::move(k2), s1, s2},
+        .scale = 1.0,
+        .ops = {},
+        .masks = {},
+        .v = {},
+        .drop = {},
+        .sinks = {}};
   } else if constexpr (is_score_node_v<E>) {
     return start(
         policy_base<std::decay_t<decltype(e.policy)>, std::decay_t<decltype(e.q)>, std::decay_t<decltype(e.k)>>{
@@ -293,8 +372,7 @@ auto plan_masked(const E& e) {
   if constexpr (is_mask_node_v<E>) {
     auto p = plan_masked(e.arg);
     auto ms = hana::append(std::move(p.masks), e.mask);
-    return plan<decltype(p.base), decltype(p.ops), decltype(ms)>{std::move(p.base), p.scale, std::move(p.ops),
-                                                                 std::move(ms)};
+    return with_masks(std::move(p), std::move(ms));
   } else {
     return plan_scores(e);
   }
@@ -324,16 +402,11 @@ template <class E>
 auto plan_of(const E& e) {
   static_assert(in_grammar_v<E>, "xattn: make_plan needs an expression in the grammar (check_grammar)");
   if constexpr (is_attention_v<E>) {
-    using V = std::decay_t<decltype(e.rhs)>;
     const auto& sm = softmax_of(e.lhs);
-    auto p = plan_masked(sm.arg);
-    return plan<decltype(p.base), decltype(p.ops), decltype(p.masks), V, decltype(sm.sinks)>{
-        std::move(p.base), p.scale, std::move(p.ops), std::move(p.masks), e.rhs, dropout_of(e.lhs), sm.sinks};
+    return with_dropout(with_sinks(with_values(plan_masked(sm.arg), e.rhs), sm.sinks), dropout_of(e.lhs));
   } else if constexpr (is_weights_v<E>) {
     const auto& sm = softmax_of(e);
-    auto p = plan_masked(sm.arg);
-    return plan<decltype(p.base), decltype(p.ops), decltype(p.masks), no_values, decltype(sm.sinks)>{
-        std::move(p.base), p.scale, std::move(p.ops), std::move(p.masks), {}, dropout_of(e), sm.sinks};
+    return with_dropout(with_sinks(plan_masked(sm.arg), sm.sinks), dropout_of(e));
   } else {
     return plan_masked(e);
   }
@@ -370,8 +443,7 @@ auto make_plan(const E& e) {
   using P = decltype(p);
   if constexpr (reads_cache_v<P>) {
     auto ms = hana::append(std::move(p.masks), sequence_lengths_mask{});
-    return plan<decltype(p.base), decltype(p.ops), decltype(ms), decltype(p.v), decltype(p.sinks)>{
-        std::move(p.base), p.scale, std::move(p.ops), std::move(ms), std::move(p.v), p.drop, std::move(p.sinks)};
+    return with_masks(std::move(p), std::move(ms));
   } else {
     return p;
   }

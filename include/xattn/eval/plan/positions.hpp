@@ -62,16 +62,12 @@ struct shifted {
   }
 };
 
-/// p's masks and modifiers bound to `whole` and shifted to the block at `at`; dropout too. The
-/// block's own sizes come from p's operands as usual.
+/// p's masks and modifiers bound to `whole` and shifted to the block at `at`; dropout too; the
+/// rest of p as it is. The block's own sizes come from p's operands as usual.
 template <class Plan>
 auto at_positions(const Plan& p, const problem& whole, positions at) {
   auto wrap = [&](const auto& x) { return shifted<decltype(bound(x, whole))>{bound(x, whole), at}; };
-  auto ops = hana::transform(p.ops, wrap);
-  auto masks = hana::transform(p.masks, wrap);
-  using V = decltype(p.v);
-  plan<decltype(p.base), decltype(ops), decltype(masks), V> r{p.base,           p.scale, std::move(ops),
-                                                              std::move(masks), p.v,     p.drop};
+  auto r = with_masks(with_ops(p, hana::transform(p.ops, wrap)), hana::transform(p.masks, wrap));
   r.drop.i0 += std::uint32_t(at.q0);
   r.drop.j0 += std::uint32_t(at.k0);
   return r;
