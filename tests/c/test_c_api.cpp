@@ -498,7 +498,12 @@ TEST_CASE("xattn_forward: bad input returns a status and a message, and writes n
           "desc.bias has shape (3), which does not broadcast to the scores (B, Hq, Sq, Skv) = (2,4,3,5)");
   xattn_tensor in_out{out.data(), XATTN_F32, 2, {3, 5}, {6, 1}};  // broadcasts, but it is out's memory
   d.bias = &in_out;
-  refused(XATTN_INVALID_ARGUMENT, "out or lse overlaps desc.bias; the pass reads it while writing them");
+  refused(XATTN_INVALID_ARGUMENT, "out overlaps desc.bias; the call reads desc.bias while writing out");
+  d.bias = nullptr;
+  xattn_tensor slopes_in_out{out.data(), XATTN_F32, 1, {4}, {1}};
+  d.alibi = &slopes_in_out;  // any tensor of desc: one rule for all
+  refused(XATTN_INVALID_ARGUMENT, "out overlaps desc.alibi; the call reads desc.alibi while writing out");
+  d.alibi = nullptr;
   d.bias = nullptr;
   S.dtype = XATTN_I32;
   d.mask = &S;
@@ -536,8 +541,8 @@ TEST_CASE("xattn_forward: bad input returns a status and a message, and writes n
     CHECK_THAT(std::string(xattn_last_error()), Catch::Contains(words));
     CHECK(out == before);
   };
-  refused_lse({out.data(), XATTN_F32, 3, {2, 4, 3}, {12, 3, 1}}, "the lse and the output overlap");
-  refused_lse({q.data(), XATTN_F32, 3, {2, 4, 3}, {12, 3, 1}}, "the lse overlaps an operand");
+  refused_lse({out.data(), XATTN_F32, 3, {2, 4, 3}, {12, 3, 1}}, "lse and out overlap");
+  refused_lse({q.data(), XATTN_F32, 3, {2, 4, 3}, {12, 3, 1}}, "lse overlaps q; the call reads q while writing lse");
   std::vector<double> lse64(24);
   refused_lse({lse64.data(), XATTN_F64, 3, {2, 4, 3}, {12, 3, 1}}, "lse has dtype XATTN_F64 but must be XATTN_F32");
   refused_lse({lse64.data(), XATTN_F32, 3, {2, 4, 4}, {16, 4, 1}}, "lse has shape (2,4,4) but must be (B, Hq, Sq)");
@@ -598,6 +603,16 @@ TEST_CASE("xattn_backward: bad input returns a status and a message, and writes 
   DQ = c(dq);
   dsinks_arg = &DS;
   refused(XATTN_INVALID_ARGUMENT, "dsinks is given but desc.sinks is NULL");
+  std::vector<float> sink_logits(2, 0.0f);
+  xattn_tensor sinks_c{sink_logits.data(), XATTN_F32, 1, {2}, {1}};
+  d.sinks = &sinks_c;
+  DS.data = sink_logits.data();  // the gradient written over the logits it reads
+  refused(XATTN_INVALID_ARGUMENT, "dsinks overlaps desc.sinks; the call reads desc.sinks while writing dsinks");
+  DS.data = dsinks.data();
+  xattn_tensor sinks_in_dq{dq.data(), XATTN_F32, 1, {2}, {1}};
+  d.sinks = &sinks_in_dq;
+  refused(XATTN_INVALID_ARGUMENT, "dq overlaps desc.sinks; the call reads desc.sinks while writing dq");
+  d.sinks = nullptr;
   dsinks_arg = nullptr;
   dbias = &DS;
   refused(XATTN_INVALID_ARGUMENT, "dbias is given but desc.bias is NULL");
@@ -606,12 +621,12 @@ TEST_CASE("xattn_backward: bad input returns a status and a message, and writes 
   d.bias = &bias_c;
   refused(XATTN_INVALID_ARGUMENT, "dbias has shape (2) but must have desc.bias's (5)");
   DS.data = bias_values.data(), DS.shape[0] = 5;
-  refused(XATTN_INVALID_ARGUMENT, "dbias overlaps another tensor of the call");
+  refused(XATTN_INVALID_ARGUMENT, "dbias overlaps desc.bias; the call reads desc.bias while writing dbias");
   DS.data = dsinks.data(), DS.shape[0] = 2;
   dbias = nullptr;
   xattn_tensor in_dv{dv.data(), XATTN_F32, 1, {5}, {1}};
   d.bias = &in_dv;
-  refused(XATTN_INVALID_ARGUMENT, "dv overlaps desc.bias; the backward reads it while writing dv");
+  refused(XATTN_INVALID_ARGUMENT, "dv overlaps desc.bias; the call reads desc.bias while writing dv");
   d.bias = nullptr;
   dbias = nullptr;
   d.causal = XATTN_CAUSAL_NONE;  // another expression than the forward's: its lse does not fit

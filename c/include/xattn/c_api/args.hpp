@@ -282,11 +282,56 @@ inline bool overlap(const xattn_tensor& a, const xattn_tensor& b) {
   return alo != ahi && blo != bhi && alo < bhi && blo < ahi;
 }
 
+/// One tensor of a call, as the overlap rule sees it (t NULL: not given).
+struct call_tensor {
+  const xattn_tensor* t;
+  const char* name;
+  bool written;
+};
+
+/// Every tensor desc points to: read, except the additive scorer's gradients in a backward.
+inline std::vector<call_tensor> desc_tensors(const xattn_attention_desc& d, bool backward) {
+  std::vector<call_tensor> r{{d.lengths, "desc.lengths", false},
+                             {d.documents, "desc.documents", false},
+                             {d.documents_kv, "desc.documents_kv", false},
+                             {d.mask, "desc.mask", false},
+                             {d.bias, "desc.bias", false},
+                             {d.alibi, "desc.alibi", false},
+                             {d.sinks, "desc.sinks", false},
+                             {d.rope_q_positions, "desc.rope_q_positions", false},
+                             {d.rope_k_positions, "desc.rope_k_positions", false}};
+  if (d.additive != nullptr) {
+    const xattn_additive& w = *d.additive;
+    r.insert(r.end(), {{w.w_q, "desc.additive->w_q", false},
+                       {w.w_k, "desc.additive->w_k", false},
+                       {w.w_v, "desc.additive->w_v", false}});
+    if (backward)
+      r.insert(r.end(), {{w.d_w_q, "desc.additive->d_w_q", true},
+                         {w.d_w_k, "desc.additive->d_w_k", true},
+                         {w.d_w_v, "desc.additive->d_w_v", true}});
+  }
+  return r;
+}
+
+/// The one overlap rule of every call: a tensor the call writes shares no byte with any other
+/// tensor of the call, read (the pass reads it while writing) or written (two writes would race).
+inline void check_overlaps(const char* who, const std::vector<call_tensor>& all) {
+  for (std::size_t a = 0; a < all.size(); ++a) {
+    if (all[a].t == nullptr || !all[a].written) continue;
+    for (std::size_t b = 0; b < all.size(); ++b) {
+      if (b == a || all[b].t == nullptr || (all[b].written && b > a) || !overlap(*all[a].t, *all[b].t)) continue;
+      if (all[b].written) fail(who, ": ", all[a].name, " and ", all[b].name, " overlap");
+      fail(who, ": ", all[a].name, " overlaps ", all[b].name, "; the call reads ", all[b].name, " while writing ",
+           all[a].name);
+    }
+  }
+}
+
 /// Everything xattn_forward was given, checked (std::invalid_argument naming the argument and the
-/// shapes, or c_api::unsupported).
+/// shapes, or c_api::unsupported); writes: out and lse are written (a forward), not read.
 inline forward_args forward_arguments(const xattn_tensor* q, const xattn_tensor* k, const xattn_tensor* v,
                                       const xattn_attention_desc* desc, const xattn_tensor* out,
-                                      const xattn_tensor* lse, const char* who = "xattn_forward") {
+                                      const xattn_tensor* lse, const char* who = "xattn_forward", bool writes = true) {
   check_tensor(who, q, "q", 4);
   check_tensor(who, k, "k", 4);
   check_tensor(who, v, "v", 4);
@@ -413,9 +458,6 @@ inline forward_args forward_arguments(const xattn_tensor* q, const xattn_tensor*
     a.bias = nd_of(who, *d.bias, "desc.bias", {XATTN_F32, XATTN_F64});
     check_broadcast(who, *d.bias, "desc.bias", scores);
   }
-  for (const xattn_tensor* t : {d.mask, d.bias})
-    if (t != nullptr && (overlap(*out, *t) || (lse != nullptr && overlap(*lse, *t))))
-      fail(who, ": out or lse overlaps desc.", t == d.mask ? "mask" : "bias", "; the pass reads it while writing them");
   if (d.alibi != nullptr) {
     const view_nd s = nd_of(who, *d.alibi, "desc.alibi", {XATTN_F32, XATTN_F64});
     if (s.shape.size() != 1 || std::int64_t(s.shape[0]) != Hq)
@@ -459,6 +501,13 @@ inline forward_args forward_arguments(const xattn_tensor* q, const xattn_tensor*
                      matrix(w.w_v, "desc.additive->w_v", 1));
     a.scorer->validate(std::size_t(D), std::size_t(k->shape[3]));
   }
+  if (writes) {
+    std::vector<call_tensor> all{{q, "q", false}, {k, "k", false}, {v, "v", false}};
+    const auto in_desc = desc_tensors(d, false);
+    all.insert(all.end(), in_desc.begin(), in_desc.end());
+    all.insert(all.end(), {{out, "out", true}, {lse, "lse", true}});
+    check_overlaps(who, all);
+  }
   return a;
 }
 
@@ -473,7 +522,7 @@ inline backward_args backward_arguments(const xattn_tensor* q, const xattn_tenso
   const char* who = "xattn_backward";
   if (lse == nullptr) fail(who, ": lse is NULL; pass the log-sum-exp xattn_forward wrote");
   backward_args a;
-  a.f = forward_arguments(q, k, v, desc, out, lse, who);
+  a.f = forward_arguments(q, k, v, desc, out, lse, who, false);
   check_tensor(who, d_out, "d_out", 4);
   for (int i = 0; i < 4; ++i)
     if (d_out->shape[i] != out->shape[i])
@@ -485,8 +534,7 @@ inline backward_args backward_arguments(const xattn_tensor* q, const xattn_tenso
          sixteen ? " or XATTN_F32" : "", " for ", dtype_name(a.f.dtype), " inputs");
   a.d_out_dtype = d_out->dtype;
   a.d_out = view_of(*d_out);
-  const xattn_tensor* inputs[] = {q, k, v, out, lse, d_out};
-  const char* input_names[] = {"q", "k", "v", "out", "lse", "d_out"};
+  const char* input_names[] = {"q", "k", "v"};
   const xattn_tensor* grads[] = {dq, dk, dv};
   const char* grad_names[] = {"dq", "dk", "dv"};
   const xattn_tensor* like[] = {q, k, v};
@@ -507,17 +555,6 @@ inline backward_args backward_arguments(const xattn_tensor* q, const xattn_tenso
     if (!layout<4>{at.shape, at.strides}.unique())
       fail(who, ": ", grad_names[g], " strides (", t->strides[0], ",", t->strides[1], ",", t->strides[2], ",",
            t->strides[3], ") give two elements of shape ", shape_of(*t), " the same address");
-    for (int i = 0; i < 6; ++i)
-      if (overlap(*t, *inputs[i]))
-        fail(who, ": ", grad_names[g], " overlaps ", input_names[i], "; the backward reads it while writing ",
-             grad_names[g]);
-    for (const xattn_tensor* m : {desc->mask, desc->bias})
-      if (m != nullptr && overlap(*t, *m))
-        fail(who, ": ", grad_names[g], " overlaps desc.", m == desc->mask ? "mask" : "bias",
-             "; the backward reads it while writing ", grad_names[g]);
-    for (int h = 0; h < g; ++h)
-      if (grads[h] != nullptr && overlap(*t, *grads[h]))
-        fail(who, ": ", grad_names[g], " and ", grad_names[h], " overlap");
     targets[g]->dtype = t->dtype;
     targets[g]->at = at;
   }
@@ -528,8 +565,6 @@ inline backward_args backward_arguments(const xattn_tensor* q, const xattn_tenso
       fail(who, ": dsinks has dtype ", dtype_name(dsinks->dtype), " but must be XATTN_F32 or XATTN_F64");
     if (dsinks->shape[0] != q->shape[1])
       fail(who, ": dsinks has shape ", shape_of(*dsinks), " but must be (Hq) = (", q->shape[1], ")");
-    for (const xattn_tensor* t : {q, k, v, out, lse, d_out, dq, dk, dv})
-      if (t != nullptr && overlap(*dsinks, *t)) fail(who, ": dsinks overlaps another tensor of the call");
     a.dsinks = dsinks->data;
     a.dsinks_dtype = dsinks->dtype;
     a.dsinks_stride = std::ptrdiff_t(dsinks->strides[0]);
@@ -547,11 +582,6 @@ inline backward_args backward_arguments(const xattn_tensor* q, const xattn_tenso
           !std::equal(weights[n]->shape, weights[n]->shape + weights[n]->rank, targets[n]->shape))
         fail(who, ": ", names[n], " has shape ", shape_of(*targets[n]), " but must have its weight's ",
              shape_of(*weights[n]));
-      for (const xattn_tensor* t : {q, k, v, out, lse, d_out, dq, dk, dv, dsinks, dbias, w.w_q, w.w_k, w.w_v})
-        if (t != nullptr && overlap(*targets[n], *t)) fail(who, ": ", names[n], " overlaps another tensor of the call");
-      for (int m = 0; m < n; ++m)
-        if (targets[m] != nullptr && overlap(*targets[n], *targets[m]))
-          fail(who, ": ", names[n], " and ", names[m], " overlap");
     }
   }
   if (dbias != nullptr) {
@@ -564,9 +594,14 @@ inline backward_args backward_arguments(const xattn_tensor* q, const xattn_tenso
     for (std::size_t i = 0; i < a.dbias.shape.size(); ++i)
       at.shape[i] = a.dbias.shape[i], at.stride[i] = a.dbias.strides[i];
     if (!at.unique()) fail(who, ": dbias strides give two elements of shape ", shape_of(*dbias), " the same address");
-    for (const xattn_tensor* t : {q, k, v, out, lse, d_out, dq, dk, dv, dsinks, desc->bias, desc->mask})
-      if (t != nullptr && overlap(*dbias, *t)) fail(who, ": dbias overlaps another tensor of the call");
   }
+  std::vector<call_tensor> all{{q, "q", false},          {k, "k", false},       {v, "v", false},
+                               {out, "out", false},      {lse, "lse", false},   {d_out, "d_out", false},
+                               {dq, "dq", true},         {dk, "dk", true},      {dv, "dv", true},
+                               {dsinks, "dsinks", true}, {dbias, "dbias", true}};
+  const auto in_desc = desc_tensors(*desc, true);
+  all.insert(all.end(), in_desc.begin(), in_desc.end());
+  check_overlaps(who, all);
   return a;
 }
 
