@@ -133,14 +133,15 @@ void describe_plan(std::ostream& os, const Plan& p, const Ops& ops, const Masks&
          : fs.kind == pass_kind::weights ? "weights: softmax(masked scores), materialised (B, Hq, Sq, Skv)"
                                          : "scores: masked scores, materialised (B, Hq, Sq, Skv)")
      << "\n  operands    ";
-  if constexpr (Base::tensor_scores)
-    os << operand("X", p.base.x);
-  else if constexpr (is_sum_base_v<Base>)
-    os << operand("Q1", p.base.q) << ", " << operand("K1", p.base.k) << " (x " << p.base.s1 << ") + "
-       << operand("Q2", p.base.q2) << ", " << operand("K2", p.base.k2) << " (x " << p.base.s2 << ")";
-  else
-    os << operand("Q", p.base.q) << ", " << operand("K", p.base.k);
-  if constexpr (Plan::has_values) os << ", " << operand("V", p.v);
+  int term = 0;
+  bool first = true;
+  hana::for_each(plan_operands(p), [&](const auto& o) {
+    os << (first ? "" : o.term != term ? " + " : ", ") << operand(o.symbol, o.terminal);
+    if constexpr (is_sum_base_v<Base>)
+      if (o.role == operand_role::keys) os << " (x " << (o.term == 0 ? p.base.s1 : p.base.s2) << ")";
+    first = false;
+    term = o.term;
+  });
   os << "; accumulate in " << element_name<Acc>() << "\n  score path  " << Path::name << ": " << Path::what;
   if constexpr (!Base::tensor_scores) os << " [policy " << type_name<typename Base::policy_type>() << "]";
   if constexpr (requires { Path::describe(p.base, x.sizes); })

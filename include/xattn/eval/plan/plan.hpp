@@ -10,6 +10,8 @@
 #include "../../policy/concepts.hpp"
 #include "../../policy/dot.hpp"
 #include "../../policy/masks/sequence_lengths.hpp"
+#include "bases.hpp"
+#include "operands.hpp"
 
 #include <cmath>
 #include <tuple>
@@ -17,65 +19,6 @@
 namespace xattn {
 
 namespace hana = boost::hana;
-
-/// scores from a scoring policy over Q and K (Q * trans(K) plans as dot).
-template <class P, class Q, class K>
-struct policy_base {
-  static constexpr bool tensor_scores = false;
-  using policy_type = P;
-  P policy;
-  Q q;
-  K k;
-};
-
-/// scores that are a sum of two products, s1 · Q·Kᵀ + s2 · Q2·K2ᵀ (multi-head latent attention):
-/// the first term fixes the sizes; the second has features of its own and key heads that divide
-/// the first's.
-template <class Q, class K, class Q2, class K2>
-struct sum_base : policy_base<dot, Q, K> {
-  Q2 q2;
-  K2 k2;
-  double s1 = 1, s2 = 1;
-};
-
-template <class Base>
-inline constexpr bool is_sum_base_v = false;
-template <class Q, class K, class Q2, class K2>
-inline constexpr bool is_sum_base_v<sum_base<Q, K, Q2, K2>> = true;
-
-/// One product of a base's scores: its operands and its own scale.
-template <class Q, class K>
-struct score_term {
-  const Q& q;
-  const K& k;
-  double scale;
-};
-
-/// The products a dot base sums: one, or the two of a sum_base.
-template <class Base>
-auto score_terms(const Base& b) {
-  if constexpr (is_sum_base_v<Base>)
-    return hana::make_tuple(score_term<decltype(b.q), decltype(b.k)>{b.q, b.k, b.s1},
-                            score_term<decltype(b.q2), decltype(b.k2)>{b.q2, b.k2, b.s2});
-  else
-    return hana::make_tuple(score_term<decltype(b.q), decltype(b.k)>{b.q, b.k, 1.0});
-}
-
-/// scores given directly as a tensor (d2l's masked_softmax(X, valid_lens)).
-template <class X>
-struct tensor_base {
-  static constexpr bool tensor_scores = true;
-  X x;
-};
-
-/// The terminal that fixes the result's layout and sizes: Q, or the score tensor X.
-template <class Base>
-const auto& lead_terminal(const Base& b) {
-  if constexpr (Base::tensor_scores)
-    return b.x;
-  else
-    return b.q;
-}
 
 /// s -> c * s, when a scale follows a modifier and cannot be folded into the base.
 struct scale_op {
@@ -380,21 +323,6 @@ auto plan_masked(const E& e) {
 
 }  // namespace detail
 
-/// Whether a plan base's scores turn Q or K by rotary embeddings (rope), in any term.
-template <class Base>
-constexpr bool rotates() {
-  if constexpr (Base::tensor_scores)
-    return false;
-  else if constexpr (is_sum_base_v<Base>)
-    return is_rotary_v<decltype(Base::q)> || is_rotary_v<decltype(Base::k)> || is_rotary_v<decltype(Base::q2)> ||
-           is_rotary_v<decltype(Base::k2)>;
-  else
-    return is_rotary_v<std::decay_t<decltype(std::declval<Base>().q)>> ||
-           is_rotary_v<std::decay_t<decltype(std::declval<Base>().k)>>;
-}
-template <class Base>
-inline constexpr bool rotates_v = rotates<Base>();
-
 namespace detail {
 
 /// The plan as the expression is written.
@@ -413,27 +341,6 @@ auto plan_of(const E& e) {
 }
 
 }  // namespace detail
-
-namespace detail {
-
-template <class P>
-constexpr bool reads_cache() {
-  using B = decltype(P::base);
-  bool any = false;
-  if constexpr (P::has_values) any = is_cache_terminal_v<decltype(P::v)>;
-  if constexpr (B::tensor_scores)
-    return any || is_cache_terminal_v<decltype(B::x)>;
-  else if constexpr (is_sum_base_v<B>)
-    return any || is_cache_terminal_v<decltype(B::k)> || is_cache_terminal_v<decltype(B::k2)>;
-  else
-    return any || is_cache_terminal_v<decltype(B::k)>;
-}
-
-}  // namespace detail
-
-/// Whether any operand of plan P is a batch of cache sequences.
-template <class P>
-inline constexpr bool reads_cache_v = detail::reads_cache<P>();
 
 /// The plan of an attention, weights or scores expression (one in the grammar: check_grammar).
 /// Over a cache's sequences the keys past each one's end are excluded by the outermost mask.

@@ -85,9 +85,6 @@ problem from_base(const Base& base) {
 /// The rotary embeddings of a dot base's operands, and the second term of a sum against the first.
 template <class Base>
 void check_terms(const Base& base, const problem& pr) {
-  const auto rotary_check = [](const auto& t, std::size_t batch, std::size_t seq, const char* who) {
-    if constexpr (is_rotary_v<std::decay_t<decltype(t)>>) t.rot.check(batch, seq, t.view.at.shape[3], who);
-  };
   if constexpr (is_sum_base_v<Base>) {
     check_size(base.q2, "queries Q2");
     check_size(base.k2, "keys K2");
@@ -108,14 +105,12 @@ void check_terms(const Base& base, const problem& pr) {
     if (q[3] != k[3]) fail(sum, ": Q2 has ", q[3], " features but K2 has ", k[3], ": ", shapes());
     if (!std::isfinite(base.s1) || !std::isfinite(base.s2))
       fail(sum, ": each term's scale must be finite, got ", base.s1, " and ", base.s2);
-    rotary_check(base.q, pr.batch, pr.q_len, "Q1");
-    rotary_check(base.k, pr.batch, pr.kv_len, "K1");
-    rotary_check(base.q2, pr.batch, pr.q_len, "Q2");
-    rotary_check(base.k2, pr.batch, pr.kv_len, "K2");
-  } else {
-    rotary_check(base.q, pr.batch, pr.q_len, "Q");
-    rotary_check(base.k, pr.batch, pr.kv_len, "K");
   }
+  hana::for_each(base_operands(base), [&](const auto& o) {  // rope: its positions fit the operand's rows
+    if constexpr (is_rotary_v<std::decay_t<decltype(o.terminal)>>)
+      o.terminal.rot.check(pr.batch, o.role == operand_role::queries ? pr.q_len : pr.kv_len,
+                           o.terminal.view.at.shape[3], o.symbol);
+  });
 }
 
 template <class V>
