@@ -28,14 +28,17 @@ class build_with_cmake(build_py):
             subprocess.run(["cmake", "--build", build, "--target", "xattn_python", "-j", str(os.cpu_count() or 1)],
                            check=True)
             shutil.copy(os.path.join(build, "python", "xattn", "libxattn_c.so"), package)
+            kernels = os.path.join(build, "python", "xattn", "libxattn_kernels.a")
+            if os.path.exists(kernels):
+                shutil.copy(kernels, package)
             with open(os.path.join(build, "python", "xattn", "_config.py")) as f:
                 config = f.read()
         # the headers travel with the package: compiled policies find them relative to it
         for tree in ("include", os.path.join("c", "include")):
             shutil.copytree(os.path.join(ROOT, tree), os.path.join(package, "include"), dirs_exist_ok=True)
-        start = config.index("INCLUDE_DIRS")
+        start, end = config.index("INCLUDE_DIRS"), config.index("KERNELS")
         with open(os.path.join(package, "_config.py"), "w") as f:
-            f.write(config[:start] + 'INCLUDE_DIRS = ["include"]  # relative to the package\n')
+            f.write(config[:start] + 'INCLUDE_DIRS = ["include"]  # relative to the package\n' + config[end:])
 
 
 setup(cmdclass={"build_py": build_with_cmake})

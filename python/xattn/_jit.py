@@ -11,7 +11,10 @@ import subprocess
 import tempfile
 
 from . import _c
+from . import _config
 from ._config import CXX, CXX_FLAGS, INCLUDE_DIRS
+
+KERNELS = getattr(_config, "KERNELS", None)
 
 _LEARNABLE = re.compile(r"\blearnable\s*(?:<[^<>]*>)?\s+([A-Za-z_]\w*)\s*(?:[{=;])")
 
@@ -82,6 +85,11 @@ def compile_shared(src, who, flags=()):
     caller in a compile error; flags go after the package's own (a later -O wins)."""
     here = os.path.dirname(os.path.abspath(__file__))
     command = [CXX, *CXX_FLAGS, *flags, *("-I" + os.path.join(here, d) for d in INCLUDE_DIRS)]  # relative: to the package
+    kernels = os.path.join(here, KERNELS) if KERNELS else None
+    linked = []
+    if kernels and os.path.exists(kernels):  # the tile products precompiled: about a third less compile time
+        command.append("-DXATTN_PRECOMPILED_KERNELS")
+        linked = [kernels]
     dirs = [os.path.join(here, d) for d in INCLUDE_DIRS]
     parts = [src, *command, _c.lib.xattn_version().decode(), interface_digest(dirs)]
     key = hashlib.sha256("\0".join(parts).encode()).hexdigest()[:32]
@@ -93,7 +101,7 @@ def compile_shared(src, who, flags=()):
             cpp, so = os.path.join(tmp, "source.cpp"), os.path.join(tmp, "library.so")
             with open(cpp, "w") as f:
                 f.write(src)
-            run = subprocess.run(command + [cpp, "-o", so], capture_output=True, text=True)
+            run = subprocess.run(command + [cpp, *linked, "-o", so], capture_output=True, text=True)
             if run.returncode != 0:
                 errors = [l for l in run.stderr.splitlines() if "error" in l]
                 first = errors[0] if errors else (run.stderr.strip().splitlines() or ["(no output)"])[0]
