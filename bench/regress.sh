@@ -9,11 +9,12 @@
 # the same states. Prints each row's median time for both and the speed of this checkout over
 # REV's; a row below 0.97 is run again once (three more rounds of that row alone) and both
 # results are shown. About 10 minutes on a 2-core machine once REV is built (REV's build is kept
-# in BUILD_DIR/regress-<rev> for the next run).
+# in BUILD_DIR/regress-<rev> for the next run). ROUNDS=5 for more rounds: on a shared VM the
+# memory-bound decoding rows move by about 5 % between rounds, the compute rows by about 1 %.
 set -euo pipefail
 
 if [ $# -lt 1 ]; then
-  sed -n '2,12p' "$0" >&2
+  sed -n '2,14p' "$0" >&2
   exit 2
 fi
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -21,6 +22,7 @@ rev=$(git -C "$here" rev-parse --short "$1")
 build=$(cd "${2:-build}" && pwd)
 old=$build/regress-$rev
 jobs=$(nproc 2>/dev/null || echo 2)
+rounds=${ROUNDS:-3}
 export OMP_WAIT_POLICY=passive  # as bench/run.sh: spinning workers would take the other core
 
 if [ ! -x "$old/build/bench/xattn-bench" ]; then
@@ -52,13 +54,13 @@ rows=(
 out=$build/regress-$rev-results
 rm -rf "$out" && mkdir -p "$out"
 
-# run_rounds TAG ROW...: three rounds of both binaries, alternating which goes first
+# run_rounds TAG ROW...: rounds of both binaries, alternating which goes first
 run_rounds() {
   local tag=$1
   shift
   local filter
   filter="^($(printf '%s|' "$@" | sed 's/|$//'))\$"
-  for round in 1 2 3; do
+  for round in $(seq "$rounds"); do
     local order=(old new)
     [ $((round % 2)) -eq 0 ] && order=(new old)
     for who in "${order[@]}"; do
@@ -118,5 +120,5 @@ for r in rows:
     flag = "" if ratio >= 0.97 else " **below 0.97**"
     print("| `%s` | %.3f | %.3f | %s%s |" % (r.replace("/real_time", ""), old, new, shown, flag))
     worst = ratio if worst is None else min(worst, ratio)
-print("\nworst row: %.3f (medians of 3 rounds; a rerun row shows its rerun first)" % worst)
+print("\nworst row: %.3f (medians of the rounds; a rerun row shows its rerun first)" % worst)
 EOF
