@@ -8,21 +8,18 @@
 // dK and dV of the key block stay in this worker until every query has been seen (no races); dQ
 // goes to its key chunk's partial, summed in chunk order afterwards, each query block's rows taking
 // the chunk's key blocks in key order. Filled and excluded scores are constants (dS = 0 there).
-// The worker does not know which score path it runs. Its own products, dP = dO·Vᵀ and
-// dV += Zᵀ·dO, are products of rows as a dot path's (dot_grads with V as the keys and dO as the
-// queries): on vdpbf16ps for bfloat16 values where the build has it, as the forward's P·V.
+// The worker does not know which score path it runs; its own products, dP = dO·Vᵀ and
+// dV += Zᵀ·dO, are the value side's (values/products.hpp).
 #include "../../kernel/aligned.hpp"
 #include "../../kernel/backward.hpp"
 #include "../../kernel/instances.hpp"
 #include "../../kernel/trace.hpp"
 #include "../../random/philox_dropout.hpp"
-#include "../operands/value_pairs.hpp"
-#include "../paths/parts/dot_grads.hpp"
-#include "../paths/parts/dot_pair_grads.hpp"
 #include "../plan/schedule.hpp"
 #include "../tiling/mask_eval.hpp"
 #include "../tiling/tasks.hpp"
 #include "../tiling/tile_extent.hpp"
+#include "../values/products.hpp"
 #include "modifier_chain.hpp"
 
 #include <algorithm>
@@ -49,9 +46,8 @@ struct backward_io {
 template <class Acc, class Path, class Plan, class Ops, class Masks, class IO>
 class backward_worker {
   static constexpr Acc ninf = -std::numeric_limits<Acc>::infinity();
-  using value_type = typename std::decay_t<decltype(std::declval<const Plan&>().v)>::value_type;
-  // the value side's products: V in the keys' place, dO in the queries'
-  using value_products = std::conditional_t<takes_value_pairs_v<Acc, value_type>, dot_pair_grads<Acc>, dot_grads<Acc>>;
+  using value_products =
+      value_products_t<Acc, typename std::decay_t<decltype(std::declval<const Plan&>().v)>::value_type>;
 
  public:
   backward_worker(const Plan& p, const problem& pr, const Ops& ops, const Masks& masks, const backward_schedule& bs,

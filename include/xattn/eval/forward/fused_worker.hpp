@@ -2,25 +2,22 @@
 // One worker of the fused pass: for a (batch, query head, query block) it streams key blocks through
 // score tile -> modifiers -> masks -> online softmax -> P·V, keeping only tiles of size
 // block_q x block_k. Nothing of size Sq x Skv is ever allocated. The score path (Path::tiles)
-// fills the score tile; the worker does not know which path it runs.
+// fills the score tile and the value reader (values/reader.hpp) adds P·V: the worker knows neither
+// how the scores are computed nor how V is stored.
 #include "../../hana.hpp"
 #include "../../kernel/aligned.hpp"
 #include "../../kernel/blocking.hpp"
 #include "../../kernel/instances.hpp"
 #include "../../kernel/prefetch_queue.hpp"
-#include "../../kernel/pv.hpp"
 #include "../../kernel/rows.hpp"
 #include "../../layout.hpp"
 #include "../../random/philox_dropout.hpp"
-#include "../../round_up.hpp"
-#include "../operands/head_blocks.hpp"
 #include "../operands/head_rows.hpp"
-#include "../operands/key_panels.hpp"
-#include "../operands/value_pairs.hpp"
 #include "../plan/schedule.hpp"
 #include "../tiling/apply_modifiers.hpp"
 #include "../tiling/mask_eval.hpp"
 #include "../tiling/tile_extent.hpp"
+#include "../values/reader.hpp"
 
 #include <cmath>
 #include <limits>
@@ -48,26 +45,10 @@ struct row_map {
   std::size_t i(std::size_t r) const noexcept { return per_head ? r % per_head : i0 + r; }
 };
 
-namespace detail {
-
-/// The element type of a plan's values V (void without values).
-template <class Plan, bool = Plan::has_values>
-struct values_of {
-  using type = void;
-};
-template <class Plan>
-struct values_of<Plan, true> {
-  using type = std::remove_cv_t<std::remove_pointer_t<decltype(std::declval<const Plan&>().v.view.data)>>;
-};
-
-}  // namespace detail
-
 template <class Acc, class Path, class Plan, class Ops, class Masks>
 class fused_worker {
  public:
-  static constexpr std::size_t w = simd::width<Acc>, sw = kernel::strip_width<Acc>;
   using keys_t = typename Path::keys;
-  using value_type = typename detail::values_of<Plan>::type;
 
   fused_worker(const Plan& p, const problem& pr, const Ops& ops, const Masks& masks, const keys_t& keys,
                const forward_schedule& fs, bool fold_log2e)
@@ -84,12 +65,8 @@ class fused_worker {
         sc_(Acc(p.scale * (fold_log2e ? kernel::log2e : 1.0))),
         s_(bq_ * lds_),
         o_(bq_ * dvp_),
-        vb_(fs.values == value_reads::copied_per_task ? bk_ * dvp_ : 0),
-        st_(bq_),
-        values_(fs.values) {
-    if constexpr (takes_value_pairs_v<Acc, value_type>)
-      if (values_ == value_reads::bf16_pairs) vpairs_ = value_pairs<Acc>(pr, bq_, bk_, dvp_);
-  }
+        values_(p.v, pr, fs),
+        st_(bq_) {}
 
   /// Queries [i0, i0 + block_q) against keys [k0, k1) (block_k-aligned k0): the attention output
   /// rows into out and, when lse has data, each row's log-sum-exp.
@@ -112,15 +89,15 @@ class fused_worker {
   template <class Out>
   void prefetch_task(std::size_t b, std::size_t h, std::size_t i0, const strided_view<Out>& out) {
     const std::size_t rows = std::min(bq_, pr_.q_len - i0);
-    if constexpr (requires { p_.base.q.view; }) queue_rows(p_.base.q.view, b, h, i0, rows, false);
-    queue_rows(out, b, h, i0, rows, true);
+    if constexpr (requires { p_.base.q.view; }) queue_head_rows(ahead_, p_.base.q.view, b, h, i0, rows, false);
+    queue_head_rows(ahead_, out, b, h, i0, rows, true);
   }
 
   /// Queues the key and value rows that query head (b, h) reads.
   void prefetch_head(std::size_t b, std::size_t h) {
     const std::size_t hk = kv_head(h);
-    if constexpr (requires { p_.base.k.view; }) queue_rows(p_.base.k.view, b, hk, 0, pr_.kv_len, false);
-    if constexpr (Plan::has_values) queue_rows(p_.v.view, b, hk, 0, pr_.kv_len, false);
+    if constexpr (requires { p_.base.k.view; }) queue_head_rows(ahead_, p_.base.k.view, b, hk, 0, pr_.kv_len, false);
+    values_.queue_head(ahead_, b, hk, pr_.kv_len);
   }
 
   /// The softmax weights of queries [i0, i0 + block_q) against every key, into out (B, H, Sq, Skv):
@@ -214,21 +191,7 @@ class fused_worker {
     for (std::size_t j0 = k0; j0 < k1; j0 += bk_) {
       const tile_extent p = block_probabilities_prefetching(b, m, rows, j0, std::min(bk_, k1 - j0), hk);
       if (p.cols == 0) continue;
-      const Acc* probs = s_.data() + p.r0 * lds_;
-      Acc* o = o_.data() + p.r0 * dvp_;
-      switch (values_) {
-        case value_reads::bf16_pairs:
-          if constexpr (takes_value_pairs_v<Acc, value_type>)
-            vpairs_.accumulate(p_.v.view, b, hk, j0, p.cols, probs, lds_, p.r1 - p.r0, o, dvp_);
-          break;
-        case value_reads::strips:
-          kernel::pv_tile_strips(probs, lds_, p.r1 - p.r0, value_strips(b, hk, j0), bk_ * sw, p.cols, o, dvp_, dvp_);
-          break;
-        default:
-          with_values(b, hk, j0, p.cols, [&](const auto& v_rows) {
-            kernel::pv_tile_at(probs, lds_, p.r1 - p.r0, v_rows, p.cols, o, dvp_, dvp_);
-          });
-      }
+      values_.accumulate(b, hk, j0, p.cols, s_.data() + p.r0 * lds_, lds_, p.r1 - p.r0, o_.data() + p.r0 * dvp_, dvp_);
     }
     for (std::size_t r = 0; r < rows; ++r) {
       ahead_.issue(ahead_rate_);
@@ -237,26 +200,18 @@ class fused_worker {
     }
   }
 
-  /// block_probabilities for the output. Decoding from a cache's pages, the block's value rows are
-  /// prefetched as its keys are read, both streams in flight while the scores are computed: the
-  /// hardware prefetcher does not cross pages, and the values would otherwise wait for the softmax
-  /// (1.15x faster from float and bf16 pages; contiguous values stream well without it).
+  /// block_probabilities for the output, with the block's value rows prefetched as its keys are
+  /// read where the value reader asks for it (a cache's pages).
   tile_extent block_probabilities_prefetching(std::size_t b, const row_map& m, std::size_t rows, std::size_t j0,
                                               std::size_t all, std::size_t hk) {
-    if constexpr (requires {
-                    tiles_.prefetch_with_keys(kernel::row_prefetch{});
-                    p_.v.view.rows(b, hk);
-                  }) {
-      if (values_ == value_reads::in_place) {
-        tile_extent p;
-        with_values(b, hk, j0, all, [&](const auto& v_rows) {
-          const kernel::rows_prefetch<std::decay_t<decltype(v_rows)>> also{v_rows, pr_.v_dim * sizeof(value_type)};
-          tiles_.prefetch_with_keys(also.handle());
-          p = block_probabilities(b, m, rows, j0, all, true);
-          tiles_.prefetch_with_keys({});
-        });
+    if constexpr (requires { tiles_.prefetch_with_keys(kernel::row_prefetch{}); }) {
+      tile_extent p;
+      if (values_.with_prefetch(b, hk, j0, [&](kernel::row_prefetch also) {
+            tiles_.prefetch_with_keys(also);
+            p = block_probabilities(b, m, rows, j0, all, true);
+            tiles_.prefetch_with_keys({});
+          }))
         return p;
-      }
     }
     return block_probabilities(b, m, rows, j0, all, true);
   }
@@ -336,63 +291,6 @@ class fused_worker {
     apply_modifiers(ops_, s, cols, b, h, i, j0);
   }
 
-  /// The values of key block j0 of head (b, hk) in strips (pack_strips, bk_ · sw apart), converted
-  /// to Acc: once per head and thread (head_blocks), so every query block of the head reads them.
-  /// Not when decoding: there the few rows read each value once, and the copy would double the
-  /// bytes read.
-  const Acc* value_strips(std::size_t b, std::size_t hk, std::size_t j0) {
-    const auto& vv = p_.v.view;
-    if (vh_.empty()) vh_ = head_blocks<Acc>((pr_.kv_len + bk_ - 1) / bk_, bk_ * round_up(dvp_, sw));
-    return vh_.block(b, hk, j0 / bk_, [&](std::size_t kb, Acc* to) {
-      const std::size_t k0 = kb * bk_;
-      kernel::pack_strips<Acc>(rows_from(head_rows(vv, b, hk), k0), std::min(bk_, pr_.kv_len - k0), pr_.v_dim,
-                               vv.inner_stride(), to, bk_ * sw);
-    });
-  }
-
-  /// Decoding: f(V rows from key j0 on, as an accessor for kernel::pv_tile_at) over the V rows of
-  /// the key block, as the schedule says: in place (Acc, or 16-bit widened in registers, so a
-  /// 16-bit KV cache is read once, at half the bytes; a cache's pages where they lie); converted
-  /// into zero-padded rows once per head and thread (another type); or copied into a tile per task
-  /// (Acc in another layout).
-  template <class F>
-  void with_values(std::size_t b, std::size_t hk, std::size_t j0, std::size_t cols, F&& f) {
-    const auto& vv = p_.v.view;
-    if (values_ == value_reads::in_place) {
-      if constexpr (requires { vv.rows(b, hk); })  // pages
-        return f(vv.rows(b, hk).at(j0, 0));
-      else
-        return f(kernel::strided_rows<value_type>{vv.row(b, hk, j0), vv.at.stride[2]});
-    }
-    const auto convert = [&](std::size_t k0, std::size_t n, Acc* to) {
-      for (std::size_t c = 0; c < n; ++c) {
-        Acc* dst = to + c * dvp_;
-        kernel::scaled_copy(vv.row(b, hk, k0 + c), vv.inner_stride(), pr_.v_dim, Acc(1), dst, 1);
-        std::fill(dst + pr_.v_dim, dst + dvp_, Acc(0));
-      }
-    };
-    if (values_ == value_reads::widened_per_head) {
-      if (vh_.empty()) vh_ = head_blocks<Acc>((pr_.kv_len + bk_ - 1) / bk_, bk_ * dvp_);
-      return f(kernel::strided_rows<Acc>{
-          vh_.block(b, hk, j0 / bk_,
-                    [&](std::size_t kb, Acc* to) { convert(kb * bk_, std::min(bk_, pr_.kv_len - kb * bk_), to); }),
-          std::ptrdiff_t(dvp_)});
-    }
-    convert(j0, cols, vb_.data());
-    f(kernel::strided_rows<Acc>{vb_.data(), std::ptrdiff_t(dvp_)});
-  }
-
-  /// Rows [i0, i0 + rows) of (b, h) into the prefetch queue: views of contiguous rows only (a
-  /// cache's pages are prefetched as they are read).
-  template <class T>
-  void queue_rows(const strided_view<T>& v, std::size_t b, std::size_t h, std::size_t i0, std::size_t rows,
-                  bool write) {
-    if (v.data && v.rows_contiguous())
-      ahead_.add(v.row(b, h, i0), rows, v.at.shape[3] * sizeof(T), v.at.stride[2] * std::ptrdiff_t(sizeof(T)), write);
-  }
-  template <class View>
-  void queue_rows(const View&, std::size_t, std::size_t, std::size_t, std::size_t, bool) {}
-
   template <class Out>
   static void write_row(const Acc* s, std::size_t n, const strided_view<Out>& out, std::size_t b, std::size_t h,
                         std::size_t i, std::size_t j0) {
@@ -408,11 +306,9 @@ class fused_worker {
   std::size_t bq_, bk_, lds_, dvp_;
   bool fold_log2e_;
   Acc sc_;  // the expression's scale, times log2 e when folded
-  kernel::aligned_vector<Acc> s_, o_, vb_;
-  head_blocks<Acc> vh_;      // values in strips, or (decoding) of another type widened: allocated when first needed
-  value_pairs<Acc> vpairs_;  // bf16 values in key pairs (vdpbf16ps), unless decoding
+  kernel::aligned_vector<Acc> s_, o_;
+  value_reader<Acc, std::decay_t<decltype(std::declval<const Plan&>().v)>> values_;
   std::vector<kernel::row_state<Acc>> st_;
-  value_reads values_;            // how V is read (forward_schedule::values)
   kernel::prefetch_queue ahead_;  // what the next tasks read and write (forward_schedule::prefetch_next)
   std::size_t ahead_rate_ = 0;    // lines asked for per row visited
 };

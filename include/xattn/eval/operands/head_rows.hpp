@@ -4,6 +4,7 @@
 // them are compiled once per element type (kernel/instance_list.hpp) instead of in every program
 // over each lambda; other views (a cache's pages) keep their own row function.
 #include "../../kernel/blocking.hpp"
+#include "../../kernel/prefetch_queue.hpp"
 #include "../../layout.hpp"
 
 #include <cstddef>
@@ -32,6 +33,17 @@ auto rows_from(const Rows& rows, std::size_t j0) {
     return rows.at(j0, 0);
   else
     return [rows, j0](std::size_t c) { return rows(j0 + c); };
+}
+
+/// Rows [i0, i0 + rows) of head (b, h) of a view into the prefetch queue (write: they will be
+/// written): contiguous rows of a tensor only; a cache's pages are prefetched as they are read.
+template <class View>
+void queue_head_rows(kernel::prefetch_queue& q, const View& v, std::size_t b, std::size_t h, std::size_t i0,
+                     std::size_t rows, bool write) {
+  if constexpr (is_strided_view_v<View>)
+    if (v.data && v.rows_contiguous())
+      q.add(v.row(b, h, i0), rows, v.at.shape[3] * sizeof(*v.data), v.at.stride[2] * std::ptrdiff_t(sizeof(*v.data)),
+            write);
 }
 
 }  // namespace xattn

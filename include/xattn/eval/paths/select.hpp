@@ -20,10 +20,10 @@
 #include "../../policy/concepts.hpp"
 #include "../../policy/dot.hpp"
 #include "../../types.hpp"
-#include "../operands/value_pairs.hpp"
 #include "../plan/plan.hpp"
 #include "../plan/schedule.hpp"
 #include "../plan/types.hpp"
+#include "../values/reader.hpp"
 #include "dot_features.hpp"
 #include "dot_identity.hpp"
 #include "dot_pairs.hpp"
@@ -80,18 +80,10 @@ using plan_path_t = path_t<accumulator_of_t<Plan>, std::decay_t<decltype(std::de
 /// What the values V of an attention plan tell the schedule.
 template <class Acc, class Plan>
 value_facts values_facts(const Plan& p, const problem& pr) {
-  value_facts f;
-  if constexpr (Plan::has_values) {
-    using V = typename decltype(p.v)::value_type;
-    const auto& vv = p.v.view;
-    f.same_type = std::is_same_v<V, Acc>;
-    f.bf16_pairs = takes_value_pairs_v<Acc, V>;
-    // int8 (a cache's q8_0 pages): dequantized in registers as loaded
-    f.in_place_ok = (std::is_same_v<V, Acc> || simd::widens16_v<Acc, V> ||
-                     std::is_same_v<V, std::int8_t>)&&vv.inner_stride() == 1 &&
-                    pr.v_dim % simd::width<Acc> == 0 && vv.at.stride[2] >= std::ptrdiff_t(pr.v_dim);
-  }
-  return f;
+  if constexpr (Plan::has_values)
+    return value_facts_of<Acc, typename decltype(p.v)::value_type>(p.v.view, pr);
+  else
+    return value_facts{};
 }
 
 /// Everything about plan p the schedule depends on besides its sizes.

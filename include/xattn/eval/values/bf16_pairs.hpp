@@ -7,7 +7,7 @@
 #include "../../kernel/aligned.hpp"
 #include "../../kernel/dpbf16.hpp"
 #include "../../policy/problem.hpp"
-#include "head_blocks.hpp"
+#include "../operands/head_blocks.hpp"
 
 #include <algorithm>
 
