@@ -18,6 +18,7 @@
 #include "policy/masks/causal.hpp"
 #include "policy/masks/documents.hpp"
 #include "policy/masks/lengths.hpp"
+#include "policy/masks/maybe.hpp"
 #include "policy/masks/predicate.hpp"
 #include "policy/masks/window.hpp"
 #include "schedule.hpp"

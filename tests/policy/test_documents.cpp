@@ -64,6 +64,13 @@ TEST_CASE("documents: packed sequences attend only inside their document") {
   const auto m = bound(documents(ids), sizes(2, 30, 30));
   REQUIRE(m.runs);
   check_classify(m, 2, 30, 30, true);
+  // in runs, a row's span is exactly its document's keys (the kernel trims partial blocks by it)
+  for (std::size_t b = 0; b < 2; ++b)
+    for (std::size_t i = 0; i < 30; ++i) {
+      const auto [first, last] = m.row_span(b, 0, i);
+      for (std::size_t j = 0; j < 30; ++j)
+        REQUIRE(m.visible(b, 0, i, j) == (std::int64_t(j) >= first && std::int64_t(j) < last));
+    }
 }
 
 TEST_CASE("documents: separate query and key ids, unsorted ids, a document without keys") {

@@ -209,3 +209,35 @@ TEST_CASE("block_mask: a table of blocks and the predicate of its partial ones")
   three(0, 0, 0, 0) = 3;
   REQUIRE_THROWS_WITH(block_mask(three, 4), Catch::Contains("kinds(0, 0, 0, 0) is 3"));
 }
+
+TEST_CASE("maybe_mask: an absent mask hides nothing, a given one is the mask") {
+  const problem pr = shape(13, 20);
+  for (const auto& [l, r] : {std::pair{3, 0}, std::pair{0, 5}}) {
+    check_classify(maybe_mask<window_mask>{window(l, r)}, pr);
+    const auto given = bound(maybe_mask<window_mask>{window(l, r)}, pr);
+    const auto plain = bound(window(l, r), pr);
+    for (std::size_t i = 0; i < 13; ++i) {
+      REQUIRE(given.row_span(0, 0, i) == plain.row_span(0, 0, i));
+      for (std::size_t j = 0; j < 20; ++j) REQUIRE(given.visible(0, 0, i, j) == plain.visible(0, 0, i, j));
+    }
+  }
+  const auto absent = bound(maybe_mask<window_mask>{}, pr);
+  check_classify(maybe_mask<window_mask>{}, pr);
+  REQUIRE(absent.classify(1, 0, 0, 13, 0, 20) == block::visible);
+  REQUIRE(absent.row_span(1, 0, 4) == std::pair<std::int64_t, std::int64_t>{0, 20});
+  // in an expression: the given masks, composed as the kernel composes any, against the reference
+  testing::rng g(11);
+  const xt::xtensor<double, 4> q = g.tensor<double>({2, 2, 13, 8}), k = g.tensor<double>({2, 2, 20, 8}),
+                               v = g.tensor<double>({2, 2, 20, 5});
+  const xt::xtensor<int, 1> lens = {7, 20};
+  const auto s = ref(q) * trans(ref(k));
+  const auto masks = [&](auto e) {
+    return mask(mask(mask(e, maybe_mask<window_mask>{}), maybe_mask<lengths_mask>{lengths(lens)}),
+                maybe_mask<window_mask>{window(4, 0)});
+  };
+  const auto want = reference(softmax(mask(mask(s, lengths(lens)), window(4, 0))) * ref(v)).output;
+  for (const schedule sch : {schedule{4, 16, 1}, schedule{}}) {
+    INFO("block_q " << sch.block_q);
+    REQUIRE(testing::max_abs_diff(eval(softmax(masks(s)) * ref(v), sch), want) < 1e-13);
+  }
+}

@@ -1,9 +1,8 @@
 #pragma once
 // The rarer runtime choices of the C interface (documents, a boolean or additive mask, a bias
 // tensor, ALiBi, dropout) in one expression per accumulator type instead of one per combination:
-// every mask the call asked for is one policy whose parts are chosen at run time (a block is
-// skipped when any part hides it, and runs unmasked when every part shows all of it), every
-// additive term one modifier. Whether there is any term, the bias (whose gradient the backward
+// each mask has its place in the mask list, given or not at run time (policy/masks/maybe.hpp), and
+// every additive term is one modifier. Whether there is any term, the bias (whose gradient the backward
 // returns) and dropout stay compile-time choices.
 #include "args.hpp"
 #include "expression.hpp"
@@ -18,67 +17,17 @@
 
 namespace xattn::c_api {
 
-/// The masks of one call as one mask policy: a key is visible when every part given shows it.
-struct runtime_mask {
-  std::optional<window_mask> band;
-  std::optional<lengths_mask> lengths;
-  std::optional<documents_mask> documents;
-  std::optional<bool_mask_policy<std::uint8_t>> flags;
+/// The masks of one call, each given or not: four places in the plan's mask list, composed by the
+/// kernel as any masks are (a block is skipped when one hides it, runs unmasked when all show it).
+struct call_masks {
+  maybe_mask<window_mask> band;
+  maybe_mask<lengths_mask> lengths;
+  maybe_mask<documents_mask> documents;
+  maybe_mask<bool_mask_policy<std::uint8_t>> flags;
 
-  template <class F>
-  void each(F&& f) const {
-    if (band) f(*band);
-    if (lengths) f(*lengths);
-    if (documents) f(*documents);
-    if (flags) f(*flags);
-  }
-
-  bool visible(std::size_t b, std::size_t h, std::size_t i, std::size_t j) const noexcept {
-    bool v = true;
-    each([&](const auto& m) { v = v && m.visible(b, h, i, j); });
-    return v;
-  }
-
-  block classify(std::size_t b, std::size_t h, std::size_t i0, std::size_t i1, std::size_t j0, std::size_t j1) const {
-    block r = block::visible;
-    each([&](const auto& m) {
-      if (r == block::hidden) return;
-      block c = block::partial;
-      if constexpr (has_classify<std::decay_t<decltype(m)>>) c = m.classify(b, h, i0, i1, j0, j1);
-      if (c != block::visible) r = c;
-    });
-    return r;
-  }
-
-  /// A bound on row i's visible keys: the intersection of the spans of the parts that have one
-  /// (documents in runs among them). Keys inside it may still be hidden by another part (hide_row
-  /// says which); the kernel uses the bound to leave out the columns past it in partial blocks.
-  std::pair<std::int64_t, std::int64_t> row_span(std::size_t b, std::size_t h, std::size_t i) const noexcept {
-    std::pair<std::int64_t, std::int64_t> r{std::numeric_limits<std::int64_t>::min(),
-                                            std::numeric_limits<std::int64_t>::max()};
-    const auto within = [&](std::pair<std::int64_t, std::int64_t> s) {
-      r.first = std::max(r.first, s.first);
-      r.second = std::min(r.second, s.second);
-    };
-    if (band) within(band->row_span(b, h, i));
-    if (lengths) within(lengths->row_span(b, h, i));
-    if (documents && documents->runs)
-      within({documents->lo[b * documents->q_len + i], documents->hi[b * documents->q_len + i]});
-    return r;
-  }
-
-  template <class T>
-  void hide_row(T* s, std::size_t n, std::size_t b, std::size_t h, std::size_t i, std::size_t j0, T value) const {
-    each([&](const auto& m) { hide_one(m, s, n, b, h, i, j0, value); });
-  }
-
-  runtime_mask bind(const problem& pr) const {
-    runtime_mask r;
-    if (band) r.band = band->bind(pr);
-    if (lengths) r.lengths = lengths->bind(pr);
-    if (documents) r.documents = documents->bind(pr);
-    if (flags) r.flags = flags->bind(pr);
-    return r;
+  template <class S>
+  auto on(const S& scores) const {
+    return mask(mask(mask(mask(scores, band), lengths), documents), flags);
   }
 };
 
@@ -153,7 +102,7 @@ template <class Acc>
 struct general_parts {
   xt::xtensor<double, 1> sink_values;
   runtime_scores<Acc> terms;
-  runtime_mask masks;
+  call_masks masks;
 
   explicit general_parts(const forward_args& a) {
     const std::size_t heads = a.q.shape[1];
@@ -166,11 +115,11 @@ struct general_parts {
       terms.alibi.emplace();
       terms.alibi->slopes = a.alibi;
     }
-    if (a.band) masks.band = window(a.left, a.right, a.where);
-    masks.lengths = a.lengths;
-    masks.documents = a.documents;
+    if (a.band) masks.band.m = window(a.left, a.right, a.where);
+    masks.lengths.m = a.lengths;
+    masks.documents.m = a.documents;
     if (a.flags.given)
-      masks.flags = bool_mask_policy<std::uint8_t>{
+      masks.flags.m = bool_mask_policy<std::uint8_t>{
           nd_ref<std::uint8_t>{static_cast<const std::uint8_t*>(a.flags.data), a.flags.shape, a.flags.strides, {}}};
   }
 
@@ -188,9 +137,9 @@ struct general_parts {
         return scores;
     }();
     if constexpr (Bias::value)
-      return softmax(mask(modified + tensor_bias<Acc>{acc_ref<Acc>(a.bias)}, masks), sinks(sink_values));
+      return softmax(masks.on(modified + tensor_bias<Acc>{acc_ref<Acc>(a.bias)}), sinks(sink_values));
     else
-      return softmax(mask(modified, masks), sinks(sink_values));
+      return softmax(masks.on(modified), sinks(sink_values));
   }
 };
 

@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace xattn {
@@ -30,7 +31,7 @@ struct documents_mask {
 
   // set by bind: whether every batch's ids are sorted, and then each query's visible keys [lo, hi)
   bool runs = false;
-  std::size_t q_len = 0;
+  std::size_t q_len = 0, kv_len = 0;
   std::vector<std::int64_t> lo, hi;  // (B, Sq)
 
   bool visible(std::size_t b, std::size_t, std::size_t i, std::size_t j) const noexcept {
@@ -45,6 +46,12 @@ struct documents_mask {
       none = none && std::max(lo[n], std::int64_t(j0)) >= std::min(hi[n], std::int64_t(j1));
     }
     return all ? block::visible : none ? block::hidden : block::partial;
+  }
+
+  /// A bound on row i's visible keys: its document's run when the ids are in runs, else every key.
+  std::pair<std::int64_t, std::int64_t> row_span(std::size_t b, std::size_t, std::size_t i) const noexcept {
+    if (runs) return {lo[b * q_len + i], hi[b * q_len + i]};
+    return {0, std::int64_t(kv_len)};
   }
 
   template <class T>
@@ -67,6 +74,7 @@ struct documents_mask {
     check(kv, pr.kv_len, "the keys");
     documents_mask m = *this;
     m.q_len = pr.q_len;
+    m.kv_len = pr.kv_len;
     m.runs = true;
     for (std::size_t b = 0; b < pr.batch && m.runs; ++b)
       for (std::size_t i = 1; i < std::max(pr.q_len, pr.kv_len) && m.runs; ++i)
