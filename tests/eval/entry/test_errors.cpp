@@ -83,3 +83,15 @@ TEST_CASE("ref of a tensor of the wrong rank") {
   xt::xarray<float> a = xt::zeros<float>({2, 3});
   REQUIRE_THROWS_WITH(ref(a), Contains("rank 3") && Contains("(2,3)"));
 }
+
+TEST_CASE("an operand whose element count overflows size_t is named") {
+  // a raw pointer with strides can claim any shape; each operand is checked before its sizes are read
+  const std::size_t huge = std::size_t(1) << 62;
+  auto Q = ref(q), K = ref(k);
+  const auto V = ref(v.data(), {2, 1, 10, huge}, {0, 0, 0, 1});
+  REQUIRE_THROWS_WITH(eval(softmax(Q * trans(K)) * V),
+                      Contains("values V (2,1,10,4611686018427387904): the number of elements overflows size_t"));
+  const auto K2 = ref(k.data(), {2, 1, huge, 4}, {0, 0, 0, 1});
+  REQUIRE_THROWS_WITH(eval(softmax(ref(q) * trans(K) + ref(q) * trans(K2)) * ref(v)),
+                      Contains("keys K2 (2,1,4611686018427387904,4): the number of elements overflows size_t"));
+}

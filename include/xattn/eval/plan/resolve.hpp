@@ -18,13 +18,28 @@ std::string shape_of(const Tm& t) {
   return shape_str(t.user_shape());
 }
 
-/// The element count of a terminal must fit in size_t (raw-pointer views can claim anything).
-template <class Tm>
-void check_size(const Tm& t, const char* what) {
+inline const char* role_name(operand_role r) {
+  switch (r) {
+    case operand_role::scores:
+      return "scores";
+    case operand_role::queries:
+      return "queries";
+    case operand_role::keys:
+      return "keys";
+    case operand_role::values:
+      return "values";
+  }
+  return "";
+}
+
+/// The element count of an operand must fit in size_t (raw-pointer views can claim anything).
+template <class O>
+void check_size(const O& o) {
   std::size_t n = 1;
-  for (std::size_t s : t.view.at.shape)
+  for (std::size_t s : o.terminal.view.at.shape)
     if (__builtin_mul_overflow(n, s, &n))
-      fail(what, " ", shape_str(t.view.at.shape), ": the number of elements overflows size_t");
+      fail(role_name(o.role), " ", o.symbol, " ", shape_str(o.terminal.view.at.shape),
+           ": the number of elements overflows size_t");
 }
 
 /// The policy's own size check, or by default equal sizes: a policy that accepts queries and keys
@@ -38,16 +53,17 @@ void validate_sizes(const P& p, std::size_t dq, std::size_t dk) {
          "; a policy that accepts different sizes declares validate(dq, dk)");
 }
 
-/// A cache terminal's sequence lengths become the problem's keys per batch row; every operand from
+/// A cache operand's sequence lengths become the problem's keys per batch row; every operand from
 /// a cache must hold the same sequences' lengths.
-template <class Tm>
-void take_lengths(problem& pr, const Tm& t, const char* what) {
-  if constexpr (is_cache_terminal_v<Tm>) {
+template <class O>
+void take_lengths(problem& pr, const O& o) {
+  if constexpr (is_cache_terminal_v<std::decay_t<decltype(o.terminal)>>) {
     if (pr.kv_lens.empty())
-      pr.kv_lens = t.lengths;
-    else if (pr.kv_lens != t.lengths)
-      fail(what, " ", shape_of(t), " come from cache sequences of other lengths than the keys': ", shape_str(t.lengths),
-           " against ", shape_str(pr.kv_lens));
+      pr.kv_lens = o.terminal.lengths;
+    else if (pr.kv_lens != o.terminal.lengths)
+      fail(role_name(o.role), " ", o.symbol, " ", shape_of(o.terminal),
+           " come from cache sequences of other lengths than the keys': ", shape_str(o.terminal.lengths), " against ",
+           shape_str(pr.kv_lens));
   }
 }
 
@@ -55,20 +71,16 @@ template <class Base>
 problem from_base(const Base& base) {
   problem pr;
   if constexpr (Base::tensor_scores) {
-    check_size(base.x, "scores X");
     const auto& s = base.x.view.at.shape;
     pr = {s[0], s[1], s[1], s[2], s[3], 0, 0, 0, base.x.how == form::bsd ? 3u : 4u, {}};
   } else {
-    check_size(base.q, "queries Q");
-    check_size(base.k, "keys K");
     const auto& q = base.q.view.at.shape;
     const auto& k = base.k.view.at.shape;
     pr = {q[0], q[1], k[1], q[2], k[2], q[3], k[3], 0, base.q.how == form::bsd ? 3u : 4u, {}};
     if (q[0] != k[0])
       fail("queries and keys have different batch sizes: Q ", shape_of(base.q), ", K ", shape_of(base.k),
            is_cache_terminal_v<std::decay_t<decltype(base.k)>> ? " (K: one batch row per cache sequence)" : "");
-    take_lengths(pr, base.k, "keys K");
-    if constexpr (is_sum_base_v<Base>) take_lengths(pr, base.k2, "keys K2");
+    hana::for_each(base_operands(base), [&](const auto& o) { take_lengths(pr, o); });
     if (k[1] == 0 || q[1] % k[1] != 0)
       fail("the ", q[1], " query heads are not a multiple of the ", k[1],
            " key heads (grouped-query attention needs Hq = G * Hkv): Q ", shape_of(base.q), ", K ", shape_of(base.k));
@@ -86,8 +98,6 @@ problem from_base(const Base& base) {
 template <class Base>
 void check_terms(const Base& base, const problem& pr) {
   if constexpr (is_sum_base_v<Base>) {
-    check_size(base.q2, "queries Q2");
-    check_size(base.k2, "keys K2");
     const auto& q = base.q2.view.at.shape;
     const auto& k = base.k2.view.at.shape;
     const auto shapes = [&] {
@@ -115,7 +125,6 @@ void check_terms(const Base& base, const problem& pr) {
 
 template <class V>
 void add_values(problem& pr, const V& v, const std::string& keys) {
-  check_size(v, "values V");
   const auto& s = v.view.at.shape;
   if (s[0] != pr.batch || s[2] != pr.kv_len)
     fail("values V ", shape_of(v), " do not match the keys ", keys, ": need the same batch (", pr.batch,
@@ -123,7 +132,7 @@ void add_values(problem& pr, const V& v, const std::string& keys) {
   if (s[1] == 0 || pr.q_heads % s[1] != 0 || (pr.q_dim != 0 && s[1] != pr.kv_heads))
     fail("values V ", shape_of(v), " have ", s[1], " heads; they must match the ", pr.kv_heads, " key heads (keys ",
          keys, ")");
-  take_lengths(pr, v, "values V");
+  take_lengths(pr, plan_operand{operand_role::values, 0, "V", v});
   pr.v_dim = s[3];
   if (pr.q_dim == 0) pr.kv_heads = s[1];  // scores given as a tensor: V's heads are the kv heads
 }
@@ -135,6 +144,7 @@ template <class P>
 problem resolve(const P& p) {
   if (!std::isfinite(p.scale))
     fail("scores * c or scores / c: the scale must be finite and c non-zero, got scale ", p.scale);
+  hana::for_each(plan_operands(p), [](const auto& o) { detail::check_size(o); });
   problem pr = detail::from_base(p.base);
   p.drop.check();
   if (p.drop.p > 0 && std::max({pr.batch, pr.q_heads, pr.q_len, pr.kv_len}) > 0xffffffffu)
