@@ -280,10 +280,13 @@ struct rows_alone {
 template <class Acc, class Rows, class Range = every_column>
 void pv_tile_at(const Acc* p, std::size_t ldp, std::size_t rows, const Rows& v, std::size_t keys, Acc* o,
                 std::size_t ldo, std::size_t dv_padded, Range range = {}) {
-  trace::note(tile_op::pv_tile);
-  if constexpr (std::is_same_v<decltype(v(0)), q8_pair_row>)
+  if constexpr (std::is_same_v<decltype(v(0)), q8_pair_row>) {
+    trace::note(tile_op::pv_tile_q8);
     if (keys > 0 && v(0).alone())  // every row of an accessor is laid out alike
       return detail::pv_tile_rows<false>(p, ldp, rows, detail::rows_alone<Rows>{v}, keys, o, ldo, dv_padded, range);
+  } else {
+    trace::note(tile_op::pv_tile);
+  }
   detail::pv_tile_rows<false>(p, ldp, rows, v, keys, o, ldo, dv_padded, range);
 }
 

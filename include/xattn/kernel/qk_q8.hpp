@@ -38,6 +38,16 @@ namespace detail {
 inline constexpr float q16_max = 32767.0f;
 inline constexpr std::size_t q16_stack = 4096;
 
+}  // namespace detail
+
+/// Whether qk_direct_q8 takes `rows` queries of n features (else the caller's float path runs;
+/// queries holding an inf or a NaN go there too, found as they are rounded).
+constexpr bool q8_products_take(std::size_t rows, std::size_t n) noexcept {
+  return has_q8_products && n % q8_row::group == 0 && rows * n <= detail::q16_stack;
+}
+
+namespace detail {
+
 /// q[:n] (n a multiple of the float width) as int16 codes round(q / scale), scale = max|q| / 32767,
 /// into out; returns the scale: 0 for a zero row, NaN when q holds an inf or a NaN (whose products
 /// only the float path gets right).
@@ -288,15 +298,14 @@ bool qk_direct_q8(const float* q, std::size_t ldq, std::size_t rows, RowFn row, 
     return false;
   } else {
     constexpr std::size_t rmax = detail::direct_rows<float>;
-    if (n % q8_row::group != 0 || rows * n > detail::q16_stack || cols == 0 || row(0).col % q8_row::group != 0)
-      return false;
+    if (!q8_products_take(rows, n) || cols == 0 || row(0).col % q8_row::group != 0) return false;
     alignas(64) std::int16_t codes[detail::q16_stack];
     float scales[detail::q16_stack / q8_row::group];
     for (std::size_t r = 0; r < rows; ++r) {
       scales[r] = detail::quantize_query16(q + r * ldq, n, codes + r * n);
       if (std::isnan(scales[r])) return false;
     }
-    trace::note(tile_op::qk_direct);
+    trace::note(tile_op::qk_direct_q8);
     if constexpr (std::is_same_v<decltype(row(0)), q8_pair_row>) {
       detail::qk_pairs_blocks(codes, scales, rows, row, cols, n, s, lds, also);
     } else {

@@ -22,9 +22,11 @@ enum class tile_op : unsigned {
   qk_direct,                  // S = Q·Kᵀ reading key rows in place
   qk_tile_pairs,              // S = Q·Kᵀ of bf16 operands by vdpbf16ps against a panel
   qk_direct_pairs,            // the same reading key rows in place
+  qk_direct_q8,               // S = Q·Kᵀ against int8 (q8_0) key rows in place, by integer products
   pv_tile,                    // O += P·V reading value rows in place
   pv_tile_strips,             // O += P·V against values in strips (the backward's dQ += dS·K too)
   pv_tile_pairs,              // O += P·V of bf16 probabilities and values by vdpbf16ps
+  pv_tile_q8,                 // O += P·V dequantizing int8 (q8_0) value rows as they are loaded
   pv_tile_transposed_strips,  // O += Pᵀ·X against rows in strips (the backward's dV and dK)
   probs_epilogue,             // P from the score product's registers (whole tiles of plain products)
   softmax_grad_epilogue,      // dS from dP's product's registers (the same tiles)
@@ -50,9 +52,11 @@ inline constexpr std::array<std::string_view, std::size_t(tile_op::count)> tile_
                                                                                             "qk_direct",
                                                                                             "qk_tile_pairs",
                                                                                             "qk_direct_pairs",
+                                                                                            "qk_direct_q8",
                                                                                             "pv_tile",
                                                                                             "pv_tile_strips",
                                                                                             "pv_tile_pairs",
+                                                                                            "pv_tile_q8",
                                                                                             "pv_tile_transposed_strips",
                                                                                             "probs_epilogue",
                                                                                             "softmax_grad_epilogue",

@@ -5,6 +5,7 @@
 #include "explain_examples.hpp"
 #include "support/random.hpp"
 
+#include <xattn/cache.hpp>
 #include <xattn/xattn.hpp>
 
 #include <catch2/catch.hpp>
@@ -76,6 +77,19 @@ TEST_CASE("trace: the forward runs what explain names") {
     const auto x = check_forward(softmax(ref(q) * trans(ref(k)) / 8.0f) * ref(k), {.threads = 2});
     REQUIRE(x.schedule.forward.key_chunks > 1);
     REQUIRE(x.schedule.forward.values == value_reads::in_place);
+  }
+  SECTION("decoding from int8 (q8_0) cache pages: integer products, values dequantized as loaded") {
+    kv_cache<std::int8_t> cache({.kv_heads = 2, .head_dim = 64, .page_size = 16, .max_tokens = 4096});
+    const auto a = cache.add_sequence(), b = cache.add_sequence();
+    cache.append(a, r.tensor<float>({2, 300, 64}), r.tensor<float>({2, 300, 64}));
+    cache.append(b, r.tensor<float>({2, 45, 64}), r.tensor<float>({2, 45, 64}));
+    const std::vector<sequence_id> batch{a, b};
+    const auto q = r.tensor<float>({2, 8, 1, 64});
+    const auto x = check_forward(softmax(ref(q) * trans(cache.keys(batch)) / 8.0f) * cache.values(batch));
+    const auto& ops = x.forward_ops;
+    REQUIRE(std::count(ops.begin(), ops.end(), kernel::has_q8_products ? tile_op::qk_direct_q8 : tile_op::qk_direct) ==
+            1);
+    REQUIRE(std::count(ops.begin(), ops.end(), tile_op::pv_tile_q8) == 1);
   }
   SECTION("scores given as a tensor, lengths mask") {
     const auto s = r.tensor<float>({2, 100, 300}), v = r.tensor<float>({2, 300, 32});

@@ -180,9 +180,20 @@ void describe_plan(std::ostream& os, const Plan& p, const Ops& ops, const Masks&
   os << "\n";
 }
 
-/// The forward loop nest: the key preparation, the tasks, one task's loop.
+/// The operation that fills a forward score tile: by the schedule, or by the schedule and the sizes.
 template <class Path>
-std::string forward_nest(const explanation& x, bool dropout, std::vector<kernel::tile_op>& ops) {
+kernel::tile_op score_op_of(const forward_schedule& fs, const problem& pr) {
+  if constexpr (requires { Path::score_op(fs, pr); })
+    return Path::score_op(fs, pr);
+  else
+    return Path::score_op(fs);
+}
+
+/// The forward loop nest: the key preparation, the tasks, one task's loop; value_op adds P·V
+/// (value_reader::op).
+template <class Path>
+std::string forward_nest(const explanation& x, bool dropout, kernel::tile_op value_op,
+                         std::vector<kernel::tile_op>& ops) {
   const problem& pr = x.sizes;
   const forward_schedule& fs = x.schedule.forward;
   const std::size_t blocks = (pr.kv_len + fs.block_k - 1) / fs.block_k;
@@ -224,7 +235,8 @@ std::string forward_nest(const explanation& x, bool dropout, std::vector<kernel:
                   n.op(kernel::tile_op::pack_v_pairs) + ")");
   if (attention && fs.values == value_reads::widened_per_head)
     n.line(2, "on a new (b, kv head): widen its value blocks as they are first needed");
-  if (Path::score_op(fs) != kernel::tile_op::tensor_scores)
+  const kernel::tile_op score_op = score_op_of<Path>(fs, pr);
+  if (score_op != kernel::tile_op::tensor_scores)
     n.line(2,
            std::string(Path::query_ops.empty() ? "gather " : "gather and project (" + n.ops(Path::query_ops) + ") ") +
                std::to_string(fs.block_q) + " query rows" + (fs.keys != key_reads::none ? ", scale folded in" : ""));
@@ -235,18 +247,18 @@ std::string forward_nest(const explanation& x, bool dropout, std::vector<kernel:
   const auto block_loop = [&](const char* pass) {
     n.line(2, "for key block in [0, " + std::to_string(span) + ") step " + std::to_string(fs.block_k) +
                   ": classify, skip hidden blocks" + pass);
-    n.line(3, "scores " + std::to_string(fs.block_q) + " x " + std::to_string(fs.block_k) + ": " +
-                  n.op(Path::score_op(fs)) + where);
+    n.line(3,
+           "scores " + std::to_string(fs.block_q) + " x " + std::to_string(fs.block_k) + ": " + n.op(score_op) + where);
     n.line(3, std::string("modifiers; masks on partial blocks") + (x.folds_log2e ? "" : "; x log2 e"));
   };
   if (attention) {
     block_loop("");
     n.line(3, std::string("online softmax (base 2)") + (dropout ? "; dropout" : ""));
-    const std::string values = fs.values == value_reads::strips       ? n.op(kernel::tile_op::pv_tile_strips)
-                               : fs.values == value_reads::bf16_pairs ? n.op(kernel::tile_op::pv_tile_pairs)
-                               : fs.values == value_reads::in_place
-                                   ? n.op(kernel::tile_op::pv_tile) + " on values in place"
-                                   : n.op(kernel::tile_op::pv_tile) + " on converted values";
+    const std::string values =
+        n.op(value_op) + (fs.values == value_reads::in_place ? " on values in place"
+                          : fs.values == value_reads::widened_per_head || fs.values == value_reads::copied_per_task
+                              ? " on converted values"
+                              : "");
     n.line(3, "P·V " + std::to_string(fs.block_q) + " x " + std::to_string(fs.block_k) + " x " +
                   std::to_string(pr.v_dim) + ": " + values);
     n.line(2, std::string("finalize rows: O / l") + (fs.key_chunks > 1 ? " into chunk scratch" : ""));
@@ -261,8 +273,8 @@ std::string forward_nest(const explanation& x, bool dropout, std::vector<kernel:
                   " x " + std::to_string(fs.block_k));
   } else {
     n.line(2, "for key block in [0, " + std::to_string(pr.kv_len) + ") step " + std::to_string(fs.block_k) +
-                  ": scores (" + n.op(Path::score_op(fs)) + "), modifiers, masks; write " + std::to_string(fs.block_q) +
-                  " x " + std::to_string(fs.block_k));
+                  ": scores (" + n.op(score_op) + "), modifiers, masks; write " + std::to_string(fs.block_q) + " x " +
+                  std::to_string(fs.block_k));
   }
   return n.str();
 }
@@ -351,7 +363,8 @@ explanation explain_impl(const E& e, const schedule& sch) {
     x.path = std::string(Path::name);
     std::ostringstream os;
     describe_plan<Path, Acc>(os, p, ops, masks, x);
-    os << forward_nest<Path>(x, p.drop.p > 0, x.forward_ops);
+    os << forward_nest<Path>(
+        x, p.drop.p > 0, value_reader<Acc, std::decay_t<decltype(p.v)>>::op(x.schedule.forward.values), x.forward_ops);
     if constexpr (Backward) {
       if constexpr (check_backward<P>())
         os << backward_nest<Path>(x, simd::width<Acc>, !decltype(hana::is_empty(masks))::value,

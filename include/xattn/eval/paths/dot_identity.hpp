@@ -54,6 +54,17 @@ struct dot_identity_path {
   static constexpr kernel::tile_op score_op(const forward_schedule& fs) {
     return fs.keys == key_reads::in_place ? kernel::tile_op::qk_direct : kernel::tile_op::qk_tile;
   }
+  /// int8 (q8_0) keys in place take integer products where the build has them and a task's
+  /// queries fit their int16 copy (tiles::scores).
+  static kernel::tile_op score_op(const forward_schedule& fs, const problem& pr) {
+    using key_type = std::remove_cv_t<typename std::decay_t<decltype(std::declval<const Base&>().k)>::value_type>;
+    if constexpr (std::is_same_v<key_type, std::int8_t> && std::is_same_v<Acc, float>) {
+      const std::size_t rows = fs.group_rows > 0 ? fs.group_rows * pr.q_len : std::min(fs.block_q, pr.q_len);
+      if (fs.keys == key_reads::in_place && kernel::q8_products_take(rows, pr.q_dim))
+        return kernel::tile_op::qk_direct_q8;
+    }
+    return score_op(fs);
+  }
   static constexpr kernel::tile_op key_pack_op = kernel::tile_op::pack_kt;
   static constexpr std::string_view key_work = "";  // the keys are packed as they are
   static constexpr op_list key_ops{}, query_ops{};

@@ -68,6 +68,20 @@ class value_reader {
            values_in_place<Acc>::with_prefetch(vv_, b, hk, j0, dv_ * sizeof(value_type), f);
   }
 
+  /// The tile operation that adds P·V when V is read as m says (explain).
+  static constexpr kernel::tile_op op(value_reads m) {
+    switch (m) {
+      case value_reads::strips:
+        return kernel::tile_op::pv_tile_strips;
+      case value_reads::bf16_pairs:
+        return kernel::tile_op::pv_tile_pairs;
+      case value_reads::in_place:
+        return std::is_same_v<value_type, std::int8_t> ? kernel::tile_op::pv_tile_q8 : kernel::tile_op::pv_tile;
+      default:
+        return kernel::tile_op::pv_tile;
+    }
+  }
+
   /// Queues the value rows of head (b, hk) (forward_schedule::prefetch_next).
   void queue_head(kernel::prefetch_queue& q, std::size_t b, std::size_t hk, std::size_t kv_len) const {
     queue_head_rows(q, vv_, b, hk, 0, kv_len, false);
@@ -88,6 +102,7 @@ class value_reader<Acc, no_values> {
  public:
   template <class... A>
   explicit value_reader(const A&...) {}
+  static constexpr kernel::tile_op op(value_reads) { return kernel::tile_op::pv_tile; }
   void queue_head(kernel::prefetch_queue&, std::size_t, std::size_t, std::size_t) const {}
 };
 
