@@ -1,9 +1,9 @@
 #pragma once
 // The rarer runtime choices of the C interface (documents, a boolean or additive mask, a bias
 // tensor, ALiBi, dropout) in one expression per accumulator type instead of one per combination:
-// each mask has its place in the mask list, given or not at run time (policy/masks/maybe.hpp), and
-// every additive term is one modifier. Whether there is any term, the bias (whose gradient the backward
-// returns) and dropout stay compile-time choices.
+// each mask has its place in the mask list, given or not at run time (policy/masks/maybe.hpp),
+// and every additive term is one modifier. Whether there is any term, the bias (whose gradient
+// the backward returns) and dropout stay compile-time choices.
 #include "args.hpp"
 #include "expression.hpp"
 

@@ -19,14 +19,14 @@ struct values_in_place {
   /// features, rows apart by at least a row.
   template <class V, class View>
   static bool takes(const View& vv, const problem& pr) {
-    return (std::is_same_v<V, Acc> || simd::widens16_v<Acc, V> || std::is_same_v<V, std::int8_t>)&&vv.inner_stride() ==
-               1 &&
-           pr.v_dim % simd::width<Acc> == 0 && vv.at.stride[2] >= std::ptrdiff_t(pr.v_dim);
+    constexpr bool loads = std::is_same_v<V, Acc> || simd::widens16_v<Acc, V> || std::is_same_v<V, std::int8_t>;
+    return loads && vv.inner_stride() == 1 && pr.v_dim % simd::width<Acc> == 0 &&
+           vv.at.stride[2] >= std::ptrdiff_t(pr.v_dim);
   }
 
   /// The V rows of head (b, hk) from key j0 on, as an accessor for kernel::pv_tile_at.
   template <class View>
-  static auto rows(const View& vv, std::size_t b, std::size_t hk, std::size_t j0) {
+  static auto rows_at(const View& vv, std::size_t b, std::size_t hk, std::size_t j0) {
     if constexpr (requires { vv.rows(b, hk); })  // pages
       return vv.rows(b, hk).at(j0, 0);
     else
@@ -36,8 +36,8 @@ struct values_in_place {
 
   template <class View>
   static void accumulate(const View& vv, std::size_t b, std::size_t hk, std::size_t j0, std::size_t cols, const Acc* p,
-                         std::size_t lds, std::size_t rows_, Acc* o, std::size_t ldo, std::size_t dvp) {
-    kernel::pv_tile_at(p, lds, rows_, rows(vv, b, hk, j0), cols, o, ldo, dvp);
+                         std::size_t lds, std::size_t rows, Acc* o, std::size_t ldo, std::size_t dvp) {
+    kernel::pv_tile_at(p, lds, rows, rows_at(vv, b, hk, j0), cols, o, ldo, dvp);
   }
 
   /// From a cache's pages, f(handle) with the block's value rows (`bytes` of each) prefetched as
@@ -47,7 +47,7 @@ struct values_in_place {
   template <class View, class F>
   static bool with_prefetch(const View& vv, std::size_t b, std::size_t hk, std::size_t j0, std::size_t bytes, F&& f) {
     if constexpr (requires { vv.rows(b, hk); }) {
-      const auto at = rows(vv, b, hk, j0);
+      const auto at = rows_at(vv, b, hk, j0);
       const kernel::rows_prefetch<decltype(at)> also{at, bytes};
       f(also.handle());
       return true;

@@ -4,6 +4,7 @@
 // accumulators and never learns V's type, layout or placement; a new way of reading V is a file
 // beside these and a case below.
 #include "../../kernel/prefetch_queue.hpp"
+#include "../../kernel/trace.hpp"
 #include "../operands/head_rows.hpp"
 #include "../plan/schedule.hpp"
 #include "bf16_pairs.hpp"
@@ -12,6 +13,8 @@
 #include "strips.hpp"
 
 #include <cstddef>
+#include <cstdint>
+#include <type_traits>
 
 namespace xattn {
 
