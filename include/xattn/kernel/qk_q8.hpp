@@ -7,6 +7,7 @@
 // of one register (vpdpwssd where AVX512-VNNI has it), with no reduction across lanes. The
 // rounding moves a query feature by at most max|q| / 65534, about 250 times less than q8_0 moves
 // a key's.
+#include "../simd/int16_pairs.hpp"
 #include "q8_row.hpp"
 #include "qk.hpp"
 
@@ -153,70 +154,14 @@ inline void prefetch_pair_block(const q8_pair_row& k0, std::size_t n) noexcept {
   for (std::size_t d = 0; d < n; d += q8_row::group) __builtin_prefetch(k0.scale_at(k0.col + d), 0, 1);
 }
 
-/// The integer operations of qk_q8_pairs on one vector of Bytes: int32 lanes, each holding a
-/// pair of int16 codes when widened.
-template <std::size_t Bytes>
-struct pair_lanes;
-
-#if defined(__AVX512BW__)
-template <>
-struct pair_lanes<64> {
-  using type = __m512i;
-  static type zero() noexcept { return _mm512_setzero_si512(); }
-  /// 16 pairs of codes at p (32 bytes), widened to int16.
-  static type widen(const std::int8_t* p) noexcept {
-    return _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-  }
-  /// acc + the products of each lane's pair k with `pair` (two int16 codes), added.
-  static type products(type acc, type k, std::int32_t pair) noexcept {
-#if defined(__AVX512VNNI__)
-    return _mm512_dpwssd_epi32(acc, k, _mm512_set1_epi32(pair));
-#else
-    return _mm512_add_epi32(acc, _mm512_madd_epi16(k, _mm512_set1_epi32(pair)));
-#endif
-  }
-  static type add(type a, type b) noexcept { return _mm512_add_epi32(a, b); }
-  static __m512 to_float(type a) noexcept { return _mm512_cvtepi32_ps(a); }
-  /// x · y + z rounded once, as key_score's std::fma (xsimd 8.1 has no fused AVX-512 fma: its
-  /// x * y + z is fused only where the compiler contracts it).
-  static __m512 fmadd(__m512 x, __m512 y, __m512 z) noexcept { return _mm512_fmadd_ps(x, y, z); }
-};
-#endif
-
-#if defined(__AVX2__)
-template <>
-struct pair_lanes<32> {
-  using type = __m256i;
-  static type zero() noexcept { return _mm256_setzero_si256(); }
-  static type widen(const std::int8_t* p) noexcept {
-    return _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-  }
-  static type products(type acc, type k, std::int32_t pair) noexcept {
-    return _mm256_add_epi32(acc, _mm256_madd_epi16(k, _mm256_set1_epi32(pair)));
-  }
-  static type add(type a, type b) noexcept { return _mm256_add_epi32(a, b); }
-  static __m256 to_float(type a) noexcept { return _mm256_cvtepi32_ps(a); }
-  static __m256 fmadd(__m256 x, __m256 y, __m256 z) noexcept {
-#if defined(__FMA__)
-    return _mm256_fmadd_ps(x, y, z);
-#else
-    alignas(32) float a[8], b[8], c[8];
-    _mm256_store_ps(a, x), _mm256_store_ps(b, y), _mm256_store_ps(c, z);
-    for (std::size_t i = 0; i < 8; ++i) c[i] = std::fma(a[i], b[i], c[i]);
-    return _mm256_load_ps(c);
-#endif
-  }
-};
-#endif
-
 /// s[r, t] = key_score of R query rows (codes ldq apart, scales qs[r]) and the pair block from k0
 /// (in_pair_block), n a multiple of 32; the first `kept` keys written. A pair of features of the
 /// 16 keys is one vector of int16 pairs, each lane one key: the products add up in the lanes, with
 /// no reduction across them, and the 16 keys' scales of a group are one load.
-template <std::size_t R, class B = simd::batch<float>>  // B a parameter: pair_lanes exists only where it is used
+template <std::size_t R, class B = simd::batch<float>>  // B a parameter: int16_pairs exists only where it is used
 inline void qk_q8_pairs(const std::int16_t* q, std::size_t ldq, const float* qs, const q8_pair_row& k0, std::size_t n,
                         float* s, std::size_t lds, std::size_t kept) {
-  using L = pair_lanes<sizeof(B)>;
+  using L = simd::int16_pairs<sizeof(B)>;
   using I = typename L::type;
   constexpr std::size_t halves = sizeof(B) == 64 ? 1 : 2;  // AVX2: 8 keys per vector
   constexpr std::size_t lanes = pair_block / halves;

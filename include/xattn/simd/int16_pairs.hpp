@@ -1,0 +1,70 @@
+#pragma once
+// Integer lanes xsimd 8.1 does not have: int8 codes widened to int16 pairs, multiplied by a pair
+// of int16 codes and added in int32 lanes (vpmaddwd, vpdpwssd where AVX512-VNNI has it), then
+// converted to float. The int8 (q8_0) key products read keys this way (kernel/qk_q8.hpp). Defined
+// only for the widths the build has; a use elsewhere fails to compile.
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+
+#include <immintrin.h>
+
+namespace xattn::simd {
+
+/// The integer operations on one vector of Bytes: int32 lanes, each holding a pair of int16 codes
+/// when widened.
+template <std::size_t Bytes>
+struct int16_pairs;
+
+#if defined(__AVX512BW__)
+template <>
+struct int16_pairs<64> {
+  using type = __m512i;
+  static type zero() noexcept { return _mm512_setzero_si512(); }
+  /// 16 pairs of codes at p (32 bytes), widened to int16.
+  static type widen(const std::int8_t* p) noexcept {
+    return _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
+  /// acc + the products of each lane's pair k with `pair` (two int16 codes), added.
+  static type products(type acc, type k, std::int32_t pair) noexcept {
+#if defined(__AVX512VNNI__)
+    return _mm512_dpwssd_epi32(acc, k, _mm512_set1_epi32(pair));
+#else
+    return _mm512_add_epi32(acc, _mm512_madd_epi16(k, _mm512_set1_epi32(pair)));
+#endif
+  }
+  static type add(type a, type b) noexcept { return _mm512_add_epi32(a, b); }
+  static __m512 to_float(type a) noexcept { return _mm512_cvtepi32_ps(a); }
+  /// x · y + z rounded once, as key_score's std::fma (xsimd 8.1 has no fused AVX-512 fma: its
+  /// x * y + z is fused only where the compiler contracts it).
+  static __m512 fmadd(__m512 x, __m512 y, __m512 z) noexcept { return _mm512_fmadd_ps(x, y, z); }
+};
+#endif
+
+#if defined(__AVX2__)
+template <>
+struct int16_pairs<32> {
+  using type = __m256i;
+  static type zero() noexcept { return _mm256_setzero_si256(); }
+  static type widen(const std::int8_t* p) noexcept {
+    return _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
+  static type products(type acc, type k, std::int32_t pair) noexcept {
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(k, _mm256_set1_epi32(pair)));
+  }
+  static type add(type a, type b) noexcept { return _mm256_add_epi32(a, b); }
+  static __m256 to_float(type a) noexcept { return _mm256_cvtepi32_ps(a); }
+  static __m256 fmadd(__m256 x, __m256 y, __m256 z) noexcept {
+#if defined(__FMA__)
+    return _mm256_fmadd_ps(x, y, z);
+#else
+    alignas(32) float a[8], b[8], c[8];
+    _mm256_store_ps(a, x), _mm256_store_ps(b, y), _mm256_store_ps(c, z);
+    for (std::size_t i = 0; i < 8; ++i) c[i] = std::fma(a[i], b[i], c[i]);
+    return _mm256_load_ps(c);
+#endif
+  }
+};
+#endif
+
+}  // namespace xattn::simd
