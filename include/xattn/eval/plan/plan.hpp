@@ -55,61 +55,52 @@ struct plan {
 // ---- a plan changed one part at a time: the other parts are carried over, so a step that
 // ---- changes the masks cannot drop the sinks; leaving a part out is a named step of its own.
 
+namespace detail {
+
+/// A plan of the given parts, its type deduced from them.
+template <class B, class Ops, class Masks, class V, class Sk>
+plan<B, Ops, Masks, V, Sk> plan_of(B base, double scale, Ops ops, Masks masks, V v, random::dropout drop, Sk sinks) {
+  return {.base = std::move(base),
+          .scale = scale,
+          .ops = std::move(ops),
+          .masks = std::move(masks),
+          .v = std::move(v),
+          .drop = drop,
+          .sinks = std::move(sinks)};
+}
+
+}  // namespace detail
+
 template <class P, class B>
 auto with_base(P p, B base) {
-  return plan<B, decltype(p.ops), decltype(p.masks), decltype(p.v), decltype(p.sinks)>{.base = std::move(base),
-                                                                                       .scale = p.scale,
-                                                                                       .ops = std::move(p.ops),
-                                                                                       .masks = std::move(p.masks),
-                                                                                       .v = std::move(p.v),
-                                                                                       .drop = p.drop,
-                                                                                       .sinks = std::move(p.sinks)};
+  return detail::plan_of(std::move(base), p.scale, std::move(p.ops), std::move(p.masks), std::move(p.v), p.drop,
+                         std::move(p.sinks));
 }
 
 /// p with its score modifiers replaced (a hana::tuple, applied first to last).
 template <class P, class Ops>
 auto with_ops(P p, Ops ops) {
-  return plan<decltype(p.base), Ops, decltype(p.masks), decltype(p.v), decltype(p.sinks)>{.base = std::move(p.base),
-                                                                                          .scale = p.scale,
-                                                                                          .ops = std::move(ops),
-                                                                                          .masks = std::move(p.masks),
-                                                                                          .v = std::move(p.v),
-                                                                                          .drop = p.drop,
-                                                                                          .sinks = std::move(p.sinks)};
+  return detail::plan_of(std::move(p.base), p.scale, std::move(ops), std::move(p.masks), std::move(p.v), p.drop,
+                         std::move(p.sinks));
 }
 
 /// p with its masks replaced (a hana::tuple, innermost first).
 template <class P, class Masks>
 auto with_masks(P p, Masks masks) {
-  return plan<decltype(p.base), decltype(p.ops), Masks, decltype(p.v), decltype(p.sinks)>{.base = std::move(p.base),
-                                                                                          .scale = p.scale,
-                                                                                          .ops = std::move(p.ops),
-                                                                                          .masks = std::move(masks),
-                                                                                          .v = std::move(p.v),
-                                                                                          .drop = p.drop,
-                                                                                          .sinks = std::move(p.sinks)};
+  return detail::plan_of(std::move(p.base), p.scale, std::move(p.ops), std::move(masks), std::move(p.v), p.drop,
+                         std::move(p.sinks));
 }
 
 template <class P, class V>
 auto with_values(P p, V v) {
-  return plan<decltype(p.base), decltype(p.ops), decltype(p.masks), V, decltype(p.sinks)>{.base = std::move(p.base),
-                                                                                          .scale = p.scale,
-                                                                                          .ops = std::move(p.ops),
-                                                                                          .masks = std::move(p.masks),
-                                                                                          .v = std::move(v),
-                                                                                          .drop = p.drop,
-                                                                                          .sinks = std::move(p.sinks)};
+  return detail::plan_of(std::move(p.base), p.scale, std::move(p.ops), std::move(p.masks), std::move(v), p.drop,
+                         std::move(p.sinks));
 }
 
 template <class P, class Sk>
 auto with_sinks(P p, Sk sinks) {
-  return plan<decltype(p.base), decltype(p.ops), decltype(p.masks), decltype(p.v), Sk>{.base = std::move(p.base),
-                                                                                       .scale = p.scale,
-                                                                                       .ops = std::move(p.ops),
-                                                                                       .masks = std::move(p.masks),
-                                                                                       .v = std::move(p.v),
-                                                                                       .drop = p.drop,
-                                                                                       .sinks = std::move(sinks)};
+  return detail::plan_of(std::move(p.base), p.scale, std::move(p.ops), std::move(p.masks), std::move(p.v), p.drop,
+                         std::move(sinks));
 }
 
 /// p without sink logits: for a part of the keys whose results are merged, the sinks joining once.
