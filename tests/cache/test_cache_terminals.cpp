@@ -111,10 +111,10 @@ TEST_CASE("cache terminals: the issue's decode step compiles and runs as written
 
 TEMPLATE_TEST_CASE("cache terminals: a ragged batch is bit for bit the padded tensor with its lengths as masks",
                    "[cache]", float, bfloat16, float16, std::int8_t) {
-  // int8 pages against float tensors of the dequantized values: their keys are multiplied on
+  // quantized pages against float tensors of the dequantized values; int8 keys are multiplied on
   // int16 query codes (kernel/qk_q8.hpp), so the two agree to the queries' rounding, and int8
   // pages of any size agree bit for bit with one page per sequence
-  constexpr bool quantized = std::is_same_v<TestType, std::int8_t>;
+  constexpr bool quantized = is_quantized_v<TestType>, integer_products = std::is_same_v<TestType, std::int8_t>;
   using dense_t = std::conditional_t<quantized, float, TestType>;
   const std::size_t hkv = 2, group = GENERATE(1, 4), dim = GENERATE(16, 128), ps = GENERATE(4, 6, 16);
   const auto fill = [&](kv_cache<TestType>& cache, testing::rng& r) {
@@ -145,7 +145,7 @@ TEMPLATE_TEST_CASE("cache terminals: a ragged batch is bit for bit the padded te
                                     lengths(lens, masked_rows::zero))) *
                        ref(vp);
     const auto out = eval(paged);
-    if constexpr (quantized)
+    if constexpr (integer_products)
       CHECK(max_abs_diff(out, eval(dense)) < tolerance_for<TestType>());
     else
       CHECK(bitwise_equal(out, eval(dense)));
@@ -158,7 +158,7 @@ TEMPLATE_TEST_CASE("cache terminals: a ragged batch is bit for bit the padded te
     const auto [o2, lse] = eval_with_lse(paged);
     const auto [o3, lse_dense] = eval_with_lse(dense);
     CHECK(bitwise_equal(o2, out));
-    if constexpr (quantized)
+    if constexpr (integer_products)
       CHECK(lse_diff(lse, lse_dense) < tolerance_for<TestType>());
     else
       CHECK(bitwise_equal(lse, lse_dense));

@@ -244,7 +244,7 @@ TEMPLATE_TEST_CASE("kv_cache: a head's rows stepped through a page are the rows 
       REQUIRE(left == ps - (j0 + j) % ps);
       if (left > 1) {
         const auto next = rows.next(rows(j)), want = rows(j + 1);
-        if constexpr (std::is_same_v<TestType, std::int8_t>)
+        if constexpr (is_quantized_v<TestType>)
           REQUIRE((next.q == want.q && next.scale == want.scale && next.col == want.col));
         else
           REQUIRE(next == want);

@@ -16,8 +16,7 @@ namespace xattn {
 
 template <class T>
 struct cache_ref : expr_base<cache_ref<T>> {
-  static_assert(is_element_v<T> || std::is_same_v<T, std::int8_t>,
-                "xattn: cache terminals hold float, bfloat16, float16 or int8 pages");
+  static_assert(is_cache_element_v<T>, "xattn: cache terminals hold the pages of a format of cache/formats.hpp");
   using value_type = T;
   static constexpr std::size_t rank = 4;
   static constexpr bool packed = false;

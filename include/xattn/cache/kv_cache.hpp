@@ -23,7 +23,7 @@ namespace xattn {
 template <class KT, class VT = KT>
 class kv_cache {
   static_assert(is_cache_element_v<KT> && is_cache_element_v<VT>,
-                "xattn: kv_cache<K, V> elements are float, bfloat16, float16 or std::int8_t");
+                "xattn: kv_cache<K, V> elements are the page formats listed in xattn/cache/formats.hpp");
 
  public:
   using key_type = KT;
@@ -103,8 +103,8 @@ class kv_cache {
     if (v.view.at.shape[1] != n)
       fail(who, ": k_rows ", shape_str(k.view.at.shape), " and v_rows ", shape_str(v.view.at.shape),
            " hold different numbers of tokens");
-    if constexpr (page_format<KT>::quantized) check_finite(k.view, "k_rows");
-    if constexpr (page_format<VT>::quantized) check_finite(v.view, "v_rows");
+    if constexpr (page_format<KT>::quantized) check_finite<KT>(k.view, "k_rows");
+    if constexpr (page_format<VT>::quantized) check_finite<VT>(v.view, "v_rows");
     if (n == 0) return;
 
     slot& s = slots_[a.slot];
@@ -282,14 +282,15 @@ class kv_cache {
            opt_.kv_heads, ", n, ", opt_.head_dim, ")");
   }
 
-  template <class T>
+  /// Rows quantized to format F must be finite (a scale of inf or NaN would spoil their group).
+  template <class F, class T>
   static void check_finite(const strided_view<const T, 3>& x, const char* what) {
     for (std::size_t h = 0; h < x.at.shape[0]; ++h)
       for (std::size_t t = 0; t < x.at.shape[1]; ++t)
         for (std::size_t d = 0; d < x.at.shape[2]; ++d)
           if (!std::isfinite(double(x(h, t, d))))
             fail("kv_cache.append: ", what, "(", h, ", ", t, ", ", d, ") = ", double(x(h, t, d)),
-                 " cannot be quantized to int8");
+                 " cannot be quantized to ", cache_format<F>::name);
   }
 
   xt::xtensor<float, 3> gather(sequence_id a, bool keys) const {

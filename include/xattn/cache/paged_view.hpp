@@ -4,7 +4,7 @@
 // questions a strided_view does (row, inner_stride, overlaps), so every score path packs or reads
 // its rows unchanged. Pages past a sequence's end point at another stored page: rows there are
 // never visible (the sequence lengths mask excludes them), only read when a key block is packed whole.
-#include "../kernel/q8_row.hpp"
+#include "../kernel/scaled_row.hpp"
 #include "../layout.hpp"
 #include "page_format.hpp"
 
@@ -30,31 +30,35 @@ struct page_index {
   }
 };
 
-/// Where a page's rows of one head are (row_layout), and their int8 scales: scales_offset bytes
-/// after the rows' start. int8 rows are read through kernel::q8_pair_row handles: interleaved by
-/// pairs of features (a cache's keys) or one after the other (its values, page_rows 1).
+/// Where a page's rows of one head are (row_layout), and a quantized format's scales:
+/// scales_offset bytes after the rows' start. Quantized rows are read through the format's row
+/// handles (kernel::q8_pair_row for int8, else kernel::scaled_row).
 template <class T>
 struct page_rows_at {
-  static constexpr bool quantized = std::is_same_v<T, std::int8_t>;
+  static constexpr bool quantized = is_quantized_v<T>;
   row_layout layout;
   std::ptrdiff_t scales_offset = 0;
 
-  /// Row r of the head part at `rows`: a pointer, or for int8 a row handle from column c on.
+  /// Row r of the head part at `rows`: a pointer, or a quantized row's handle from column c on.
   auto row(const T* rows, std::size_t r, std::size_t c = 0) const noexcept {
     if constexpr (quantized) {
+      using F = cache_format<T>;
       const T* q = rows + r * layout.row_step;
       const float* scale = reinterpret_cast<const float*>(reinterpret_cast<const char*>(rows) + scales_offset) +
                            r * layout.scale_row_step;
-      return kernel::q8_pair_row{q, scale, c, layout.scale_stride};
+      if constexpr (requires { F::row(q, scale, c, layout); })
+        return F::row(q, scale, c, layout);
+      else
+        return kernel::scaled_row<F>{q, scale, c};
     } else {
       return rows + (r * layout.row_step + c);
     }
   }
-  /// The row after row handle r in the same page.
+  /// The row after row r in the same page.
   const T* next(const T* r) const noexcept { return r + layout.row_step; }
-  kernel::q8_pair_row next(const kernel::q8_pair_row& r) const noexcept {
-    return {r.q + layout.row_step, r.scale + layout.scale_row_step, r.col, r.page_rows};
-  }
+  template <class R>
+  requires(!std::is_pointer_v<R>) R next(const R& r)
+  const noexcept { return r.step(layout.row_step, layout.scale_row_step); }
 };
 
 /// The value rows of one (sequence, head), from key j0 and column c0 on, for kernel::pv_tile_at.
@@ -98,7 +102,7 @@ struct paged_view {
   std::size_t page_elements = 0;   // elements of T a page spans (for overlap checks)
   page_rows_at<T> in;
 
-  /// Row j of head h of batch row b: a pointer, or for int8 pages a kernel::q8_pair_row.
+  /// Row j of head h of batch row b: a pointer, or for quantized pages a row handle.
   auto row(std::size_t b, std::size_t h, std::size_t j) const noexcept {
     const auto [p, r] = idx(j);
     return in.row(pages[b * per_row + p] + std::ptrdiff_t(h) * head_stride, r);
@@ -106,7 +110,7 @@ struct paged_view {
   paged_rows<T> rows(std::size_t b, std::size_t h) const noexcept {
     return {pages + b * per_row, idx, std::ptrdiff_t(h) * head_stride, in};
   }
-  /// Element (b, h, j, d) (dequantized for int8).
+  /// Element (b, h, j, d) (dequantized for quantized pages).
   decltype(auto) operator()(std::size_t b, std::size_t h, std::size_t j, std::size_t d) const noexcept {
     return row(b, h, j)[std::ptrdiff_t(d)];
   }

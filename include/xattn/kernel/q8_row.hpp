@@ -4,6 +4,7 @@
 // and simd::load_as, which dequantizes a batch in registers.
 #include "../simd/compat.hpp"
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
@@ -16,11 +17,20 @@ struct q8_row {
   const float* scale = nullptr;             // the row's first scale
   std::size_t col = 0;                      // the feature this handle starts at
 
+  using element = std::int8_t;
+
   float operator[](std::ptrdiff_t d) const noexcept {
     const std::size_t i = col + std::size_t(d);
     return float(q[i]) * scale[i / group];
   }
   q8_row operator+(std::size_t d) const noexcept { return {q, scale, col + d}; }
+  /// One batch of T from the first feature, dequantized (simd::load_as).
+  template <class T>
+  simd::batch<T> load() const noexcept;
+  /// Asks for the cache lines of `bytes` of codes and of their scales, which lie apart from them
+  /// (the hardware prefetcher, following the codes, misses them).
+  template <int Locality>
+  void prefetch(std::size_t bytes) const noexcept;
 };
 
 /// A row of a cache's int8 page. Key pages interleave their page_rows rows by pairs of features:
@@ -33,6 +43,7 @@ struct q8_pair_row {
   const float* scale = nullptr;    // the row's first scale
   std::size_t col = 0;
   std::size_t page_rows = 1;
+  using element = std::int8_t;
 
   bool alone() const noexcept { return page_rows == 1; }
   q8_row as_row() const noexcept { return {q, scale, col}; }  // for alone() rows
@@ -43,43 +54,48 @@ struct q8_pair_row {
     return float(q[code_at(i)]) * *scale_at(i);
   }
   q8_pair_row operator+(std::size_t d) const noexcept { return {q, scale, col + d, page_rows}; }
+  /// The same feature of the row `codes` codes and `scales` scales further in its page.
+  q8_pair_row step(std::size_t codes, std::size_t scales) const noexcept {
+    return {q + codes, scale + scales, col, page_rows};
+  }
+  template <class T>
+  simd::batch<T> load() const noexcept;
+  /// Rows interleaved by pairs are not asked for one by one: the score product that reads them
+  /// prefetches whole blocks of rows. Rows alone as q8_row's.
+  template <int Locality>
+  void prefetch(std::size_t bytes) const noexcept {
+    if (alone()) as_row().prefetch<Locality>(bytes);
+  }
 };
 
-/// The storage element a row handle reads (what a row's bytes are counted in).
+/// The storage element a row reads (what its bytes are counted in): a pointer's, or a handle's.
 template <class R>
 struct row_element {
   using type = std::remove_cv_t<std::remove_pointer_t<R>>;
 };
-template <>
-struct row_element<q8_row> {
-  using type = std::int8_t;
-};
-template <>
-struct row_element<q8_pair_row> {
-  using type = std::int8_t;
+template <class R>
+requires requires { typename R::element; }
+struct row_element<R> {
+  using type = typename R::element;
 };
 template <class R>
 using row_element_t = typename row_element<R>::type;
 
-/// Asks for the cache lines holding `bytes` of a row from where it starts; for a q8_0 row also
-/// those of its scales, which lie apart from its features (the hardware prefetcher, following the
-/// features, misses them).
+/// Asks for the cache lines holding `bytes` of a row from where it starts; a handle's own way
+/// (its scales lie apart from its codes).
 template <int Locality = 3, class P>
 inline void prefetch_row(const P* p, std::size_t bytes) noexcept {
   const char* a = reinterpret_cast<const char*>(p);
   for (std::size_t b = 0; b < bytes; b += 64) __builtin_prefetch(a + b, 0, Locality);
 }
-template <int Locality = 3>
-inline void prefetch_row(const q8_row& r, std::size_t bytes) noexcept {
-  prefetch_row<Locality>(r.q + r.col, bytes);
-  prefetch_row<Locality>(r.scale + r.col / q8_row::group, (bytes + q8_row::group - 1) / q8_row::group * sizeof(float));
-}
+template <int Locality = 3, class R>
+requires requires(const R& r) { r.template prefetch<Locality>(std::size_t(0)); }
+inline void prefetch_row(const R& r, std::size_t bytes) noexcept { r.template prefetch<Locality>(bytes); }
 
-/// A value page's row as a q8_row's. Rows interleaved by pairs are not asked for one by one: the
-/// score product that reads them prefetches whole blocks of rows.
-template <int Locality = 3>
-inline void prefetch_row(const q8_pair_row& r, std::size_t bytes) noexcept {
-  if (r.alone()) prefetch_row<Locality>(r.as_row(), bytes);
+template <int Locality>
+void q8_row::prefetch(std::size_t bytes) const noexcept {
+  prefetch_row<Locality>(q + col, bytes);
+  prefetch_row<Locality>(scale + col / group, (bytes + group - 1) / group * sizeof(float));
 }
 
 /// Whether batches of T are dequantized from q8_0 codes in registers (float on AVX2 or AVX-512).
@@ -104,31 +120,31 @@ inline simd::batch<T> q8_batch(const std::int8_t* p, float scale) noexcept {
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 
-namespace xattn::simd {
+namespace xattn::kernel {
 
 /// One batch of T from a q8_0 row, dequantized: the int8 lanes widened and converted in registers
 /// and multiplied by their group's scale (a batch starting on a multiple of its width never
 /// straddles two groups of 32).
 template <class T>
-inline batch<T> load_as(const kernel::q8_row& r) noexcept {
-  constexpr std::size_t w = width<T>;
-  if constexpr (kernel::q8_widens<T>)
-    if (r.col % w == 0) return kernel::q8_batch<T>(r.q + r.col, r.scale[r.col / kernel::q8_row::group]);
+simd::batch<T> q8_row::load() const noexcept {
+  constexpr std::size_t w = simd::width<T>;
+  if constexpr (q8_widens<T>)
+    if (col % w == 0) return q8_batch<T>(q + col, scale[col / group]);
   alignas(64) std::array<T, w> lanes;
-  for (std::size_t i = 0; i < w; ++i) lanes[i] = T(r[std::ptrdiff_t(i)]);
-  return batch<T>::load_aligned(lanes.data());
+  for (std::size_t i = 0; i < w; ++i) lanes[i] = T((*this)[std::ptrdiff_t(i)]);
+  return simd::batch<T>::load_aligned(lanes.data());
 }
 
 /// One batch of T from a row of a cache page, dequantized: interleaved rows lane by lane (prefill
 /// packs a key block once for all its query rows; decoding reads them through qk_direct_q8).
 template <class T>
-inline batch<T> load_as(const kernel::q8_pair_row& r) noexcept {
-  if (r.alone()) return load_as<T>(r.as_row());
-  alignas(64) std::array<T, width<T>> lanes;
-  for (std::size_t i = 0; i < width<T>; ++i) lanes[i] = T(r[std::ptrdiff_t(i)]);
-  return batch<T>::load_aligned(lanes.data());
+simd::batch<T> q8_pair_row::load() const noexcept {
+  if (alone()) return as_row().load<T>();
+  alignas(64) std::array<T, simd::width<T>> lanes;
+  for (std::size_t i = 0; i < simd::width<T>; ++i) lanes[i] = T((*this)[std::ptrdiff_t(i)]);
+  return simd::batch<T>::load_aligned(lanes.data());
 }
 
-}  // namespace xattn::simd
+}  // namespace xattn::kernel
 
 #pragma GCC diagnostic pop

@@ -82,9 +82,10 @@ void scaled_copy(const Src* src, std::ptrdiff_t src_stride, std::size_t n, C c, 
   for (; d < n; ++d) dst[std::ptrdiff_t(d) * dst_stride] = Dst(C(src[std::ptrdiff_t(d) * src_stride]) * c);
 }
 
-/// scaled_copy from a q8_0 row (always contiguous: src_stride is 1), dequantized.
-template <class Dst, class C>
-void scaled_copy(const q8_row& src, std::ptrdiff_t, std::size_t n, C c, Dst* dst, std::ptrdiff_t dst_stride) {
+/// scaled_copy from a row handle (a quantized row, always contiguous: src_stride is 1), dequantized.
+template <class R, class Dst, class C>
+requires requires(const R& r) { r.template load<C>(); }
+void scaled_copy(const R& src, std::ptrdiff_t, std::size_t n, C c, Dst* dst, std::ptrdiff_t dst_stride) {
   std::size_t d = 0;
   if constexpr (std::is_same_v<Dst, C>)
     if (dst_stride == 1) {
@@ -93,13 +94,6 @@ void scaled_copy(const q8_row& src, std::ptrdiff_t, std::size_t n, C c, Dst* dst
       for (; d + w <= n; d += w) simd::store(dst + d, simd::load_as<C>(src + d) * cv);
     }
   for (; d < n; ++d) dst[std::ptrdiff_t(d) * dst_stride] = Dst(C(src[std::ptrdiff_t(d)]) * c);
-}
-
-/// scaled_copy from a row of a cache's int8 page, dequantized.
-template <class Dst, class C>
-void scaled_copy(const q8_pair_row& src, std::ptrdiff_t, std::size_t n, C c, Dst* dst, std::ptrdiff_t dst_stride) {
-  if (src.alone()) return scaled_copy(src.as_row(), 1, n, c, dst, dst_stride);
-  for (std::size_t d = 0; d < n; ++d) dst[std::ptrdiff_t(d) * dst_stride] = Dst(C(src[std::ptrdiff_t(d)]) * c);
 }
 
 /// s[0, n) *= log2 e (n a multiple of the batch size): natural scores to the softmax's base 2.

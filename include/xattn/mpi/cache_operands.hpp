@@ -1,7 +1,7 @@
 #pragma once
 // A kv_cache's sequences in a ring. The ring passes each rank's keys and values around as one
 // contiguous block, so cache terminals are gathered once per call into (B, H, n, D) tensors
-// (int8 pages dequantized to float, other pages in their own type) and the plan's sequence-lengths
+// (quantized pages dequantized to float, other pages in their own type) and the plan's sequence-lengths
 // mask is dropped: every sequence of the batch must hold exactly this rank's rows.
 #include "../cache/cache_ref.hpp"
 #include "../eval/plan/plan.hpp"
@@ -17,7 +17,7 @@ namespace xattn::mpi::detail {
 
 /// The element type a cache's pages travel in.
 template <class T>
-using gathered_t = std::conditional_t<std::is_same_v<T, std::int8_t>, float, T>;
+using gathered_t = std::conditional_t<is_quantized_v<T>, float, T>;
 
 /// x itself, or a cache terminal's rows gathered into an owned tensor (rows past a sequence's end
 /// read whatever page the view points them at; the length check refuses such batches).

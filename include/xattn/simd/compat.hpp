@@ -149,6 +149,13 @@ inline batch<T> load_as(const E* p) noexcept {
   }
 }
 
+/// One batch of T from a row handle (a quantized row's codes and scales, kernel/q8_row.hpp,
+/// kernel/scaled_row.hpp): the handle dequantizes its own format. Declared here, before the
+/// kernels, so that their qualified calls find every format's handles.
+template <class T, class R>
+requires requires(const R& r) { r.template load<T>(); }
+inline batch<T> load_as(const R& r) noexcept { return r.template load<T>(); }
+
 template <class T>
 inline void store(T* p, const batch<T>& x) noexcept {
   x.store_unaligned(p);

@@ -6,6 +6,7 @@
 // the sizes are read off the terminals and checked as eval would, the schedule is the value the
 // run uses, and every tile operation named comes from the score path's type and that value
 // (explanation::forward_ops and backward_ops list them; a run records a subset of them).
+#include "../../cache/format.hpp"
 #include "../../kernel/trace.hpp"
 #include "../forward/fused_worker.hpp"
 #include "../paths/select.hpp"
@@ -57,8 +58,8 @@ std::string element_name() {
     return "double";
   else if constexpr (std::is_same_v<T, bfloat16>)
     return "bfloat16";
-  else if constexpr (std::is_same_v<T, std::int8_t>)
-    return "int8 (q8_0)";
+  else if constexpr (is_quantized_v<T>)
+    return cache_format<T>::name;
   else
     return "float16";
 }

@@ -1,8 +1,9 @@
 #pragma once
 // V read where it lies: rows of the accumulator type, 16-bit rows widened in registers (a 16-bit
-// KV cache is read once, at half the bytes), a cache's pages where they are, int8 pages
+// KV cache is read once, at half the bytes), a cache's pages where they are, quantized pages
 // dequantized as loaded. Decoding's way, and a short head's rows of Acc, which stay in L2 for its
 // few query blocks.
+#include "../../cache/format.hpp"
 #include "../../kernel/pv.hpp"
 #include "../../kernel/qk.hpp"
 #include "../../policy/problem.hpp"
@@ -19,7 +20,7 @@ struct values_in_place {
   /// features, rows apart by at least a row.
   template <class V, class View>
   static bool takes(const View& vv, const problem& pr) {
-    constexpr bool loads = std::is_same_v<V, Acc> || simd::widens16_v<Acc, V> || std::is_same_v<V, std::int8_t>;
+    constexpr bool loads = std::is_same_v<V, Acc> || simd::widens16_v<Acc, V> || is_quantized_v<V>;
     return loads && vv.inner_stride() == 1 && pr.v_dim % simd::width<Acc> == 0 &&
            vv.at.stride[2] >= std::ptrdiff_t(pr.v_dim);
   }

@@ -1,0 +1,53 @@
+#pragma once
+// What a cache page stores per element type T: cache_format<T>. A format is one specialization:
+// plain formats (float, bfloat16, float16) store rows as they are; a quantized format stores
+// codes with one float scale per `group` features of a row and says
+//   code                      the stored element (T itself)
+//   name                      how explain names it
+//   quantize(x, xs, n, out)   n <= group values x (xs apart) to codes out[0, n); returns the scale
+//   value(code, scale)        a code's value
+//   widens<A>, batch<A>(p, s) a batch of A decoded in registers (when widens<A>)
+// and optionally row(codes, scales, col, layout), a row handle of its own layout (int8's keys);
+// otherwise its rows are kernel::scaled_row<cache_format<T>>, one after the other. The formats
+// there are are listed in cache/formats.hpp.
+#include "../types.hpp"
+
+#include <cstddef>
+#include <type_traits>
+
+namespace xattn {
+
+/// Where a page's codes and scales of one head lie: feature d of row r at code(r, d) elements
+/// from the rows' start, scale g of row r at scale(r, g) floats from the scales' start. Rows
+/// stand one after the other (row_step = dim), except a cache's int8 keys, which interleave
+/// their rows by pairs of features (row_step 2, pair_stride 2 · page_size: a pair of features of
+/// 16 consecutive rows is 32 contiguous bytes) and store each group's scales of all rows together
+/// (scale_stride page_size), the layout the integer score product reads (kernel/qk_q8.hpp).
+struct row_layout {
+  std::size_t row_step = 0, pair_stride = 2, scale_row_step = 0, scale_stride = 1;
+
+  std::size_t code(std::size_t r, std::size_t d) const noexcept { return r * row_step + d / 2 * pair_stride + d % 2; }
+  std::size_t scale(std::size_t r, std::size_t g) const noexcept { return r * scale_row_step + g * scale_stride; }
+};
+
+template <class T>
+struct cache_format {
+  static constexpr bool is_format = false;
+  static constexpr bool quantized = false;
+};
+
+/// float, bfloat16 and float16 rows as they are (converted on write).
+template <class T>
+requires(is_element_v<T> && !std::is_same_v<T, double>) struct cache_format<T> {
+  static constexpr bool is_format = true;
+  static constexpr bool quantized = false;
+};
+
+template <class T>
+inline constexpr bool is_cache_element_v = cache_format<T>::is_format;
+
+/// Whether T is a quantized format's code: its rows are read through handles, dequantized.
+template <class T>
+inline constexpr bool is_quantized_v = cache_format<T>::quantized;
+
+}  // namespace xattn
