@@ -29,10 +29,10 @@ namespace xattn_bench {
 
 namespace {
 
-/// Bytes a cache stores per token and head, of keys or values: the row, and int8's scales.
+/// Bytes a cache stores per token and head, of keys or values: the row, and a quantized format's scales.
 template <class T>
 constexpr std::size_t row_bytes(std::size_t dim) {
-  return dim * sizeof(T) + (std::is_same_v<T, std::int8_t> ? (dim + 31) / 32 * sizeof(float) : 0);
+  return dim * sizeof(T) + (xattn::is_quantized_v<T> ? (dim + 31) / 32 * sizeof(float) : 0);
 }
 
 template <class T>
@@ -247,6 +247,7 @@ void register_cache() {
   register_decodes<float>("float");
   register_decodes<xattn::bfloat16>("bfloat16");
   register_decodes<std::int8_t>("int8");
+  register_decodes<xattn::float8_e4m3>("float8_e4m3");
   register_loops<float>("float");
   register_loops<xattn::bfloat16>("bfloat16");
 }

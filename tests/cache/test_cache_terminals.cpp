@@ -110,7 +110,7 @@ TEST_CASE("cache terminals: the issue's decode step compiles and runs as written
 }
 
 TEMPLATE_TEST_CASE("cache terminals: a ragged batch is bit for bit the padded tensor with its lengths as masks",
-                   "[cache]", float, bfloat16, float16, std::int8_t) {
+                   "[cache]", float, bfloat16, float16, std::int8_t, float8_e4m3) {
   // quantized pages against float tensors of the dequantized values; int8 keys are multiplied on
   // int16 query codes (kernel/qk_q8.hpp), so the two agree to the queries' rounding, and int8
   // pages of any size agree bit for bit with one page per sequence
@@ -363,4 +363,101 @@ TEST_CASE("cache terminals: int8 pages move a decoding step by less than the qua
   CHECK(kernel_error < 2e-6);
   CHECK(quantization_error > 0);
   CHECK(quantization_error < bound);
+}
+
+TEST_CASE("cache terminals: float8_e4m3 pages move a decoding step by less than their bound, int8's beside it",
+          "[cache][fp8]") {
+  // As for int8 above, with float8_e4m3's half step: 2^-4 of a value, or 2^-10 of the group's
+  // scale (amax / 448) below its smallest normal, so at most amax · (1/16 + 2^-10 / 448) per
+  // group. Its steps are relative where int8's are absolute: coarser for features of one
+  // magnitude, finer for the small features of a group with an outlier (every 32nd feature of the
+  // values 40 times the others here). (docs/numerics.md quotes the figures this prints.)
+  testing::rng r(67);
+  const std::size_t hkv = 8, group = 4, dim = 128, len = 2048;
+  const float scale = 1 / std::sqrt(float(dim));
+  const xt::xtensor<float, 4> q = r.tensor<float>({1, hkv * group, 1, dim});
+  double q1 = 0;
+  for (std::size_t h = 0; h < hkv * group; ++h) {
+    double l1 = 0;
+    for (std::size_t d = 0; d < dim; ++d) l1 += std::fabs(q(0, h, 0, d));
+    q1 = std::max(q1, l1);
+  }
+  const auto group_amax = [&](const xt::xtensor<float, 3>& x) {
+    double worst = 0;
+    for (std::size_t h = 0; h < hkv; ++h)
+      for (std::size_t t = 0; t < len; ++t)
+        for (std::size_t g = 0; g < dim; g += 32) {
+          double amax = 0;
+          for (std::size_t d = g; d < g + 32; ++d) amax = std::max(amax, double(std::fabs(x(h, t, d))));
+          worst = std::max(worst, amax);
+        }
+    return worst;
+  };
+  for (const bool outlier : {false, true}) {
+    xt::xtensor<float, 3> k = r.tensor<float>({hkv, len, dim}), v = r.tensor<float>({hkv, len, dim});
+    if (outlier)
+      for (std::size_t h = 0; h < hkv; ++h)
+        for (std::size_t t = 0; t < len; ++t)
+          for (std::size_t d = 0; d < dim; d += 32) v(h, t, d) *= 40;
+    kv_cache<float8_e4m3> c8({.kv_heads = hkv, .head_dim = dim, .page_size = 16, .max_tokens = len});
+    kv_cache<std::int8_t> ci({.kv_heads = hkv, .head_dim = dim, .page_size = 16, .max_tokens = len});
+    kv_cache<float> c32({.kv_heads = hkv, .head_dim = dim, .page_size = 16, .max_tokens = len});
+    const auto s8 = c8.add_sequence(), si = ci.add_sequence(), s32 = c32.add_sequence();
+    c8.append(s8, k, v);
+    ci.append(si, k, v);
+    c32.append(s32, k, v);
+    const auto e8 = softmax(ref(q) * trans(c8.keys({s8})) * scale) * c8.values({s8});
+    const auto ei = softmax(ref(q) * trans(ci.keys({si})) * scale) * ci.values({si});
+    const auto e32 = softmax(ref(q) * trans(c32.keys({s32})) * scale) * c32.values({s32});
+    const xt::xtensor<float, 4> o8 = eval(e8), oi = eval(ei), o32 = eval(e32);
+    const double kernel_error = max_abs_diff(o8, reference(e8).output), fp8_error = max_abs_diff(o8, o32),
+                 int8_error = max_abs_diff(oi, o32);
+    const auto small_features_error = [&](const xt::xtensor<float, 4>& o) {  // beside the outliers
+      double worst = 0;
+      for (std::size_t h = 0; h < hkv * group; ++h)
+        for (std::size_t d = 0; d < dim; ++d)
+          if (d % 32 != 0) worst = std::max(worst, double(std::fabs(o(0, h, 0, d) - o32(0, h, 0, d))));
+      return worst;
+    };
+    const double fp8_small = small_features_error(o8), int8_small = small_features_error(oi);
+    const double half_step = 1.0 / 16 + 0x1p-10 / 448;
+    const double delta = scale * q1 * group_amax(k) * half_step, vmax = xt::amax(xt::abs(v))();
+    const double bound = group_amax(v) * half_step + std::expm1(2 * delta) * vmax;
+    INFO((outlier ? "an outlier per group" : "U(-1, 1)")
+         << ", (1, 32 heads, 8 kv heads, 2048 keys, 128): float8_e4m3 kernel error " << kernel_error
+         << ", quantization error " << fp8_error << " (int8 " << int8_error << "), bound " << bound
+         << "; features beside the outliers " << fp8_small << " (int8 " << int8_small << ")");
+    CHECK(kernel_error < 2e-6 * vmax);
+    CHECK(fp8_error > 0);
+    CHECK(fp8_error < bound);
+    if (outlier)
+      CHECK(fp8_small < int8_small);
+    else
+      CHECK(fp8_error > int8_error);
+  }
+}
+
+TEST_CASE("cache terminals: float8_e4m3 pages prefill a grouped batch as the reference on their stored values",
+          "[cache][fp8]") {
+  testing::rng r(47);
+  kv_cache<float8_e4m3, float8_e4m3> cache({.kv_heads = 2, .head_dim = 64, .page_size = 16, .max_tokens = 1024});
+  const auto a = cache.add_sequence(), b = cache.add_sequence();
+  append_random(cache, a, 300, r);
+  append_random(cache, b, 100, r);
+  const auto batch = std::vector<sequence_id>{a, b};
+  const xt::xtensor<float, 4> q = r.tensor<float>({2, 8, 70, 64});  // 4 query heads per key head
+  const auto e =
+      softmax(mask(ref(q) * trans(cache.keys(batch)) * 0.125f, causal(align::bottom_right))) * cache.values(batch);
+  const xt::xtensor<float, 4> out = eval(e);
+  CHECK(max_abs_diff(out, reference(e).output) < tolerance_for<float>());
+  // the same as float tensors of the stored values
+  const auto lens = lengths_of(cache, batch);
+  const auto kp = padded<float>(cache, batch, true), vp = padded<float>(cache, batch, false);
+  const auto dense = softmax(mask(mask(ref(q) * trans(ref(kp)) * 0.125f, causal_offsets(offsets(lens, 70))),
+                                  lengths(lens, masked_rows::zero))) *
+                     ref(vp);
+  CHECK(max_abs_diff(out, eval(dense)) < tolerance_for<float>());
+  CHECK_THAT(
+      explain(e).text,
+      Catch::Contains("K float8_e4m3 (scale per 32) (2,2,300,64) in pages of 16 tokens, sequences of (300,100)"));
 }

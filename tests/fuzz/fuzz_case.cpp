@@ -99,6 +99,7 @@ fuzz_case draw_case(testing::rng& r, std::uint64_t run_seed, std::uint64_t index
 
   c.sch = {block(r), block(r), int(r.size(1, 2))};
   c.q_amplitude = std::array<double, 5>{1, 1, 1, 4, 16}[r.size(0, 4)];
+  if (t == terminal::cache && c.elem == element::f32) c.fp8_pages = r.coin(0.5);  // drawn last: other cases unchanged
   return c;
 }
 
@@ -108,7 +109,8 @@ std::string describe(const fuzz_case& c) {
   os << name(c.elem) << " " << scorer_names[c.scorer] << " / " << mask_names[c.masks] << ", " << name(c.kind)
      << (s.three_d ? " rank-3" : "") << ", B=" << s.B << " Hq=" << s.Hq() << " Hkv=" << s.Hkv << " Sq=" << s.Sq
      << " Skv=" << s.Skv << " Dq=" << s.Dq << " Dk=" << s.Dk << " Dv=" << s.Dv << ", block_q=" << c.sch.block_q
-     << " block_k=" << c.sch.block_k << " threads=" << c.sch.threads << ", |Q| x" << c.q_amplitude;
+     << " block_k=" << c.sch.block_k << " threads=" << c.sch.threads << ", |Q| x" << c.q_amplitude
+     << (c.fp8_pages ? ", float8_e4m3 pages" : "");
   return os.str();
 }
 

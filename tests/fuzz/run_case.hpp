@@ -20,11 +20,12 @@ double rotated_bf16_rounding(const fuzz_case& c) {
   return 2 * 0x1p-8 * (1 + 0x1p-9) * c.q_amplitude * std::sqrt(double(c.sizes.Dq + 16));
 }
 
-template <element E, terminal Kind>
+/// Pages: a cache's page format when it is not the element type (void: the element type).
+template <element E, terminal Kind, class Pages = void>
 verdict run_on(const fuzz_case& c, testing::rng& r) {
   using T = accumulator_t<typename element_types<E>::q, typename element_types<E>::k, typename element_types<E>::v>;
   verdict v{false, "combination not instantiated (generator and tables disagree)"};
-  const auto ops = operands<E, Kind>(c, r);
+  const auto ops = operands<E, Kind, Pages>(c, r);
   with_index<scorer_names.size()>(c.scorer, [&](auto S) {
     if constexpr (scorer_allowed(E, Kind, decltype(S)::value))
       with_index<mask_names.size()>(c.masks, [&](auto M) {

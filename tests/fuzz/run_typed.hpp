@@ -12,6 +12,8 @@ verdict run_typed(const fuzz_case& c, testing::rng& r) {
     case storage::packed:
       return run_on<E, terminal::packed>(c, r);
     case storage::cache:
+      if constexpr (E == element::f32)
+        if (c.fp8_pages) return run_on<E, terminal::cache, float8_e4m3>(c, r);
       if constexpr (E != element::f64 && E != element::mixed) return run_on<E, terminal::cache>(c, r);
       return {false, "kv_cache pages are not double or mixed"};
     default:

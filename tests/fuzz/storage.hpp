@@ -2,6 +2,7 @@
 // Operands in every storage the terminals accept. Memory that belongs to no logical element
 // (padding, skipped steps) holds NaN, so a kernel that reads outside a view poisons its output.
 #include "fuzz_case.hpp"
+#include "support/float8_reference.hpp"
 
 #include <xattn/cache.hpp>
 
@@ -137,6 +138,7 @@ auto packed_operand(std::size_t batch, std::size_t heads_n, std::size_t seq, std
 /// as a fork of the first (sharing its pages, the partial one copied on its first append). Every
 /// element the terminals show is checked against what was appended, rounded to the page type:
 /// the reference reads the same pages, so a wrong page index would otherwise go unseen.
+/// float8_e4m3 pages hold what the specification's nearest codes give (support/float8_reference.hpp).
 template <class TK, class TV>
 auto cache_operands(const testing::case_sizes& z, testing::rng& r, std::vector<std::shared_ptr<const void>>& keep) {
   const std::size_t page_size = std::array<std::size_t, 5>{1, 3, 4, 16, 64}[r.size(0, 4)], dim = z.Dk;
@@ -176,24 +178,36 @@ auto cache_operands(const testing::case_sizes& z, testing::rng& r, std::vector<s
   }
   auto kt = cache->keys(ids);
   auto vt = cache->values(ids);
-  for (std::size_t b = 0; b < z.B; ++b)
+  const auto stored = [](auto type, const xt::xtensor<float, 3>& x) {
+    using T = decltype(type);
+    if constexpr (std::is_same_v<T, float8_e4m3>) {
+      return testing::e4m3_rows(x);
+    } else {
+      xt::xtensor<float, 3> y = x;
+      for (auto& e : y) e = float(T(e));
+      return y;
+    }
+  };
+  for (std::size_t b = 0; b < z.B; ++b) {
+    const auto kb = stored(TK{}, ks[b]), vb = stored(TV{}, vs[b]);
     for (std::size_t h = 0; h < z.Hkv; ++h)
       for (std::size_t j = 0; j < lens[b]; ++j)
         for (std::size_t d = 0; d < dim; ++d)
-          if (float(kt.view(b, h, j, d)) != float(TK(ks[b](h, j, d))) ||
-              float(vt.view(b, h, j, d)) != float(TV(vs[b](h, j, d))))
+          if (float(kt.view(b, h, j, d)) != kb(h, j, d) || float(vt.view(b, h, j, d)) != vb(h, j, d))
             throw std::logic_error("fuzzer: cache terminal element (" + std::to_string(b) + ", " + std::to_string(h) +
                                    ", " + std::to_string(j) + ", " + std::to_string(d) +
                                    ") is not the one appended (page_size " + std::to_string(page_size) + ")");
+  }
   return std::pair{kt, vt};
 }
 
-/// Build Q, K, V of element kind E for a terminal kind (compile time) and a storage (run time).
-template <element E, terminal Kind>
+/// Build Q, K, V of element kind E for a terminal kind (compile time) and a storage (run time);
+/// a cache's pages of type Pages unless it is void.
+template <element E, terminal Kind, class Pages = void>
 auto operands(const fuzz_case& c, testing::rng& r) {
   using TQ = typename element_types<E>::q;
-  using TK = typename element_types<E>::k;
-  using TV = typename element_types<E>::v;
+  using TK = std::conditional_t<std::is_void_v<Pages>, typename element_types<E>::k, Pages>;
+  using TV = std::conditional_t<std::is_void_v<Pages>, typename element_types<E>::v, Pages>;
   const auto& z = c.sizes;
   if constexpr (Kind == terminal::rank0) {
     operand_set<tensor_ref<TQ, 0>, tensor_ref<TK, 0>, tensor_ref<TV, 0>> o;

@@ -253,7 +253,7 @@ kv_cache<T> cache_of(const xt::xtensor<float, 4>& k, const xt::xtensor<float, 4>
 }  // namespace
 
 TEMPLATE_TEST_CASE("the ring equals one process: keys and values from a kv_cache", "[mpi][cache]", float, bfloat16,
-                   std::int8_t) {
+                   std::int8_t, float8_e4m3) {
   mpi::context cp(MPI_COMM_WORLD, 64, mpi::balance::zigzag);
   const std::size_t S = cp.seq_len();
   const auto q = random_tensor<float, 4>({2, 4, S, 32}, 1);
