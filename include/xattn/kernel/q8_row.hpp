@@ -30,7 +30,7 @@ struct q8_row {
   /// Asks for the cache lines of `bytes` of codes and of their scales, which lie apart from them
   /// (the hardware prefetcher, following the codes, misses them).
   template <int Locality>
-  void prefetch(std::size_t bytes) const noexcept;
+  [[gnu::always_inline]] void prefetch(std::size_t bytes) const noexcept;
 };
 
 /// A row of a cache's int8 page. Key pages interleave their page_rows rows by pairs of features:
@@ -63,7 +63,7 @@ struct q8_pair_row {
   /// Rows interleaved by pairs are not asked for one by one: the score product that reads them
   /// prefetches whole blocks of rows. Rows alone as q8_row's.
   template <int Locality>
-  void prefetch(std::size_t bytes) const noexcept {
+  [[gnu::always_inline]] void prefetch(std::size_t bytes) const noexcept {
     if (alone()) as_row().prefetch<Locality>(bytes);
   }
 };
@@ -82,18 +82,21 @@ template <class R>
 using row_element_t = typename row_element<R>::type;
 
 /// Asks for the cache lines holding `bytes` of a row from where it starts; a handle's own way
-/// (its scales lie apart from its codes).
+/// (its scales lie apart from its codes). Always inlined: GCC takes a function that only
+/// prefetches for one without effects, and drops calls to it that are not inlined first.
 template <int Locality = 3, class P>
-inline void prefetch_row(const P* p, std::size_t bytes) noexcept {
+[[gnu::always_inline]] inline void prefetch_row(const P* p, std::size_t bytes) noexcept {
   const char* a = reinterpret_cast<const char*>(p);
   for (std::size_t b = 0; b < bytes; b += 64) __builtin_prefetch(a + b, 0, Locality);
 }
 template <int Locality = 3, class R>
 requires requires(const R& r) { r.template prefetch<Locality>(std::size_t(0)); }
-inline void prefetch_row(const R& r, std::size_t bytes) noexcept { r.template prefetch<Locality>(bytes); }
+[[gnu::always_inline]] inline void prefetch_row(const R& r, std::size_t bytes) noexcept {
+  r.template prefetch<Locality>(bytes);
+}
 
 template <int Locality>
-void q8_row::prefetch(std::size_t bytes) const noexcept {
+[[gnu::always_inline]] inline void q8_row::prefetch(std::size_t bytes) const noexcept {
   prefetch_row<Locality>(q + col, bytes);
   prefetch_row<Locality>(scale + col / group, (bytes + group - 1) / group * sizeof(float));
 }
@@ -126,7 +129,7 @@ namespace xattn::kernel {
 /// and multiplied by their group's scale (a batch starting on a multiple of its width never
 /// straddles two groups of 32).
 template <class T>
-simd::batch<T> q8_row::load() const noexcept {
+inline simd::batch<T> q8_row::load() const noexcept {
   constexpr std::size_t w = simd::width<T>;
   if constexpr (q8_widens<T>)
     if (col % w == 0) return q8_batch<T>(q + col, scale[col / group]);
@@ -138,7 +141,7 @@ simd::batch<T> q8_row::load() const noexcept {
 /// One batch of T from a row of a cache page, dequantized: interleaved rows lane by lane (prefill
 /// packs a key block once for all its query rows; decoding reads them through qk_direct_q8).
 template <class T>
-simd::batch<T> q8_pair_row::load() const noexcept {
+inline simd::batch<T> q8_pair_row::load() const noexcept {
   if (alone()) return as_row().load<T>();
   alignas(64) std::array<T, simd::width<T>> lanes;
   for (std::size_t i = 0; i < simd::width<T>; ++i) lanes[i] = T((*this)[std::ptrdiff_t(i)]);

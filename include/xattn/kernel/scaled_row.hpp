@@ -47,7 +47,7 @@ struct scaled_row {
 
   /// The cache lines of `bytes` of codes and of their scales, which lie apart from them.
   template <int Locality>
-  void prefetch(std::size_t bytes) const noexcept {
+  [[gnu::always_inline]] void prefetch(std::size_t bytes) const noexcept {  // see prefetch_row
     const char* a = reinterpret_cast<const char*>(q + col);
     for (std::size_t b = 0; b < bytes; b += 64) __builtin_prefetch(a + b, 0, Locality);
     const std::size_t groups = (bytes / sizeof(element) + F::group - 1) / F::group;
