@@ -6,6 +6,7 @@
 //   F::code, F::group (a multiple of every batch width), F::value(code, scale) -> float,
 //   F::widens<T> and F::batch<T>(codes, scale): a batch of T decoded in registers.
 #include "../simd/compat.hpp"
+#include "row_handle.hpp"
 
 #include <array>
 #include <cstddef>
@@ -48,11 +49,8 @@ struct scaled_row {
   /// The cache lines of `bytes` of codes and of their scales, which lie apart from them.
   template <int Locality>
   [[gnu::always_inline]] void prefetch(std::size_t bytes) const noexcept {  // see prefetch_row
-    const char* a = reinterpret_cast<const char*>(q + col);
-    for (std::size_t b = 0; b < bytes; b += 64) __builtin_prefetch(a + b, 0, Locality);
-    const std::size_t groups = (bytes / sizeof(element) + F::group - 1) / F::group;
-    const char* s = reinterpret_cast<const char*>(scale + col / F::group);
-    for (std::size_t b = 0; b < groups * sizeof(float); b += 64) __builtin_prefetch(s + b, 0, Locality);
+    prefetch_row<Locality>(q + col, bytes);
+    prefetch_row<Locality>(scale + col / F::group, (bytes / sizeof(element) + F::group - 1) / F::group * sizeof(float));
   }
 };
 
