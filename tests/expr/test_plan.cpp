@@ -41,18 +41,18 @@ TEST_CASE("policy capabilities choose the score path") {
   STATIC_REQUIRE(path_name_v<tensor_base<decltype(T)>> == "tensor");
 }
 
-TEST_CASE("a plan changed one part at a time keeps the others: a block of it keeps sinks, values and dropout") {
+TEST_CASE("a plan changed one part at a time keeps the others: a block of it keeps the softmax term, values and dropout") {
   const xt::xtensor<float, 1> t = {0.5f};
   const auto p = make_plan(dropout(softmax(mask(softcap(T * trans(T), 5.0), causal()), sinks(t)), 0.25f, 9) * T);
   using P = std::decay_t<decltype(p)>;
-  STATIC_REQUIRE((P::has_sinks && P::has_values));
+  STATIC_REQUIRE((P::has_term && P::has_values));
   const auto b = at_positions(p, resolve(p), positions{1, 1});
   using Bl = std::decay_t<decltype(b)>;
-  STATIC_REQUIRE((Bl::has_sinks && Bl::has_values));
+  STATIC_REQUIRE((Bl::has_term && Bl::has_values));
   STATIC_REQUIRE(decltype(hana::length(b.ops))::value == 1 && decltype(hana::length(b.masks))::value == 1);
-  REQUIRE(b.sinks.at(0) == 0.5);
+  REQUIRE(b.term.at(0) == 0.5);
   REQUIRE((b.drop.p == 0.25f && b.drop.i0 == 1 && b.drop.j0 == 1));
-  const auto without = without_sinks(b);
-  STATIC_REQUIRE(!std::decay_t<decltype(without)>::has_sinks);
+  const auto without = without_term(b);
+  STATIC_REQUIRE(!std::decay_t<decltype(without)>::has_term);
   REQUIRE(without.drop.i0 == 1);
 }

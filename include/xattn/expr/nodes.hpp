@@ -2,7 +2,7 @@
 // Expression nodes hold their operands by value (terminals are cheap views) and do nothing.
 #include "../random/philox_dropout.hpp"
 #include "base.hpp"
-#include "sinks.hpp"
+#include "../policy/terms/sinks.hpp"
 
 namespace xattn {
 
@@ -53,11 +53,11 @@ struct mask_node : expr_base<mask_node<E, M>> {
   M mask;
 };
 
-/// softmax over the key axis, with attention sinks (sinks.hpp) or without (no_sinks).
-template <class E, class Sk = no_sinks>
-struct softmax_node : expr_base<softmax_node<E, Sk>> {
+/// softmax over the key axis, with a softmax term (policy/terms/: the sinks) or without.
+template <class E, class Tm = no_softmax_term>
+struct softmax_node : expr_base<softmax_node<E, Tm>> {
   E arg;
-  Sk sinks{};
+  Tm term{};
 };
 
 /// dropout(softmax(...), p, seed): training-mode dropout on the weights, keyed by

@@ -98,10 +98,15 @@ auto softmax(E e) {
   return softmax_node<E>{{}, std::move(e)};
 }
 
-/// softmax(masked, sinks(t)): one more logit per query head in every row's normaliser.
-template <expression E, class T>
-auto softmax(E e, sink_logits<T> s) {
-  return softmax_node<E, sink_logits<T>>{{}, std::move(e), std::move(s)};
+/// softmax(masked, term): one more logit in every row's normaliser, e.g. sinks(t) (one per query
+/// head); any type with the softmax_term protocol (policy/terms/term.hpp).
+template <expression E, class Tm>
+auto softmax(E e, Tm t) {
+  static_assert(softmax_term<Tm>,
+                "xattn: softmax(scores, term): term must be a softmax term, e.g. sinks(t), or a type with logit(b, h), "
+                "check(problem), parameters(problem), add_gradient(b, h, g, d), name() and describe() "
+                "(policy/terms/term.hpp)");
+  return softmax_node<E, Tm>{{}, std::move(e), std::move(t)};
 }
 
 /// dropout(weights, p, seed): zero each weight with probability p, scale survivors by 1/(1-p).

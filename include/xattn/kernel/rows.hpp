@@ -117,10 +117,10 @@ struct row_state {
   T l = 0;
 };
 
-/// The state of a row that starts with an attention sink of logit t (base-2 units): a key every row
-/// sees, holding no value -- max t, sum 1, and the output row stays 0. t = -inf: no sink.
+/// The state of a row that starts with a softmax term of logit t (base-2 units; an attention sink):
+/// a key every row sees, holding no value -- max t, sum 1, and the output row stays 0. t = -inf: none.
 template <class T>
-row_state<T> sink_state(T t) {
+row_state<T> term_state(T t) {
   if (std::isinf(t) && t < 0) return {};
   return {t, T(1)};
 }

@@ -62,8 +62,8 @@ void pack(const strided_view<const T>& v, T* dst) {
 }
 
 /// The plan of one block: Q's rows of segment qs, keys and values of segment ks of the message at
-/// `msg` (n rows in all), masks and modifiers at the block's global positions, and no sinks: they
-/// join once, where the blocks' results are merged.
+/// `msg` (n rows in all), masks and modifiers at the block's global positions, and no softmax term:
+/// it joins once, where the blocks' results are merged.
 template <class Plan>
 auto block_plan(const Plan& p, const problem& whole, const message_layout& ml, const std::byte* msg, std::size_t n,
                 const segment& qs, const segment& ks) {
@@ -78,7 +78,7 @@ auto block_plan(const Plan& p, const problem& whole, const message_layout& ml, c
                                                  packed_layout(ml.batch, ml.heads, n, ml.dv)},
                           ks);
   b.base.k.owned.reset(), b.v.owned.reset();
-  return without_sinks(at_positions(b, whole, positions{qs.first, ks.first}));
+  return without_term(at_positions(b, whole, positions{qs.first, ks.first}));
 }
 
 /// need[r][o]: some (query segment of r, key segment of o) block is not hidden by an excluding

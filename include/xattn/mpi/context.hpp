@@ -176,7 +176,7 @@ class context {
     });
     for (auto& t : g.dbias) detail::sum_in_rank_order(su_.comm, t.data(), t.size());
     for (auto& t : g.dmodify) detail::sum_in_rank_order(su_.comm, t.d.data(), t.d.size());
-    if constexpr (Plan::has_sinks) detail::sum_in_rank_order(su_.comm, g.dsinks.data(), g.dsinks.size());
+    if constexpr (Plan::has_term) detail::sum_in_rank_order(su_.comm, g.dsinks.data(), g.dsinks.size());
     detail::sum_parameters_in_rank_order(su_.comm, g.dscore);
     return g;
   }

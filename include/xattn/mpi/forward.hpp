@@ -159,14 +159,14 @@ void ring_attention(const setup& su, const Plan& p, const ring_problem<Plan>& rp
         }
     });
   });
-  // The sinks join once, here on the rank that holds the rows (the blocks' plans have none): a
-  // part whose log-sum-exp is the sink's logit and whose output is 0.
-  if constexpr (Plan::has_sinks) {
+  // The softmax term joins once, here on the rank that holds the rows (the blocks' plans have
+  // none): a part whose log-sum-exp is the term's logit and whose output is 0.
+  if constexpr (Plan::has_term) {
     const std::vector<Acc> zero(dv, Acc(0));
     for (std::size_t b = 0, r = 0; b < l.batch; ++b)
       for (std::size_t h = 0; h < l.q_heads; ++h)
         for (std::size_t i = 0; i < rows; ++i, ++r) {
-          const double ls[2] = {run_lse[r], p.sinks.at(h)};
+          const double ls[2] = {run_lse[r], p.term.logit(b, h)};
           const Acc* parts[2] = {acc.data() + r * dv, zero.data()};
           run_lse[r] = kernel::merge_row<double>(
               2, [&](std::size_t c) { return ls[c]; }, [&](std::size_t c) { return parts[c]; }, dv, acc.data() + r * dv,

@@ -210,8 +210,8 @@ backward_report run_backward(const Plan& p, const problem& pr, const backward_sc
     // no visible key, or a NaN score (the forward's row is NaN; so are its gradients)
     if ((std::isinf(shift[r]) && shift[r] < 0) || std::isnan(shift[r])) continue;
     const auto [b, h, i] = row_index(r);
-    const double sink = std::exp(p.sinks.at(h) - double(in.lse(b, h, i)));  // the sink's weight
-    const double e = std::abs(double(s) + sink - 1);
+    const double term = std::exp(p.term.logit(b, h) - double(in.lse(b, h, i)));  // the softmax term's weight
+    const double e = std::abs(double(s) + term - 1);
     rep.worst_row_sum_error =
         std::isnan(e) ? std::numeric_limits<double>::infinity() : std::max(rep.worst_row_sum_error, e);
   }

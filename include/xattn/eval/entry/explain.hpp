@@ -173,8 +173,10 @@ void describe_plan(std::ostream& os, const Plan& p, const Ops& ops, const Masks&
     os << "p = " << p.drop.p << ", seed " << p.drop.seed << " (Philox on (seed, b, h, i, j))";
   else
     os << "none";
-  if constexpr (std::decay_t<decltype(p)>::has_sinks)
-    os << "\n  sinks       one logit per query head: each row's running softmax starts from it (max t, sum 1)";
+  if constexpr (std::decay_t<decltype(p)>::has_term) {
+    const std::string name = p.term.name();
+    os << "\n  " << name << std::string(name.size() < 12 ? 12 - name.size() : 1, ' ') << p.term.describe();
+  }
   os << "\n  schedule    block_q " << fs.block_q << ", block_k " << fs.block_k << ", "
      << threads_text(fs.threads, fs.threads_reason, fs.flop);
   if (fs.key_chunks > 1) os << ", keys split into " << fs.key_chunks << " chunks of " << fs.chunk_keys;

@@ -9,7 +9,7 @@
 #include "../../policy/gradient.hpp"
 #include "../../types.hpp"
 #include "../backward/backward.hpp"
-#include "../backward/sink_grads.hpp"
+#include "../backward/term_grads.hpp"
 #include "../plan/bias_terms.hpp"
 #include "../plan/types.hpp"
 #include "partial.hpp"
@@ -74,7 +74,7 @@ struct gradients {
   DScore dscore;                       // the scoring policy's parameter gradients (policy/gradient.hpp)
   std::vector<xt::xarray<Acc>> dbias;  // one per bias(t) term, in order, in t's shape
   std::vector<learned_gradients> dmodify;  // one per modify(s, op) whose op lists learnables, in order
-  xt::xtensor<Acc, 1> dsinks;              // (Hq) for softmax(..., sinks(t)); empty without sinks
+  xt::xtensor<Acc, 1> dsinks;              // the softmax term's parameters: (Hq) for sinks(t); else empty
 };
 
 namespace detail {
@@ -214,7 +214,7 @@ layout<4> zero_gradient(R& r, form how, const std::array<std::size_t, 4>& shape,
 namespace detail {
 
 /// The rest of a backward once dQ, dK (or dX) and dV have zeroed targets in `out`: every bias and
-/// learnable gradient created in g, compute(in, out) run, the sinks' gradient taken.
+/// learnable gradient created in g, compute(in, out) run, the softmax term's gradient taken.
 template <class Plan, class Acc, class DO, class O, class DScore, class Compute>
 void complete_gradients(const Plan& p, const problem& pr, const backward_inputs<Acc, DO, O>& in,
                         backward_outputs<Acc, DScore>& out, gradients_t<Plan>& g, Compute&& compute) {
@@ -225,7 +225,7 @@ void complete_gradients(const Plan& p, const problem& pr, const backward_inputs<
   });
   out.dbias = &g.dbias, out.dmodify = &g.dmodify, out.dscore = &g.dscore;
   compute(in, out);
-  if constexpr (Plan::has_sinks) g.dsinks = sink_gradients(p.sinks, pr, in);
+  if constexpr (Plan::has_term) g.dsinks = term_gradients(p.term, pr, in);
 }
 
 }  // namespace detail

@@ -155,7 +155,7 @@ class fused_worker {
   void run_row_stats(std::size_t b, std::size_t h, std::size_t i0, std::pair<Acc, Acc>* stats) {
     const std::size_t rows = std::min(bq_, pr_.q_len - i0);
     std::vector<double> m(rows, -std::numeric_limits<double>::infinity()), l(rows, 0.0);
-    if (const double t = p_.sinks.at(h); !std::isinf(t)) {  // the sink: a key of score t, in every row
+    if (const double t = p_.term.logit(b, h); !std::isinf(t)) {  // the softmax term: a key of score t, in every row
       std::fill(m.begin(), m.end(), t);
       std::fill(l.begin(), l.end(), 1.0);
     }
@@ -216,15 +216,16 @@ class fused_worker {
     return block_probabilities(b, m, rows, j0, all, true);
   }
 
-  /// Loads the rows' queries and starts their running softmax: from the sinks when the keys begin
-  /// at 0 (a decoding split adds each row's sink once, in its first chunk).
+  /// Loads the rows' queries and starts their running softmax: from the softmax term when the keys
+  /// begin at 0 (a decoding split adds each row's term once, in its first chunk).
   void start(std::size_t b, const row_map& m, std::size_t rows, bool first_keys) {
     if (m.per_head == 0)
       tiles_.load_queries(b, m.h0, m.i0, rows, sc_);
     else
       for (std::size_t r = 0; r < rows; r += m.per_head) tiles_.load_queries(b, m.h(r), 0, m.per_head, sc_, r);
     for (std::size_t r = 0; r < rows; ++r)
-      st_[r] = first_keys ? kernel::sink_state(Acc(p_.sinks.at(m.h(r)) * kernel::log2e)) : kernel::row_state<Acc>{};
+      st_[r] =
+          first_keys ? kernel::term_state(Acc(p_.term.logit(b, m.h(r)) * kernel::log2e)) : kernel::row_state<Acc>{};
   }
 
   /// The part of key block [j0, j0 + all) that takes part for the task's rows (cols 0: skipped: the

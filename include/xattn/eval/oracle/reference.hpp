@@ -19,9 +19,9 @@ namespace xattn {
 struct reference_result {
   xt::xtensor<double, 4> scores;   // (B, Hq, Sq, Skv) after modifiers and masks (-inf: excluded)
   xt::xtensor<double, 4> weights;  // softmax (after dropout, if any); rows with no visible key are 0
-                                   // (with sinks: rows sum to 1 minus the sink's weight)
+                                   // (with a softmax term: rows sum to 1 minus its weight)
   xt::xtensor<double, 4> output;   // weights · V, (B, Hq, Sq, Dv); empty without values
-  xt::xtensor<double, 3> lse;      // log-sum-exp per row (the sink included), -inf for rows with no visible key
+  xt::xtensor<double, 3> lse;      // log-sum-exp per row (the softmax term included), -inf for rows with no visible key
 };
 
 namespace detail {
@@ -98,8 +98,8 @@ reference_result reference_eval(const Plan& p) {
   for (std::size_t b = 0; b < B; ++b)
     for (std::size_t h = 0; h < H; ++h)
       for (std::size_t i = 0; i < Sq; ++i) {
-        const double sink = p.sinks.at(h);  // a key of score `sink` that every row sees, with no value
-        double m = sink;
+        const double term = p.term.logit(b, h);  // a key of score `term` that the row sees, with no value
+        double m = term;
         for (std::size_t j = 0; j < Skv; ++j) {
           double s = p.scale * detail::base_score(p, pr, b, h, i, j);
           hana::for_each(ops, [&](const auto& op) { s = double(op(s, b, h, i, j)); });
@@ -111,7 +111,7 @@ reference_result reference_eval(const Plan& p) {
           r.lse(b, h, i) = ninf;
           continue;
         }
-        double l = std::exp(sink - m);
+        double l = std::exp(term - m);
         for (std::size_t j = 0; j < Skv; ++j) l += std::exp(r.scores(b, h, i, j) - m);
         for (std::size_t j = 0; j < Skv; ++j) r.weights(b, h, i, j) = std::exp(r.scores(b, h, i, j) - m) / l;
         r.lse(b, h, i) = m + std::log(l);

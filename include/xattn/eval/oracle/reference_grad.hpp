@@ -29,7 +29,7 @@ struct reference_gradients {
   std::vector<xt::xarray<double>> dbias;     // one per bias(t) term, in order, in t's shape
   std::vector<double> dscore;                // a policy's learnables (learned_gradients' order); else empty
   std::vector<std::vector<double>> dmodify;  // one per modifier with learnables, in order
-  std::vector<double> dsinks;                // (Hq) with sinks; else empty
+  std::vector<double> dsinks;                // the softmax term's parameters ((Hq) for sinks); else empty
 };
 
 /// A zero tensor in the shape of bias term `op`'s tensor, and bias_gradient_view of it.
@@ -98,7 +98,7 @@ reference_gradients reference_grad(const Plan& p, const xt::xtensor<double, 4>& 
   const auto masks = bind_all(p.masks, pr);
   const std::size_t B = pr.batch, H = pr.q_heads, Sq = pr.q_len, Skv = pr.kv_len, G = pr.q_heads / pr.kv_heads;
   reference_gradients r;
-  if constexpr (Plan::has_sinks) r.dsinks.assign(H, 0.0);
+  if constexpr (Plan::has_term) r.dsinks.assign(p.term.parameters(pr), 0.0);
   if constexpr (base_t::tensor_scores) {
     r.dx = xt::zeros<double>({B, H, Sq, Skv});
   } else {
@@ -177,7 +177,9 @@ reference_gradients reference_grad(const Plan& p, const xt::xtensor<double, 4>& 
           dp[j] = dw(b, h, i, j) * keep[j];
           delta += prob[j] * dp[j];
         }
-        if constexpr (Plan::has_sinks) r.dsinks[h] -= std::exp(p.sinks.at(h) - lse) * delta;  // the sink's dP is 0
+        if constexpr (Plan::has_term)  // the term's dP is 0
+          if (const double t = p.term.logit(b, h); !std::isinf(t))
+            p.term.add_gradient(b, h, -(std::exp(t - lse) * delta), r.dsinks.data());
         for (std::size_t j = 0; j < Skv; ++j) {
           if (!all_visible(masks, b, h, i, j)) continue;  // filled or excluded: a constant
           // forward through the modifiers on duals, keeping each one's derivative

@@ -39,7 +39,7 @@ struct scale_op {
 
 struct no_values {};
 
-template <class Base, class Ops, class Masks, class V = no_values, class Sk = no_sinks>
+template <class Base, class Ops, class Masks, class V = no_values, class Tm = no_softmax_term>
 struct plan {
   Base base;
   double scale = 1;
@@ -47,26 +47,26 @@ struct plan {
   Masks masks;  // hana::tuple of masks, innermost first
   V v{};
   random::dropout drop{};  // p = 0: no dropout
-  Sk sinks{};              // the softmax's sink logits, or no_sinks
+  Tm term{};               // the softmax term (the sinks), or no_softmax_term
   static constexpr bool has_values = !std::is_same_v<V, no_values>;
-  static constexpr bool has_sinks = !std::is_same_v<Sk, no_sinks>;
+  static constexpr bool has_term = !std::is_same_v<Tm, no_softmax_term>;
 };
 
 // ---- a plan changed one part at a time: the other parts are carried over, so a step that
-// ---- changes the masks cannot drop the sinks; leaving a part out is a named step of its own.
+// ---- changes the masks cannot drop the softmax term; leaving a part out is a named step of its own.
 
 namespace detail {
 
 /// A plan of the given parts, its type deduced from them.
-template <class B, class Ops, class Masks, class V, class Sk>
-plan<B, Ops, Masks, V, Sk> plan_of(B base, double scale, Ops ops, Masks masks, V v, random::dropout drop, Sk sinks) {
+template <class B, class Ops, class Masks, class V, class Tm>
+plan<B, Ops, Masks, V, Tm> plan_of(B base, double scale, Ops ops, Masks masks, V v, random::dropout drop, Tm term) {
   return {.base = std::move(base),
           .scale = scale,
           .ops = std::move(ops),
           .masks = std::move(masks),
           .v = std::move(v),
           .drop = drop,
-          .sinks = std::move(sinks)};
+          .term = std::move(term)};
 }
 
 }  // namespace detail
@@ -74,39 +74,39 @@ plan<B, Ops, Masks, V, Sk> plan_of(B base, double scale, Ops ops, Masks masks, V
 template <class P, class B>
 auto with_base(P p, B base) {
   return detail::plan_of(std::move(base), p.scale, std::move(p.ops), std::move(p.masks), std::move(p.v), p.drop,
-                         std::move(p.sinks));
+                         std::move(p.term));
 }
 
 /// p with its score modifiers replaced (a hana::tuple, applied first to last).
 template <class P, class Ops>
 auto with_ops(P p, Ops ops) {
   return detail::plan_of(std::move(p.base), p.scale, std::move(ops), std::move(p.masks), std::move(p.v), p.drop,
-                         std::move(p.sinks));
+                         std::move(p.term));
 }
 
 /// p with its masks replaced (a hana::tuple, innermost first).
 template <class P, class Masks>
 auto with_masks(P p, Masks masks) {
   return detail::plan_of(std::move(p.base), p.scale, std::move(p.ops), std::move(masks), std::move(p.v), p.drop,
-                         std::move(p.sinks));
+                         std::move(p.term));
 }
 
 template <class P, class V>
 auto with_values(P p, V v) {
   return detail::plan_of(std::move(p.base), p.scale, std::move(p.ops), std::move(p.masks), std::move(v), p.drop,
-                         std::move(p.sinks));
+                         std::move(p.term));
 }
 
-template <class P, class Sk>
-auto with_sinks(P p, Sk sinks) {
+template <class P, class Tm>
+auto with_term(P p, Tm term) {
   return detail::plan_of(std::move(p.base), p.scale, std::move(p.ops), std::move(p.masks), std::move(p.v), p.drop,
-                         std::move(sinks));
+                         std::move(term));
 }
 
-/// p without sink logits: for a part of the keys whose results are merged, the sinks joining once.
+/// p without its softmax term: for a part of the keys whose results are merged, the term joining once.
 template <class P>
-auto without_sinks(P p) {
-  return with_sinks(std::move(p), no_sinks{});
+auto without_term(P p) {
+  return with_term(std::move(p), no_softmax_term{});
 }
 
 template <class P>
@@ -177,13 +177,13 @@ constexpr bool is_masked() {
     return is_scores<E>();
 }
 
-/// softmax(masked[, sinks(t)]) or dropout(softmax(...), p, seed)
+/// softmax(masked[, term]) or dropout(softmax(...), p, seed)
 template <class E>
 inline constexpr bool is_weights_v = false;
-template <class S, class Sk>
-inline constexpr bool is_weights_v<softmax_node<S, Sk>> = is_masked<S>();
-template <class S, class Sk>
-inline constexpr bool is_weights_v<dropout_node<softmax_node<S, Sk>>> = is_masked<S>();
+template <class S, class Tm>
+inline constexpr bool is_weights_v<softmax_node<S, Tm>> = is_masked<S>();
+template <class S, class Tm>
+inline constexpr bool is_weights_v<dropout_node<softmax_node<S, Tm>>> = is_masked<S>();
 
 /// weights * V with V a terminal
 template <class E>
@@ -199,18 +199,19 @@ inline constexpr bool in_grammar_v = is_attention_v<E> || is_weights_v<E> || is_
 /// The entry points' first check: true for an expression in the grammar, one static_assert otherwise.
 template <class E>
 constexpr bool check_grammar() {
-  static_assert(detail::in_grammar_v<E>,
-                "xattn: unsupported attention expression. Supported grammar:\n"
-                "  attention := weights * V\n"
-                "  weights   := softmax(masked) | softmax(masked, sinks(t)) | dropout(softmax(...), p, seed)\n"
-                "  masked    := scores | mask(masked, mask_policy)\n"
-                "  scores    := Q * trans(K) | score(policy, Q, K) | X | term + term\n"
-                "             | scores / c | scores * c | c * scores | scores + bias(t)\n"
-                "             | softcap(scores, c) | alibi(scores, slopes) | modify(scores, op)\n"
-                "  Q, K, V, X := ref(tensor) or heads(tensor, H); c a number;\n"
-                "  in Q * trans(K) also rope(Q, positions[, options]);\n"
-                "  term := Q * trans(K), scaled or not (a sum of two products, each with its own K heads).\n"
-                "Scaling and score modifiers go inside mask(...), masks inside softmax(...).");
+  static_assert(
+      detail::in_grammar_v<E>,
+      "xattn: unsupported attention expression. Supported grammar:\n"
+      "  attention := weights * V\n"
+      "  weights   := softmax(masked) | softmax(masked, sinks(t) | softmax_term) | dropout(softmax(...), p, seed)\n"
+      "  masked    := scores | mask(masked, mask_policy)\n"
+      "  scores    := Q * trans(K) | score(policy, Q, K) | X | term + term\n"
+      "             | scores / c | scores * c | c * scores | scores + bias(t)\n"
+      "             | softcap(scores, c) | alibi(scores, slopes) | modify(scores, op)\n"
+      "  Q, K, V, X := ref(tensor) or heads(tensor, H); c a number;\n"
+      "  in Q * trans(K) also rope(Q, positions[, options]);\n"
+      "  term := Q * trans(K), scaled or not (a sum of two products, each with its own K heads).\n"
+      "Scaling and score modifiers go inside mask(...), masks inside softmax(...).");
   return detail::in_grammar_v<E>;
 }
 
@@ -239,7 +240,7 @@ random::dropout dropout_of(const W& w) {
 template <class Base>
 auto start(Base b) {
   return plan<Base, hana::tuple<>, hana::tuple<>>{
-      .base = std::move(b), .scale = 1.0, .ops = {}, .masks = {}, .v = {}, .drop = {}, .sinks = {}};
+      .base = std::move(b), .scale = 1.0, .ops = {}, .masks = {}, .v = {}, .drop = {}, .term = {}};
 }
 
 template <class P, class Op>
@@ -281,7 +282,7 @@ auto plan_scores(const E& e) {
         .masks = {},
         .v = {},
         .drop = {},
-        .sinks = {}};
+        .term = {}};
   } else if constexpr (is_score_node_v<E>) {
     return start(
         policy_base<std::decay_t<decltype(e.policy)>, std::decay_t<decltype(e.q)>, std::decay_t<decltype(e.k)>>{
@@ -322,10 +323,10 @@ auto plan_of(const E& e) {
   static_assert(in_grammar_v<E>, "xattn: make_plan needs an expression in the grammar (check_grammar)");
   if constexpr (is_attention_v<E>) {
     const auto& sm = softmax_of(e.lhs);
-    return with_dropout(with_sinks(with_values(plan_masked(sm.arg), e.rhs), sm.sinks), dropout_of(e.lhs));
+    return with_dropout(with_term(with_values(plan_masked(sm.arg), e.rhs), sm.term), dropout_of(e.lhs));
   } else if constexpr (is_weights_v<E>) {
     const auto& sm = softmax_of(e);
-    return with_dropout(with_sinks(plan_masked(sm.arg), sm.sinks), dropout_of(e));
+    return with_dropout(with_term(plan_masked(sm.arg), sm.term), dropout_of(e));
   } else {
     return plan_masked(e);
   }

@@ -149,7 +149,7 @@ problem resolve(const P& p) {
   p.drop.check();
   if (p.drop.p > 0 && std::max({pr.batch, pr.q_heads, pr.q_len, pr.kv_len}) > 0xffffffffu)
     fail("dropout: batch, heads and sequence lengths must be below 2^32 (the Philox counter words)");
-  p.sinks.check(pr);
+  p.term.check(pr);
   if constexpr (!decltype(p.base)::tensor_scores) detail::check_terms(p.base, pr);
   if constexpr (P::has_values) {
     if constexpr (decltype(p.base)::tensor_scores)

@@ -2,23 +2,19 @@
 // sinks(t): learnable attention sinks (gpt-oss; "softmax off by one"). Each query head h has one
 // logit t[h] that joins every row's normaliser as a key that is always visible and holds no value:
 // weight_j = e^{s_j} / (e^{t_h} + Σ_k e^{s_k}). A row that sees no key puts all its weight on the
-// sink and outputs 0.
-#include "../error.hpp"
-#include "../policy/broadcast.hpp"
+// sink and outputs 0. A softmax term (term.hpp) whose gradient is summed per head.
+#include "../../error.hpp"
+#include "../broadcast.hpp"
+#include "term.hpp"
 
 #include <cmath>
 #include <cstddef>
 #include <limits>
+#include <string>
 #include <type_traits>
 #include <utility>
 
 namespace xattn {
-
-/// softmax without sinks.
-struct no_sinks {
-  static constexpr double at(std::size_t) noexcept { return -std::numeric_limits<double>::infinity(); }
-  void check(const problem&) const noexcept {}
-};
 
 /// One sink logit per query head, read from the user's tensor when evaluated (a view, as terminals
 /// are: a training loop may update t in place between calls).
@@ -28,6 +24,7 @@ struct sink_logits {
 
   /// The sink of query head h (-inf: that head has none).
   double at(std::size_t h) const noexcept { return double(tensor.data[std::ptrdiff_t(h) * tensor.strides[0]]); }
+  double logit(std::size_t, std::size_t h) const noexcept { return at(h); }
 
   void check(const problem& pr) const {
     if (tensor.shape.size() != 1 || tensor.shape[0] != pr.q_heads)
@@ -36,6 +33,13 @@ struct sink_logits {
     for (std::size_t h = 0; h < pr.q_heads; ++h)
       if (std::isnan(at(h)) || at(h) == std::numeric_limits<double>::infinity())
         fail("softmax(scores, sinks(t)): t[", h, "] is ", at(h), "; a sink logit must be finite (or -inf: no sink)");
+  }
+
+  static std::size_t parameters(const problem& pr) noexcept { return pr.q_heads; }
+  void add_gradient(std::size_t, std::size_t h, double g, double* d) const noexcept { d[h] += g; }
+  static std::string name() { return "sinks"; }
+  static std::string describe() {
+    return "one logit per query head: each row's running softmax starts from it (max t, sum 1)";
   }
 };
 
@@ -46,10 +50,5 @@ auto sinks(E&& t) {
   static_assert(std::is_floating_point_v<T>, "xattn: sinks(t) needs a float or double tensor of shape (query heads)");
   return sink_logits<T>{make_nd_ref<T>(std::forward<E>(t))};
 }
-
-template <class S>
-inline constexpr bool is_sinks_v = false;
-template <class T>
-inline constexpr bool is_sinks_v<sink_logits<T>> = true;
 
 }  // namespace xattn
