@@ -53,9 +53,9 @@ constexpr bool check_ring_expression() {
   static_assert(!decltype(std::declval<Plan>().base)::tensor_scores,
                 "xattn: mpi::context needs scores computed from Q and K (Q * trans(K) or score(policy, Q, K)); a "
                 "score tensor X has no key blocks to pass around the ring");
-  static_assert(!rotates_v<std::decay_t<decltype(std::declval<Plan>().base)>>,
-                "xattn: mpi::context does not take rope(Q, positions) or rope(K, positions) yet: rotate Q and K "
-                "before the ring, or evaluate in one process");
+  static_assert(!transforms_v<std::decay_t<decltype(std::declval<Plan>().base)>>,
+                "xattn: mpi::context does not take rope(Q, positions) or rope(K, positions) yet (nor another load "
+                "transform): rotate Q and K before the ring, or evaluate in one process");
   static_assert(!is_sum_base_v<std::decay_t<decltype(std::declval<Plan>().base)>>,
                 "xattn: mpi::context does not take a sum of score products (Q1 * trans(K1) + Q2 * trans(K2)) yet: "
                 "evaluate it in one process");

@@ -67,6 +67,7 @@ std::string element_name() {
 template <class Tm>
 std::string operand(const char* name, const Tm& t) {
   std::string s = std::string(name) + " " + element_name<typename Tm::value_type>() + " " + shape_str(t.user_shape());
+  if constexpr (is_transformed_v<Tm>) s += " through " + t.transform.name();
   if constexpr (is_cache_terminal_v<Tm>)
     s +=
         " in pages of " + std::to_string(t.view.idx.size) + " tokens, sequences of " + shape_str(t.lengths) + " tokens";

@@ -10,7 +10,7 @@
 #include "../../kernel/dpbf16.hpp"
 #include "../../layout.hpp"
 #include "../plan/plan.hpp"
-#include "rotated_rows.hpp"
+#include "transformed_rows.hpp"
 
 #include <cstddef>
 #include <type_traits>
@@ -20,8 +20,8 @@ namespace xattn {
 /// One term's rows: where its features sit in the assembled rows and how its key heads map.
 template <class Acc, class Q, class K>
 struct term_rows {
-  rotated_rows<Acc, Q> q;
-  rotated_rows<Acc, K> k;
+  transformed_rows<Acc, Q> q;
+  transformed_rows<Acc, K> k;
   std::size_t dim, offset = 0, key_group;  // kernel key head hk reads this term's head hk / key_group
   Acc scale;
 
@@ -175,7 +175,7 @@ class assembled_rows {
   static void round_row(const Tm& x, const Rows& rows, std::size_t b, std::size_t h, std::size_t i, Acc c,
                         bfloat16* out, Acc* scratch) {
     const std::size_t d = x.view.at.shape[3];
-    if constexpr (!Rows::rotates && std::is_same_v<typename Tm::value_type, bfloat16>) {
+    if constexpr (!Rows::transforms && std::is_same_v<typename Tm::value_type, bfloat16>) {
       if (c == Acc(1)) {
         const bfloat16* row = x.view.row(b, h, i);
         for (std::size_t k = 0; k < d; ++k) out[k] = row[std::ptrdiff_t(k) * x.view.inner_stride()];

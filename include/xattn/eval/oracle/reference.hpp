@@ -33,24 +33,13 @@ std::vector<S> row_as(const V& v, std::size_t b, std::size_t h, std::size_t s) {
   return r;
 }
 
-/// The cosines and sines of row i of sequence b of a rotated terminal of d features.
-template <class Tm>
-std::pair<std::vector<float>, std::vector<float>> rope_angles_of(const Tm& t, std::size_t b, std::size_t i,
-                                                                 std::size_t d) {
-  const std::vector<float> inv = t.rot.inverse_frequencies(d);
-  std::pair<std::vector<float>, std::vector<float>> cs{std::vector<float>(inv.size()), std::vector<float>(inv.size())};
-  kernel::rope_angles(t.rot.position(b, i), inv.data(), inv.size(), cs.first.data(), cs.second.data());
-  return cs;
-}
-
-/// Row i of head h of terminal t as S, turned by its rotary embedding when it has one (products in S).
+/// Row i of head h of terminal t as S, turned by its load transform when it has one (in S).
 template <class S, class Tm>
 std::vector<S> operand_row(const Tm& t, std::size_t b, std::size_t h, std::size_t i) {
   std::vector<S> r = row_as<S>(t.view, b, h, i);
-  if constexpr (is_rotary_v<Tm>) {
-    const auto [cs, sn] = rope_angles_of(t, b, i, r.size());
+  if constexpr (is_transformed_v<Tm>) {
     std::vector<S> out(r.size());
-    kernel::rope_row(r.data(), 1, r.size(), 2 * cs.size(), t.rot.options.style, cs.data(), sn.data(), S(1), out.data());
+    t.transform.row(r.data(), std::ptrdiff_t(1), r.size(), b, i, S(1), out.data());
     return out;
   }
   return r;

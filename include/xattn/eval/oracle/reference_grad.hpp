@@ -239,15 +239,13 @@ reference_gradients reference_grad(const Plan& p, const xt::xtensor<double, 4>& 
           }
         }
       }
-  if constexpr (rotates_v<std::decay_t<base_t>>) {  // gradients at the rotated rows, back through the rotation
+  if constexpr (transforms_v<std::decay_t<base_t>>) {  // gradients at the transformed rows, taken back
     const auto back = [&](const auto& t, xt::xtensor<double, 4>& d) {
-      if constexpr (is_rotary_v<std::decay_t<decltype(t)>>)
+      if constexpr (is_transformed_v<std::decay_t<decltype(t)>>)
         for (std::size_t b = 0; b < B; ++b)
           for (std::size_t h = 0; h < d.shape()[1]; ++h)
-            for (std::size_t i = 0; i < d.shape()[2]; ++i) {
-              const auto [cs, sn] = detail::rope_angles_of(t, b, i, d.shape()[3]);
-              kernel::rope_row_transposed(&d(b, h, i, 0), 1, 2 * cs.size(), t.rot.options.style, cs.data(), sn.data());
-            }
+            for (std::size_t i = 0; i < d.shape()[2]; ++i)
+              t.transform.row_transposed(&d(b, h, i, 0), std::ptrdiff_t(1), d.shape()[3], b, i);
     };
     back(p.base.q, r.dq);
     back(p.base.k, r.dk);

@@ -76,12 +76,12 @@ struct dot_rows_path {
   static constexpr std::string_view name =
       sums ? (Pairs ? "dot_sum_bf16" : "dot_sum") : (Pairs ? "dot_rotary_bf16" : "dot_rotary");
   static constexpr std::string_view what =
-      sums
-          ? (Pairs
-                 ? "Σ Q_t·K_tᵀ as one product of bfloat16 rows assembled from the terms (rope applied) by vdpbf16ps"
-                 : "Σ Q_t·K_tᵀ as one product of rows assembled from the terms (rope applied) by the score microkernel")
-          : (Pairs ? "Q·Kᵀ of the rotated operands (rope), rounded to bfloat16, by vdpbf16ps"
-                   : "Q·Kᵀ of the rotated operands (rope) by the score microkernel");
+      sums ? (Pairs ? "Σ Q_t·K_tᵀ as one product of bfloat16 rows assembled from the terms (load transforms applied) "
+                      "by vdpbf16ps"
+                    : "Σ Q_t·K_tᵀ as one product of rows assembled from the terms (load transforms applied) by the "
+                      "score microkernel")
+           : (Pairs ? "Q·Kᵀ of the operands turned by their load transforms (rope), rounded to bfloat16, by vdpbf16ps"
+                    : "Q·Kᵀ of the operands turned by their load transforms (rope) by the score microkernel");
 
   static constexpr bool plain_products = true;
   static path_facts facts(const Base& base, const problem&) {
@@ -96,7 +96,8 @@ struct dot_rows_path {
   }
   static constexpr kernel::tile_op key_pack_op = Pairs ? kernel::tile_op::pack_kt_pairs : kernel::tile_op::pack_kt;
   static constexpr std::string_view key_work =
-      sums ? "assembled from the terms (rope applied) as they are packed" : "rotated (rope) as they are packed";
+      sums ? "assembled from the terms (load transforms applied) as they are packed"
+           : "turned by their load transform (rope) as they are packed";
   static constexpr op_list key_ops{}, query_ops{};
   static constexpr backward_steps backward_ops{
       {},

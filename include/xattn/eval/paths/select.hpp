@@ -45,7 +45,7 @@ auto select_path() {
     return std::type_identity<tensor_scores_path<Acc, Base>>{};
   } else {
     using P = typename Base::policy_type;
-    if constexpr (rotates_v<Base> || is_sum_base_v<Base>)  // rope, sums: rows assembled as loaded and packed
+    if constexpr (transforms_v<Base> || is_sum_base_v<Base>)  // rope, sums: rows assembled as loaded and packed
       return std::type_identity<dot_rows_path<Acc, Base, assembles_bf16_v<Acc, Base>>>{};
     else if constexpr (std::is_same_v<P, dot> && takes_bf16_pairs_v<Acc, Base>)
       return std::type_identity<dot_pairs_path<Acc, Base>>{};

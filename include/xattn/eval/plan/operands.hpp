@@ -1,8 +1,8 @@
 #pragma once
 // A plan's operands as one list: each terminal with its role, the product it belongs to and the
 // symbol errors and explain give it. What holds for "any operand" (it reads a cache, it is turned
-// by rope) and explain's operand line are loops over this list, so a new base or operand is one
-// more entry here rather than a case in each of them.
+// by a load transform such as rope) and explain's operand line are loops over this list, so a new base or operand is
+// one more entry here rather than a case in each of them.
 #include "../../expr/rope.hpp"
 #include "../../expr/tensor_ref.hpp"
 #include "../../hana.hpp"
@@ -57,15 +57,15 @@ struct operand_types;
 template <class... T>
 struct operand_types<hana::tuple<plan_operand<T>...>> {
   static constexpr bool any_cache = (is_cache_terminal_v<T> || ...);
-  static constexpr bool any_rotary = (is_rotary_v<T> || ...);
+  static constexpr bool any_transformed = (is_transformed_v<T> || ...);
 };
 
 }  // namespace detail
 
-/// Whether a base's scores turn Q or K by rotary embeddings (rope), in any term.
+/// Whether a base's scores turn Q or K by a load transform (rope), in any term.
 template <class Base>
-inline constexpr bool rotates_v =
-    detail::operand_types<decltype(base_operands(std::declval<const Base&>()))>::any_rotary;
+inline constexpr bool transforms_v =
+    detail::operand_types<decltype(base_operands(std::declval<const Base&>()))>::any_transformed;
 
 /// Whether any operand of plan P is a batch of cache sequences.
 template <class P>

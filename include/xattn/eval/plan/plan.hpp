@@ -120,11 +120,11 @@ namespace detail {
 // ---- the grammar, as type traits (nothing here instantiates a function body) ------------------
 
 template <class E>
-inline constexpr bool is_dot_product_v = false;  // Q * trans(K) with terminals, either rotated (rope)
+inline constexpr bool is_dot_product_v = false;  // Q * trans(K) with terminals, either transformed (rope)
 template <class Q, class K>
 inline constexpr bool is_dot_product_v<product_node<Q, trans_node<K>>> = (is_terminal_v<Q> ||
-                                                                          is_rotary_v<Q>)&&(is_terminal_v<K> ||
-                                                                                            is_rotary_v<K>);
+                                                                          is_transformed_v<Q>)&&(is_terminal_v<K> ||
+                                                                                                 is_transformed_v<K>);
 
 /// One side of a sum of products: Q * trans(K), scaled or not.
 template <class E>

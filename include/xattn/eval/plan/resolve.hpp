@@ -116,10 +116,10 @@ void check_terms(const Base& base, const problem& pr) {
     if (!std::isfinite(base.s1) || !std::isfinite(base.s2))
       fail(sum, ": each term's scale must be finite, got ", base.s1, " and ", base.s2);
   }
-  hana::for_each(base_operands(base), [&](const auto& o) {  // rope: its positions fit the operand's rows
-    if constexpr (is_rotary_v<std::decay_t<decltype(o.terminal)>>)
-      o.terminal.rot.check(pr.batch, o.role == operand_role::queries ? pr.q_len : pr.kv_len,
-                           o.terminal.view.at.shape[3], o.symbol);
+  hana::for_each(base_operands(base), [&](const auto& o) {  // a load transform fits the operand's rows
+    if constexpr (is_transformed_v<std::decay_t<decltype(o.terminal)>>)
+      o.terminal.transform.check(pr.batch, o.role == operand_role::queries ? pr.q_len : pr.kv_len,
+                                 o.terminal.view.at.shape[3], o.symbol);
   });
 }
 
