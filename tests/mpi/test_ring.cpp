@@ -9,6 +9,7 @@
 #include "catalogue/laplace_kernel.hpp"
 #include "catalogue/relative_bias.hpp"
 #include "support/random.hpp"
+#include "support/user_terms.hpp"
 
 #include <catch2/catch.hpp>
 #include <xattn/cache.hpp>
@@ -186,6 +187,11 @@ TEST_CASE("the ring equals one process: masks and modifiers see global positions
     return softmax(mask(mask(q * trans(k), window(5, 0, sink_tokens(3))), lengths(some, masked_rows::zero)),
                    sinks(sink)) *
            v;
+  });
+  // a softmax term of the user's own (a learnable logit per batch row and head) joins the same way
+  const xt::xtensor<double, 2> per_bh = {{0.5, -1.0}, {2.0, 0.25}};
+  check_ring<double, 4>(cp, {2, 2, 64, 8}, {2, 2, 64, 8}, [&](auto q, auto k, auto v) {
+    return softmax(mask(q * trans(k), causal()), testing::batch_head_logits{&per_bh}) * v;
   });
   // a user modifier with a learnable table: every rank's pairs add into the same entries
   dsl::relative_bias rb{{}, 6};

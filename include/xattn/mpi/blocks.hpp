@@ -2,6 +2,7 @@
 // What travels and what is computed: a rank's K and V packed into one message in (B, Hkv, rows, D)
 // order (its segments one after another), views of a segment inside such a message, the plan of
 // one (query segment, key segment) block at its global positions, and the route masks allow.
+#include "../eval/plan/operands.hpp"
 #include "../eval/plan/positions.hpp"
 #include "../eval/tiling/mask_eval.hpp"
 #include "balance.hpp"
@@ -67,17 +68,22 @@ void pack(const strided_view<const T>& v, T* dst) {
 template <class Plan>
 auto block_plan(const Plan& p, const problem& whole, const message_layout& ml, const std::byte* msg, std::size_t n,
                 const segment& qs, const segment& ks) {
-  using TK = typename decltype(p.base.k)::value_type;
-  using TV = typename decltype(p.v)::value_type;
   Plan b = p;
-  b.base.q.view = segment_view(p.base.q.view, qs);
-  b.base.k.view = segment_view(strided_view<const TK>{reinterpret_cast<const TK*>(msg + ml.k_at(n)),
-                                                      packed_layout(ml.batch, ml.heads, n, ml.dk)},
-                               ks);
-  b.v.view = segment_view(strided_view<const TV>{reinterpret_cast<const TV*>(msg + ml.v_at(n)),
-                                                 packed_layout(ml.batch, ml.heads, n, ml.dv)},
+  hana::for_each(plan_operands(b), [&](const auto& o) {
+    auto& t = o.terminal;
+    if (o.role == operand_role::queries) {  // this rank's rows of segment qs
+      t.view = segment_view(t.view, qs);
+      return;
+    }
+    // keys and values: segment ks of the message (a ring refuses scores X and sums, whose second
+    // keys it has no place for: check_ring_expression)
+    using T = typename std::decay_t<decltype(t)>::value_type;
+    const bool keys = o.role == operand_role::keys;
+    t.view = segment_view(strided_view<const T>{reinterpret_cast<const T*>(msg + (keys ? ml.k_at(n) : ml.v_at(n))),
+                                                packed_layout(ml.batch, ml.heads, n, keys ? ml.dk : ml.dv)},
                           ks);
-  b.base.k.owned.reset(), b.v.owned.reset();
+    t.owned.reset();
+  });
   return without_term(at_positions(b, whole, positions{qs.first, ks.first}));
 }
 

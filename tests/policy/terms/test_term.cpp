@@ -1,10 +1,10 @@
-// A softmax term written by a user, outside the library: "softmax off by one" (a logit 0 in every
-// row, nothing to learn) and one learnable logit per (batch row, head). Each takes every path a
-// term can take (masks, GQA, a decoding split, float and double, the backward, explain) through
-// the softmax_term protocol alone; checked by hand, against the double reference and by finite
-// differences.
+// Softmax terms written as a user would, outside the library (support/user_terms.hpp): "softmax off
+// by one" (a logit 0 in every row, nothing to learn) and one learnable logit per (batch row, head). Each takes every
+// path a term can take (masks, GQA, a decoding split, float and double, the backward, explain) through the softmax_term
+// protocol alone; checked by hand, against the double reference and by finite differences.
 #include "support/against_reference.hpp"
 #include "support/random.hpp"
+#include "support/user_terms.hpp"
 
 #include <xattn/eval/oracle/reference_grad.hpp>
 #include <xattn/xattn.hpp>
@@ -18,36 +18,11 @@
 using namespace xattn;
 using testing::max_abs_diff;
 
-namespace {
-
-/// softmax_1 (Evan Miller's "attention is off by one"): weight_j = e^{s_j} / (1 + Σ_k e^{s_k}).
-struct off_by_one {
-  static double logit(std::size_t, std::size_t) { return 0.0; }
-  void check(const problem&) const {}
-  static std::size_t parameters(const problem&) { return 0; }
-  void add_gradient(std::size_t, std::size_t, double, double*) const {}
-  static std::string name() { return "off by one"; }
-  static std::string describe() { return "a logit 0 in every row's normaliser"; }
-};
-
-/// One learnable logit per (batch row, query head), read from t (B, Hq) when evaluated.
-struct batch_head_logits {
-  const xt::xtensor<double, 2>* t;
-  double logit(std::size_t b, std::size_t h) const { return (*t)(b, h); }
-  void check(const problem& pr) const {
-    if (t->shape(0) != pr.batch || t->shape(1) != pr.q_heads)
-      throw std::invalid_argument("batch_head_logits: t must be (batch, query heads)");
-  }
-  std::size_t parameters(const problem&) const { return t->size(); }
-  void add_gradient(std::size_t b, std::size_t h, double g, double* d) const { d[b * t->shape(1) + h] += g; }
-  static std::string name() { return "per (b, h)"; }
-  static std::string describe() { return "a learnable logit per batch row and head"; }
-};
+using testing::batch_head_logits;
+using testing::off_by_one;
 
 static_assert(softmax_term<off_by_one> && softmax_term<batch_head_logits>);
 static_assert(!softmax_term<xt::xtensor<double, 1>>);
-
-}  // namespace
 
 TEST_CASE("softmax term: off by one, by hand on one row") {
   // one query, two keys of scores 0 and ln 2, the term's logit 0: weights 1/4 and 2/4

@@ -16,25 +16,27 @@ namespace xattn {
 enum class operand_role { scores, queries, keys, values };
 
 /// One operand of a plan: its role, its product (0, or 1 for a sum's second), its symbol (X, Q,
-/// K, Q1, K1, Q2, K2, V) and its terminal.
+/// K, Q1, K1, Q2, K2, V) and its terminal (const when the plan is: a loop over a plan's operands
+/// may also change them in place, as the ring's block plan does).
 template <class T>
 struct plan_operand {
   operand_role role;
   int term;
   const char* symbol;
-  const T& terminal;
+  T& terminal;
 };
 
 template <class T>
-plan_operand(operand_role, int, const char*, const T&) -> plan_operand<T>;
+plan_operand(operand_role, int, const char*, T&) -> plan_operand<T>;
 
 /// A base's operands, in the order its scores read them.
 template <class Base>
-auto base_operands(const Base& b) {
+auto base_operands(Base& b) {
   using r = operand_role;
-  if constexpr (Base::tensor_scores)
+  using B = std::remove_const_t<Base>;
+  if constexpr (B::tensor_scores)
     return hana::make_tuple(plan_operand{r::scores, 0, "X", b.x});
-  else if constexpr (is_sum_base_v<Base>)
+  else if constexpr (is_sum_base_v<B>)
     return hana::make_tuple(plan_operand{r::queries, 0, "Q1", b.q}, plan_operand{r::keys, 0, "K1", b.k},
                             plan_operand{r::queries, 1, "Q2", b.q2}, plan_operand{r::keys, 1, "K2", b.k2});
   else
@@ -43,8 +45,8 @@ auto base_operands(const Base& b) {
 
 /// A plan's operands: its base's, then the values.
 template <class Plan>
-auto plan_operands(const Plan& p) {
-  if constexpr (Plan::has_values)
+auto plan_operands(Plan& p) {
+  if constexpr (std::remove_const_t<Plan>::has_values)
     return hana::append(base_operands(p.base), plan_operand{operand_role::values, 0, "V", p.v});
   else
     return base_operands(p.base);
@@ -56,8 +58,8 @@ template <class List>
 struct operand_types;
 template <class... T>
 struct operand_types<hana::tuple<plan_operand<T>...>> {
-  static constexpr bool any_cache = (is_cache_terminal_v<T> || ...);
-  static constexpr bool any_transformed = (is_transformed_v<T> || ...);
+  static constexpr bool any_cache = (is_cache_terminal_v<std::remove_const_t<T>> || ...);
+  static constexpr bool any_transformed = (is_transformed_v<std::remove_const_t<T>> || ...);
 };
 
 }  // namespace detail

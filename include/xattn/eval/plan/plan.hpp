@@ -209,7 +209,7 @@ constexpr bool check_grammar() {
       "             | scores / c | scores * c | c * scores | scores + bias(t)\n"
       "             | softcap(scores, c) | alibi(scores, slopes) | modify(scores, op)\n"
       "  Q, K, V, X := ref(tensor) or heads(tensor, H); c a number;\n"
-      "  in Q * trans(K) also rope(Q, positions[, options]);\n"
+      "  in Q * trans(K) also rope(Q, positions[, options]) or transformed(Q, load_transform);\n"
       "  term := Q * trans(K), scaled or not (a sum of two products, each with its own K heads).\n"
       "Scaling and score modifiers go inside mask(...), masks inside softmax(...).");
   return detail::in_grammar_v<E>;
