@@ -41,7 +41,7 @@ TEST_CASE("policy capabilities choose the score path") {
   STATIC_REQUIRE(path_name_v<tensor_base<decltype(T)>> == "tensor");
 }
 
-TEST_CASE("a plan changed one part at a time keeps the others: a block of it keeps the softmax term, values and dropout") {
+TEST_CASE("a plan changed one part at a time keeps the others: its block keeps the term, values and dropout") {
   const xt::xtensor<float, 1> t = {0.5f};
   const auto p = make_plan(dropout(softmax(mask(softcap(T * trans(T), 5.0), causal()), sinks(t)), 0.25f, 9) * T);
   using P = std::decay_t<decltype(p)>;

@@ -1,8 +1,8 @@
 #pragma once
 // Expression nodes hold their operands by value (terminals are cheap views) and do nothing.
+#include "../policy/terms/sinks.hpp"
 #include "../random/philox_dropout.hpp"
 #include "base.hpp"
-#include "../policy/terms/sinks.hpp"
 
 namespace xattn {
 
