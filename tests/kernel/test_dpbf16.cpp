@@ -26,7 +26,8 @@ std::vector<S> random_rows(testing::rng& r, std::size_t count) {
 
 }  // namespace
 
-TEMPLATE_TEST_CASE("pack_kt_pairs interleaves feature pairs of 64-key strips", "[kernel][bf16]", bfloat16, float) {
+TEMPLATE_TEST_CASE("pack_kt into a pair tile interleaves feature pairs of 64-key strips", "[kernel][bf16]", bfloat16,
+                   float) {
   testing::rng r(41);
   for (const auto& size_pair : {std::pair{1u, 1u}, {16u, 32u}, {37u, 40u}, {130u, 64u}, {64u, 17u}, {80u, 96u}})
     for (std::ptrdiff_t dstride : {1, 3}) {
@@ -34,8 +35,8 @@ TEMPLATE_TEST_CASE("pack_kt_pairs interleaves feature pairs of 64-key strips", "
       const auto k = random_rows<TestType>(r, cols * n * std::size_t(dstride));
       const std::size_t size = kernel::packed_pairs_size(cols, n);
       std::vector<bfloat16> kt(size + 1, bfloat16(99.0f));
-      kernel::pack_kt_pairs([&](std::size_t c) { return k.data() + c * n * std::size_t(dstride); }, cols, n, dstride,
-                            kt.data());
+      kernel::pack_kt([&](std::size_t c) { return k.data() + c * n * std::size_t(dstride); }, cols, n, dstride,
+                      kernel::in_pairs(kt.data()));
       REQUIRE(float(kt[size]) == 99.0f);  // nothing written past the panel
       for (std::size_t c = 0; c < (cols + pair_strip - 1) / pair_strip * pair_strip; ++c)
         for (std::size_t d = 0; d < n + n % 2; ++d) {
@@ -45,7 +46,7 @@ TEMPLATE_TEST_CASE("pack_kt_pairs interleaves feature pairs of 64-key strips", "
     }
 }
 
-TEST_CASE("pack_v_pairs interleaves the values of key pairs", "[kernel][bf16]") {
+TEST_CASE("pack_strips into a pair tile interleaves the values of key pairs", "[kernel][bf16]") {
   testing::rng r(42);
   for (const auto& size_pair : {std::pair{1u, 1u}, {7u, 32u}, {64u, 64u}, {33u, 40u}, {10u, 128u}})
     for (std::ptrdiff_t stride : {1, 2}) {
@@ -53,8 +54,8 @@ TEST_CASE("pack_v_pairs interleaves the values of key pairs", "[kernel][bf16]") 
       const std::size_t dvp = (dv + 15) / 16 * 16, size = (keys + keys % 2) * dvp;
       const auto v = random_rows<bfloat16>(r, keys * dv * std::size_t(stride));
       std::vector<bfloat16> vp(size + 1, bfloat16(99.0f));
-      kernel::pack_v_pairs([&](std::size_t j) { return v.data() + j * dv * std::size_t(stride); }, keys, dv, stride,
-                           dvp, vp.data());
+      kernel::pack_strips([&](std::size_t j) { return v.data() + j * dv * std::size_t(stride); }, keys, dv, stride,
+                          kernel::in_pairs(vp.data()), dvp);
       REQUIRE(float(vp[size]) == 99.0f);
       for (std::size_t j = 0; j < keys + keys % 2; ++j)
         for (std::size_t d = 0; d < dvp; ++d) {
@@ -79,9 +80,9 @@ TEMPLATE_TEST_CASE("vdpbf16ps tiles: Q Kᵀ, P rounded to bf16, P·V", "[kernel]
       std::vector<bfloat16> q2(rows * ldq, bfloat16::from_bits(0)), kt(kernel::packed_pairs_size(cols, n));
       for (std::size_t i = 0; i < rows; ++i)
         for (std::size_t d = 0; d < n; ++d) q2[i * ldq + d] = q[i * n + d];
-      kernel::pack_kt_pairs([&](std::size_t c) { return k.data() + c * n; }, cols, n, 1, kt.data());
+      kernel::pack_kt([&](std::size_t c) { return k.data() + c * n; }, cols, n, 1, kernel::in_pairs(kt.data()));
       std::vector<float> s(rows * lds, -7.0f);
-      kernel::qk_tile_pairs(q2.data(), ldq, rows, kt.data(), n, colsp, 0.5f, s.data(), lds);
+      kernel::qk_tile(q2.data(), ldq, rows, kernel::in_pairs(kt.data()), n, colsp, 0.5f, s.data(), lds);
       for (std::size_t i = 0; i < rows; ++i)
         for (std::size_t c = 0; c < colsp; ++c) {
           double want = 0;
@@ -107,9 +108,11 @@ TEMPLATE_TEST_CASE("vdpbf16ps tiles: Q Kᵀ, P rounded to bf16, P·V", "[kernel]
       p[hidden] = 0.0f;
       p16[hidden] = bfloat16(0.0f);
       std::vector<bfloat16> vp((cols + cols % 2) * dvp);
-      kernel::pack_v_pairs([&](std::size_t j) { return v.data() + j * dv; }, cols, dv, 1, dvp, vp.data());
+      kernel::pack_strips([&](std::size_t j) { return v.data() + j * dv; }, cols, dv, 1, kernel::in_pairs(vp.data()),
+                          dvp);
       std::vector<float> o(rows * dvp, 1.0f);
-      kernel::pv_tile_pairs(p16.data(), ldp, p.data(), ldp, rows, vp.data(), cols, o.data(), dvp, dvp);
+      kernel::pv_tile_strips(kernel::in_pairs(p16.data()), ldp, p.data(), ldp, rows, kernel::in_pairs(vp.data()), cols,
+                             o.data(), dvp, dvp);
       for (std::size_t i = 0; i < rows; ++i)
         for (std::size_t d = 0; d < dv; ++d) {
           double want = 1;
@@ -126,8 +129,9 @@ TEMPLATE_TEST_CASE("vdpbf16ps tiles: Q Kᵀ, P rounded to bf16, P·V", "[kernel]
 }
 
 // A template test (of one type), so that a build without AVX512-BF16 discards its body unseen.
-TEMPLATE_TEST_CASE("pv_tile_pairs reads a transposed operand in place: Xᵀ·Y of row pairs (the backward's dK, dV)",
-                   "[kernel][bf16]", float) {
+TEMPLATE_TEST_CASE(
+    "pv_tile_strips on pair tiles reads a transposed operand in place: Xᵀ·Y of row pairs (the backward's dK, dV)",
+    "[kernel][bf16]", float) {
   if constexpr (!kernel::has_dpbf16) {
     WARN("this build has no AVX512-BF16: the vdpbf16ps tiles are not compiled");
   } else {
@@ -140,11 +144,12 @@ TEMPLATE_TEST_CASE("pv_tile_pairs reads a transposed operand in place: Xᵀ·Y o
       for (auto& e : x) e = float(r.uniform(-1, 1));
       const auto y = random_rows<bfloat16>(r, rows * n);
       std::vector<bfloat16> xp((rows + rows % 2) * ldt), yp((rows + rows % 2) * n);
-      kernel::pack_v_pairs([&](std::size_t i) { return x.data() + i * lds; }, rows, cols, 1, cols16, xp.data());
-      kernel::pack_v_pairs([&](std::size_t i) { return y.data() + i * n; }, rows, n, 1, n, yp.data());
+      kernel::pack_strips([&](std::size_t i) { return x.data() + i * lds; }, rows, cols, 1, kernel::in_pairs(xp.data()),
+                          cols16);
+      kernel::pack_strips([&](std::size_t i) { return y.data() + i * n; }, rows, n, 1, kernel::in_pairs(yp.data()), n);
       std::vector<float> o(cols * n, 0.5f);
-      kernel::pv_tile_pairs(xp.data(), 2, static_cast<const float*>(nullptr), 0, cols, yp.data(), rows, o.data(), n, n,
-                            ldt);
+      kernel::pv_tile_strips(kernel::in_pairs(xp.data()), 2, static_cast<const float*>(nullptr), 0, cols,
+                             kernel::in_pairs(yp.data()), rows, o.data(), n, n, ldt);
       for (std::size_t j = 0; j < cols; ++j)
         for (std::size_t d = 0; d < n; ++d) {
           double want = 0.5;  // X rounded once to bf16, exact products, fp32 sums
@@ -157,10 +162,9 @@ TEMPLATE_TEST_CASE("pv_tile_pairs reads a transposed operand in place: Xᵀ·Y o
   }
 }
 
-TEMPLATE_TEST_CASE("qk_direct_pairs: bf16 queries times bf16 key rows in place, by vdpbf16ps", "[kernel][bf16]",
-                   float) {
+TEMPLATE_TEST_CASE("qk_direct: bf16 queries times bf16 key rows in place, by vdpbf16ps", "[kernel][bf16]", float) {
   if constexpr (!kernel::has_dpbf16) {
-    WARN("this build has no AVX512-BF16: qk_direct_pairs is not compiled");
+    WARN("this build has no AVX512-BF16: qk_direct on bf16 queries is not compiled");
   } else {
     testing::rng r(44);
     // rows around the 4-row blocks (a full 4 x 4 block is summed by one tree), keys around the
@@ -171,7 +175,7 @@ TEMPLATE_TEST_CASE("qk_direct_pairs: bf16 queries times bf16 key rows in place, 
       const auto q = random_rows<bfloat16>(r, rows * n), k = random_rows<bfloat16>(r, cols * n);
       const std::size_t lds = cols + 3;
       std::vector<TestType> s(rows * lds, -7.0f);
-      kernel::qk_direct_pairs(
+      kernel::qk_direct(
           q.data(), n, rows, [&](std::size_t c) { return k.data() + c * n; }, cols, n, 0.25f, s.data(), lds);
       for (std::size_t i = 0; i < rows; ++i) {
         for (std::size_t c = 0; c < cols; ++c) {

@@ -4,12 +4,13 @@
 // codes with one float scale per `group` features of a row and says
 //   code                      the stored element (T itself)
 //   name                      how explain names it
+//   format                    its name in tile operations (explain's qk_direct[f8_e4m3])
 //   quantize(x, xs, n, out)   n <= group values x (xs apart) to codes out[0, n); returns the scale
 //   value(code, scale)        a code's value
 //   widens<A>, batch<A>(p, s) a batch of A decoded in registers (when widens<A>)
-// and optionally row(codes, scales, col, layout), a row handle of its own layout (int8's keys);
-// otherwise its rows are kernel::scaled_row<cache_format<T>>, one after the other. The formats
-// there are are listed in cache/formats.hpp.
+// and optionally row(codes, scales, col, layout), a row handle of its own layout (int8's keys),
+// which names its format; otherwise its rows are kernel::scaled_row<cache_format<T>>, one after
+// the other, and `format` names it. The formats there are: cache/formats.hpp.
 #include "../types.hpp"
 
 #include <cstddef>

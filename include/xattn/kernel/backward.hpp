@@ -28,7 +28,7 @@ namespace xattn::kernel {
 /// the row's own statistics).
 template <class T>
 T probs_row(T* s, std::size_t n, T shift, T rel) {
-  trace::note(tile_op::probs_row);
+  trace::note({operation::probs_row});
   constexpr std::size_t w = simd::width<T>;
   const batch<T> sh(shift);
   for (std::size_t j = 0; j < n; j += w) simd::store(s + j, simd::load(s + j) - sh);
@@ -44,7 +44,7 @@ T probs_row(T* s, std::size_t n, T shift, T rel) {
 /// exponential): the same probabilities to a few roundings (c and t_r are rounded once each).
 template <class Acc>
 struct probs_epilogue {
-  static constexpr tile_op op = tile_op::probs_epilogue;
+  static constexpr tile_op op{operation::probs_epilogue};
   const Acc* t;      // per tile row: its log-sum-exp times log2 e
   Acc c;             // the score scale times log2 e
   batch<Acc>* sums;  // per tile row: partial sums of its probabilities
@@ -73,7 +73,7 @@ struct probs_epilogue {
 /// elements from dP's.
 template <class Acc>
 struct softmax_grad_epilogue {
-  static constexpr tile_op op = tile_op::softmax_grad_epilogue;
+  static constexpr tile_op op{operation::softmax_grad_epilogue};
   const Acc* delta;  // per tile row: rowsum(dO ∘ O)
   Acc c;             // the score scale
   std::ptrdiff_t p_offset;
@@ -97,7 +97,7 @@ struct softmax_grad_epilogue {
 /// the score scale c (the chain rule through S = c·Q·Kᵀ, folded in here).
 template <class T>
 void softmax_grad_row(const T* p, T* dp, std::size_t n, T delta, T c) {
-  trace::note(tile_op::softmax_grad_row);
+  trace::note({operation::softmax_grad_row});
   constexpr std::size_t w = simd::width<T>;
   const batch<T> dv(delta), cv(c);
   for (std::size_t j = 0; j < n; j += w) simd::store(dp + j, cv * simd::load(p + j) * (simd::load(dp + j) - dv));

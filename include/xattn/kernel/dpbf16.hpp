@@ -1,11 +1,13 @@
 #pragma once
-// bfloat16 products by AVX512-BF16's vdpbf16ps: it multiplies two pairs of bf16 and adds both
-// products to an fp32 lane, twice the FLOPs of an fp32 FMA per instruction. Its operands come in
-// pairs along the summed axis, so both products pack them that way:
+// The bf16_pairs format: bfloat16 products by AVX512-BF16's vdpbf16ps, which multiplies two pairs
+// of bf16 and adds both products to an fp32 lane, twice the FLOPs of an fp32 FMA per instruction.
+// Its operands come in pairs along the summed axis, a pair_tile, and each operation of qk.hpp,
+// pv.hpp and pack.hpp has an overload here for them:
 //  - S = Q·Kᵀ: keys in strips like pack_kt's, but a strip row holds the feature pair (2p, 2p + 1)
-//    of each key side by side (pack_kt_pairs); a query row's pair is one 32-bit broadcast;
+//    of each key side by side (pack_kt into a pair_tile); a query row's pair is one 32-bit
+//    broadcast (qk_tile on a pair_tile; qk_direct on bf16 queries and key rows as they lie);
 //  - O += P·V: P rounded to bf16 row by row (adjacent keys make a pair), V in key pairs: row t holds
-//    (v[2t, d], v[2t + 1, d]) for each feature d (pack_v_pairs).
+//    (v[2t, d], v[2t + 1, d]) for each feature d (pack_strips into a pair_tile; pv_tile_strips).
 // Products of bf16 are exact in fp32 and sum in fp32, so the one rounding beyond fp32's is P's
 // (as in PyTorch's and oneDNN's bf16 attention). vdpbf16ps treats subnormal inputs and results as
 // zero. Everything here is a template, instantiated only when has_dpbf16 holds.
@@ -21,6 +23,7 @@
 #include <array>
 #include <cstdint>
 #include <cstring>
+#include <string_view>
 #include <type_traits>
 
 #pragma GCC diagnostic push  // GCC PR 105593, see simd/compat.hpp
@@ -38,6 +41,29 @@ inline constexpr bool has_dpbf16 = true;
 #else
 inline constexpr bool has_dpbf16 = false;
 #endif
+
+/// bfloat16 elements in pairs along the summed axis, at data: the type of the format's tiles, so
+/// that the products and packs on them are overloads of the same operations.
+template <class T = const bfloat16>
+struct pair_tile {
+  static constexpr std::string_view format = "bf16_pairs";
+  T* data = nullptr;
+
+  constexpr pair_tile() = default;
+  constexpr explicit pair_tile(T* p) noexcept : data(p) {}
+  template <class U>
+  requires std::is_convertible_v<U*, T*>
+  constexpr pair_tile(pair_tile<U> t) noexcept : data(t.data) {}
+};
+
+/// p as a pair tile.
+template <class T>
+constexpr pair_tile<T> in_pairs(T* p) noexcept {
+  return pair_tile<T>(p);
+}
+
+/// The format's name in tile operations (explain, the trace).
+inline constexpr std::string_view bf16_pairs = pair_tile<>::format;
 
 /// Keys per strip of a pair panel: four registers of 16 fp32 lanes, the score microkernel's width.
 inline constexpr std::size_t pair_strip = 64;
@@ -87,12 +113,13 @@ struct lanes16 {
 }  // namespace detail
 
 /// Packs keys 0..cols-1 (key c's features at row(c)[d * dstride], of any element type, rounded to
-/// bf16) into a pair panel of packed_pairs_size(cols, n) elements at kt: key c's feature d at
-/// kt + pair_panel_offset(c, d, n), so a strip row holds one feature pair of 64 keys side by side.
-/// Keys past cols and the odd feature's partner are zero.
+/// bf16) into a pair panel of packed_pairs_size(cols, n) elements at out: key c's feature d at
+/// out.data + pair_panel_offset(c, d, n), so a strip row holds one feature pair of 64 keys side by
+/// side. Keys past cols and the odd feature's partner are zero.
 template <class RowFn>
-void pack_kt_pairs(RowFn row, std::size_t cols, std::size_t n, std::ptrdiff_t dstride, bfloat16* kt) {
-  trace::note(tile_op::pack_kt_pairs);
+void pack_kt(RowFn row, std::size_t cols, std::size_t n, std::ptrdiff_t dstride, pair_tile<bfloat16> out) {
+  trace::note({operation::pack_kt, bf16_pairs});
+  bfloat16* kt = out.data;
   using S = std::remove_cv_t<std::remove_pointer_t<decltype(row(0))>>;
   const std::size_t n2 = (n + 1) / 2;
   const auto at = [&](std::size_t c, std::size_t d) { return kt + pair_panel_offset(c, d, n); };
@@ -123,12 +150,14 @@ void pack_kt_pairs(RowFn row, std::size_t cols, std::size_t n, std::ptrdiff_t ds
 }
 
 /// Packs the value rows of keys 0..keys-1 (row(j) -> key j's dv features, stride apart, any element
-/// type) in key pairs: pair row t at vp + t·2·dvp holds (v[2t, d], v[2t + 1, d]) at 2d, 2d + 1 for
-/// d < dvp; features past dv and the partner of an odd last key are zero. vp holds
+/// type) in key pairs: pair row t at vp = out.data + t·2·dvp holds (v[2t, d], v[2t + 1, d]) at 2d,
+/// 2d + 1 for d < dvp; features past dv and the partner of an odd last key are zero. out holds
 /// (keys + keys%2)·dvp elements.
 template <class RowFn>
-void pack_v_pairs(RowFn row, std::size_t keys, std::size_t dv, std::ptrdiff_t stride, std::size_t dvp, bfloat16* vp) {
-  trace::note(tile_op::pack_v_pairs);
+void pack_strips(RowFn row, std::size_t keys, std::size_t dv, std::ptrdiff_t stride, pair_tile<bfloat16> out,
+                 std::size_t dvp) {
+  trace::note({operation::pack_strips, bf16_pairs});
+  bfloat16* vp = out.data;
   using S = std::remove_cv_t<std::remove_pointer_t<decltype(row(0))>>;
   for (std::size_t t = 0; 2 * t < keys; ++t) {
     bfloat16* dst = vp + t * 2 * dvp;
@@ -222,12 +251,13 @@ inline void qk_pairs_micro(const bfloat16* q, std::size_t ldq, const bfloat16* k
 
 /// s[r, c] = scale · sum_d q[r, d] · key(c)[d] for r < rows, c < cols_padded (a multiple of 16):
 /// queries as bf16 rows ldq apart (n rounded up to even, the odd partner zero), keys packed by
-/// pack_kt_pairs. The scale multiplies the fp32 sums, so the queries need no rounding of their own.
-/// The sums go through an epilogue as qk_tile's (plain_epilogue: stored as they are).
+/// pack_kt into a pair tile. The scale multiplies the fp32 sums, so the queries need no rounding
+/// of their own. The sums go through an epilogue as qk_tile's (plain_epilogue: stored as they are).
 template <class Q = bfloat16, class Epi = plain_epilogue>
-void qk_tile_pairs(const Q* q, std::size_t ldq, std::size_t rows, const bfloat16* kt, std::size_t n,
-                   std::size_t cols_padded, float scale, float* s, std::size_t lds, const Epi& epi = {}) {
-  trace::note(tile_op::qk_tile_pairs);
+void qk_tile(const Q* q, std::size_t ldq, std::size_t rows, pair_tile<> keys, std::size_t n, std::size_t cols_padded,
+             float scale, float* s, std::size_t lds, const Epi& epi = {}) {
+  trace::note({operation::qk_tile, bf16_pairs});
+  const bfloat16* kt = keys.data;
   if constexpr (requires { Epi::op; }) trace::note(Epi::op);
   const std::size_t n2 = (n + 1) / 2;
   std::size_t c = 0;
@@ -271,12 +301,12 @@ inline void qk_direct_pairs_micro(const bfloat16* q, std::size_t ldq, const bflo
 /// s[r, c] = scale · q[r, :n] · row(c)[:n] for r < rows, c < cols: qk_direct for bf16 queries and
 /// bf16 key rows in place, multiplied by vdpbf16ps on the rows as they lie (a key row's 32
 /// features are 16 pairs of the summed axis) instead of widened to float: twice the products per
-/// instruction, and no conversion. Exact products, fp32 sums, the scale on the sums, as
-/// qk_tile_pairs.
+/// instruction, and no conversion. Exact products, fp32 sums, the scale on the sums, as qk_tile
+/// on a pair tile.
 template <class RowFn>
-void qk_direct_pairs(const bfloat16* q, std::size_t ldq, std::size_t rows, RowFn row, std::size_t cols, std::size_t n,
-                     float scale, float* s, std::size_t lds, row_prefetch also = {}) {
-  trace::note(tile_op::qk_direct_pairs);
+void qk_direct(const bfloat16* q, std::size_t ldq, std::size_t rows, RowFn row, std::size_t cols, std::size_t n,
+               float scale, float* s, std::size_t lds, row_prefetch also = {}) {
+  trace::note({operation::qk_direct, bf16_pairs});
   detail::direct_blocks<4>(
       rows, row, cols, n * sizeof(bfloat16), s, lds,
       [&](auto R, std::size_t r, const bfloat16* const* k, float* sb, std::size_t kept) {
@@ -340,17 +370,18 @@ inline void pv_exact_pairs_row(const bfloat16* p, std::size_t ldt, const float* 
 }  // namespace detail
 
 /// o[r, :] += sum_j p[r, j] · v[j, :] for r < rows, j < keys: p as bf16 rows ldp apart (rounded by
-/// round_row_bf16, zero past keys up to an even count), v packed by pack_v_pairs (ldv = 2·dvp),
-/// dvp a multiple of 16. p32 (the same rows unrounded, ldp32 apart) serves rows whose sum is not
-/// finite: they are recomputed skipping keys of weight 0, like pv_tile (p32 may be null: the
-/// rounded weights decide). ldt: elements between a row's consecutive pairs, 2 for rows as they
-/// are; a transposed operand interleaved by pack_v_pairs (pairs of its rows) is read in place
-/// with ldp = 2 and ldt its pair rows' distance.
+/// round_row_bf16, zero past keys up to an even count), v packed by pack_strips into a pair tile
+/// (ldv = 2·dvp), dvp a multiple of 16. p32 (the same rows unrounded, ldp32 apart) serves rows
+/// whose sum is not finite: they are recomputed skipping keys of weight 0, like pv_tile (p32 may
+/// be null: the rounded weights decide). ldt: elements between a row's consecutive pairs, 2 for
+/// rows as they are; a transposed operand interleaved by pack_strips (pairs of its rows) is read
+/// in place with ldp = 2 and ldt its pair rows' distance.
 template <class Acc = float>
-void pv_tile_pairs(const bfloat16* p, std::size_t ldp, const Acc* p32, std::size_t ldp32, std::size_t rows,
-                   const bfloat16* vp, std::size_t keys, float* o, std::size_t ldo, std::size_t dvp,
-                   std::size_t ldt = 2) {
-  trace::note(tile_op::pv_tile_pairs);
+void pv_tile_strips(pair_tile<> probs, std::size_t ldp, const Acc* p32, std::size_t ldp32, std::size_t rows,
+                    pair_tile<> values, std::size_t keys, float* o, std::size_t ldo, std::size_t dvp,
+                    std::size_t ldt = 2) {
+  trace::note({operation::pv_tile_strips, bf16_pairs});
+  const bfloat16 *p = probs.data, *vp = values.data;
   const std::size_t pairs = (keys + 1) / 2, ldv = 2 * dvp;
   detail::by_row_blocks<float>(rows, [&](auto R, std::size_t r) {
     constexpr std::size_t RR = decltype(R)::value;

@@ -21,7 +21,7 @@ inline constexpr std::size_t max_merged_parts = 16;
 /// lse = −inf) becomes 0 with lse −inf.
 template <class T, class LseFn, class PartFn, class Out>
 T merge_row(std::size_t parts, LseFn lse, PartFn part, std::size_t dv, Out* out, std::ptrdiff_t stride) {
-  trace::note(tile_op::merge_row);
+  trace::note({operation::merge_row});
   assert(parts <= max_merged_parts);
   constexpr T ninf = -std::numeric_limits<T>::infinity();
   T m = ninf;

@@ -15,7 +15,7 @@ namespace xattn::kernel {
 /// at kt, which holds packed_kt_size<Acc>(cols, n) elements; columns past cols are zero.
 template <class P, class Acc = P, class RowFn>
 void pack_kt(RowFn row, std::size_t cols, std::size_t n, std::ptrdiff_t dstride, P* kt) {
-  trace::note(tile_op::pack_kt);
+  trace::note(op_on<P>(operation::pack_kt));
   constexpr std::size_t sw = strip_width<Acc>;
   if (const std::size_t tail = cols % sw; tail != 0) {  // only the last strip has columns past cols
     P* last = kt + cols / sw * sw * n;
@@ -54,7 +54,7 @@ void pack_kt(RowFn row, std::size_t cols, std::size_t n, std::ptrdiff_t dstride,
 /// a row stride apart (256 or 512 bytes at D = 64 or 128: a few L1 sets, and a miss per row).
 template <class P, class Acc = P, class RowFn>
 void pack_strips(RowFn row, std::size_t rows, std::size_t n, std::ptrdiff_t dstride, P* out, std::size_t strip_stride) {
-  trace::note(tile_op::pack_strips);
+  trace::note(op_on<P>(operation::pack_strips));
   constexpr std::size_t sw = strip_width<Acc>;
   const std::size_t whole = dstride == 1 ? n / sw : 0;  // strips copied a batch at a time
   for (std::size_t i = 0; i < rows; ++i) {

@@ -251,7 +251,7 @@ void pv_strips_rows(const Acc* p, std::size_t ldp, std::size_t rows, const V* v,
 template <class Acc, class V, class Range = every_column>
 void pv_tile(const Acc* p, std::size_t ldp, std::size_t rows, const V* v, std::size_t ldv, std::size_t keys, Acc* o,
              std::size_t ldo, std::size_t dv_padded, Range range = {}) {
-  trace::note(tile_op::pv_tile);
+  trace::note(op_on<V>(operation::pv_tile));
   detail::pv_tile_rows<false>(p, ldp, rows, strided_rows<V>{v, std::ptrdiff_t(ldv)}, keys, o, ldo, dv_padded, range);
 }
 
@@ -280,13 +280,10 @@ struct rows_alone {
 template <class Acc, class Rows, class Range = every_column>
 void pv_tile_at(const Acc* p, std::size_t ldp, std::size_t rows, const Rows& v, std::size_t keys, Acc* o,
                 std::size_t ldo, std::size_t dv_padded, Range range = {}) {
-  if constexpr (std::is_same_v<decltype(v(0)), q8_pair_row>) {
-    trace::note(tile_op::pv_tile_q8);
+  trace::note(op_on<decltype(v(0))>(operation::pv_tile));
+  if constexpr (std::is_same_v<decltype(v(0)), q8_pair_row>)
     if (keys > 0 && v(0).alone())  // every row of an accessor is laid out alike
       return detail::pv_tile_rows<false>(p, ldp, rows, detail::rows_alone<Rows>{v}, keys, o, ldo, dv_padded, range);
-  } else {
-    trace::note(tile_op::pv_tile);
-  }
   detail::pv_tile_rows<false>(p, ldp, rows, v, keys, o, ldo, dv_padded, range);
 }
 
@@ -306,7 +303,7 @@ void pv_tile_transposed(const Acc* p, std::size_t ldp, std::size_t rows, const V
 template <class Acc, class V, class Range = every_column>
 void pv_tile_strips(const Acc* p, std::size_t ldp, std::size_t rows, const V* v, std::size_t strip_stride,
                     std::size_t keys, Acc* o, std::size_t ldo, std::size_t dv_padded, Range range = {}) {
-  trace::note(tile_op::pv_tile_strips);
+  trace::note(op_on<V>(operation::pv_tile_strips));
   detail::pv_strips_rows<false>(p, ldp, rows, v, strip_stride, keys, o, ldo, dv_padded, range);
 }
 
@@ -314,7 +311,7 @@ void pv_tile_strips(const Acc* p, std::size_t ldp, std::size_t rows, const V* v,
 template <class Acc, class V, class Range = every_column>
 void pv_tile_transposed_strips(const Acc* p, std::size_t ldp, std::size_t rows, const V* v, std::size_t strip_stride,
                                std::size_t keys, Acc* o, std::size_t ldo, std::size_t dv_padded, Range range = {}) {
-  trace::note(tile_op::pv_tile_transposed_strips);
+  trace::note(op_on<V>(operation::pv_tile_transposed_strips));
   detail::pv_strips_rows<true>(p, ldp, rows, v, strip_stride, keys, o, ldo, dv_padded, range);
 }
 

@@ -8,6 +8,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <string_view>
 #include <type_traits>
 
 namespace xattn::kernel {
@@ -19,6 +20,7 @@ struct q8_row {
   std::size_t col = 0;                      // the feature this handle starts at
 
   using element = std::int8_t;
+  static constexpr std::string_view format = "q8_0";
 
   float operator[](std::ptrdiff_t d) const noexcept {
     const std::size_t i = col + std::size_t(d);
@@ -45,6 +47,7 @@ struct q8_pair_row {
   std::size_t col = 0;
   std::size_t page_rows = 1;
   using element = std::int8_t;
+  static constexpr std::string_view format = "q8_0";
 
   bool alone() const noexcept { return page_rows == 1; }
   q8_row as_row() const noexcept { return {q, scale, col}; }  // for alone() rows

@@ -62,7 +62,7 @@ inline void qk_micro(const Acc* q, std::size_t ldq, const P* kt, std::size_t ldk
 template <class Acc, class P, class Range = every_column, class Epi = plain_epilogue>
 void qk_tile(const Acc* q, std::size_t ldq, std::size_t rows, const P* kt, std::size_t n, std::size_t cols_padded,
              Acc* s, std::size_t lds, Range range = {}, const Epi& epi = {}) {
-  trace::note(tile_op::qk_tile);
+  trace::note(op_on<P>(operation::qk_tile));
   if constexpr (requires { Epi::op; }) trace::note(Epi::op);
   constexpr std::size_t w = simd::width<Acc>, C = blocking<Acc>::vecs, sw = strip_width<Acc>;
   const auto needed = [&](std::size_t r, std::size_t R, std::size_t c, std::size_t width) {
@@ -234,6 +234,21 @@ void direct_blocks(std::size_t rows, RowFn row, std::size_t cols, std::size_t ro
   }
 }
 
+/// qk_direct's products on rows of any format, each key chunk converted to Acc in registers.
+template <class Acc, class RowFn>
+void qk_direct_widened(const Acc* q, std::size_t ldq, std::size_t rows, RowFn row, std::size_t cols, std::size_t n,
+                       Acc* s, std::size_t lds, row_prefetch also) {
+  trace::note(op_on<decltype(row(0))>(operation::qk_direct));
+  constexpr std::size_t rmax = direct_rows<Acc>;
+  using K = decltype(row(0));
+  direct_blocks<rmax>(
+      rows, row, cols, n * sizeof(row_element_t<K>), s, lds,
+      [&](auto R, std::size_t r, const K* k, Acc* sb, std::size_t kept) {
+        qk_direct_micro<decltype(R)::value>(q + r * ldq, ldq, k, n, sb, lds, kept);
+      },
+      also);
+}
+
 }  // namespace detail
 
 /// s[r, c] = q[r, :n] · row(c)[:n] for r < rows, c < cols, reading keys (of any element type) in
@@ -241,18 +256,11 @@ void direct_blocks(std::size_t rows, RowFn row, std::size_t cols, std::size_t ro
 /// product itself. Blocks of 4 keys by up to 4 rows (2 with AVX2's 16 registers): one key's dot
 /// product alone is a chain of dependent FMAs, and a key chunk loaded once serves every row of the
 /// block (grouped-query decoding stacks a group's heads as rows). also: rows to prefetch with the keys.
+/// (A format with products of its own adds an overload for its rows, as qk_q8.hpp does for int8.)
 template <class Acc, class RowFn>
 void qk_direct(const Acc* q, std::size_t ldq, std::size_t rows, RowFn row, std::size_t cols, std::size_t n, Acc* s,
                std::size_t lds, row_prefetch also = {}) {
-  trace::note(tile_op::qk_direct);
-  constexpr std::size_t rmax = detail::direct_rows<Acc>;
-  using K = decltype(row(0));
-  detail::direct_blocks<rmax>(
-      rows, row, cols, n * sizeof(row_element_t<K>), s, lds,
-      [&](auto R, std::size_t r, const K* k, Acc* sb, std::size_t kept) {
-        detail::qk_direct_micro<decltype(R)::value>(q + r * ldq, ldq, k, n, sb, lds, kept);
-      },
-      also);
+  detail::qk_direct_widened(q, ldq, rows, row, cols, n, s, lds, also);
 }
 
 }  // namespace xattn::kernel

@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #pragma GCC diagnostic push  // GCC PR 105593, see simd/compat.hpp
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -250,7 +251,7 @@ bool qk_direct_q8(const float* q, std::size_t ldq, std::size_t rows, RowFn row, 
       scales[r] = detail::quantize_query16(q + r * ldq, n, codes + r * n);
       if (std::isnan(scales[r])) return false;
     }
-    trace::note(tile_op::qk_direct_q8);
+    trace::note(op_on<q8_pair_row>(operation::qk_direct));
     if constexpr (std::is_same_v<decltype(row(0)), q8_pair_row>) {
       detail::qk_pairs_blocks(codes, scales, rows, row, cols, n, s, lds, also);
     } else {
@@ -263,6 +264,16 @@ bool qk_direct_q8(const float* q, std::size_t ldq, std::size_t rows, RowFn row, 
     }
     return true;
   }
+}
+
+/// qk_direct on int8 (q8_0) key rows: by qk_direct_q8's integer products where they apply, else
+/// dequantized in registers as any format's rows.
+template <class RowFn>
+requires std::is_same_v<row_element_t<std::invoke_result_t<const RowFn&, std::size_t>>, std::int8_t>
+void qk_direct(const float* q, std::size_t ldq, std::size_t rows, RowFn row, std::size_t cols, std::size_t n, float* s,
+               std::size_t lds, row_prefetch also = {}) {
+  if (!qk_direct_q8(q, ldq, rows, row, cols, n, s, lds, also))
+    detail::qk_direct_widened(q, ldq, rows, row, cols, n, s, lds, also);
 }
 
 }  // namespace xattn::kernel

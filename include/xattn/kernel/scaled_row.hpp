@@ -10,6 +10,7 @@
 
 #include <array>
 #include <cstddef>
+#include <string_view>
 
 #pragma GCC diagnostic push  // GCC PR 105593, see simd/compat.hpp
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -22,6 +23,7 @@ namespace xattn::kernel {
 template <class F>
 struct scaled_row {
   using element = typename F::code;
+  static constexpr std::string_view format = F::format;
   const element* q = nullptr;    // the row's first code
   const float* scale = nullptr;  // the row's first scale
   std::size_t col = 0;           // the feature this handle starts at

@@ -3,30 +3,27 @@
 // says can be checked against what ran. A translation unit turns it on by defining
 // XATTN_TRACE_TILE_OPS before including any xattn header (every translation unit of one program
 // must agree); otherwise note() is an empty inline function and costs nothing.
-#include <array>
-#include <atomic>
+#include "tile_format.hpp"
+
+#include <algorithm>
 #include <cstddef>
+#include <mutex>
+#include <string>
 #include <string_view>
 #include <vector>
 
 namespace xattn::kernel {
 
 /// The named steps of the forward and backward tiles: the kernel's tile operations, and the score
-/// paths' own per-pair, per-row and tensor steps.
-enum class tile_op : unsigned {
-  pack_kt,                    // keys into a panel of strips
-  pack_kt_pairs,              // keys into a panel of bf16 feature pairs
-  pack_strips,                // rows into strips (values, and the backward's right operands)
-  pack_v_pairs,               // bf16 values in key pairs
+/// paths' own per-pair, per-row and tensor steps. The products and packs are each one operation
+/// for every format (tile_op::format); the other steps work on the accumulator's rows only.
+enum class operation : unsigned {
+  pack_kt,                    // keys into a panel of strips (of feature pairs, for bf16_pairs)
+  pack_strips,                // rows into strips (values, the backward's right operands; key pairs for bf16_pairs)
   qk_tile,                    // S = Q·Kᵀ against a panel
   qk_direct,                  // S = Q·Kᵀ reading key rows in place
-  qk_tile_pairs,              // S = Q·Kᵀ of bf16 operands by vdpbf16ps against a panel
-  qk_direct_pairs,            // the same reading key rows in place
-  qk_direct_q8,               // S = Q·Kᵀ against int8 (q8_0) key rows in place, by integer products
   pv_tile,                    // O += P·V reading value rows in place
   pv_tile_strips,             // O += P·V against values in strips (the backward's dQ += dS·K too)
-  pv_tile_pairs,              // O += P·V of bf16 probabilities and values by vdpbf16ps
-  pv_tile_q8,                 // O += P·V dequantizing int8 (q8_0) value rows as they are loaded
   pv_tile_transposed_strips,  // O += Pᵀ·X against rows in strips (the backward's dV and dK)
   probs_epilogue,             // P from the score product's registers (whole tiles of plain products)
   softmax_grad_epilogue,      // dS from dP's product's registers (the same tiles)
@@ -44,35 +41,50 @@ enum class tile_op : unsigned {
   count
 };
 
-inline constexpr std::array<std::string_view, std::size_t(tile_op::count)> tile_op_names = {"pack_kt",
-                                                                                            "pack_kt_pairs",
-                                                                                            "pack_strips",
-                                                                                            "pack_v_pairs",
-                                                                                            "qk_tile",
-                                                                                            "qk_direct",
-                                                                                            "qk_tile_pairs",
-                                                                                            "qk_direct_pairs",
-                                                                                            "qk_direct_q8",
-                                                                                            "pv_tile",
-                                                                                            "pv_tile_strips",
-                                                                                            "pv_tile_pairs",
-                                                                                            "pv_tile_q8",
-                                                                                            "pv_tile_transposed_strips",
-                                                                                            "probs_epilogue",
-                                                                                            "softmax_grad_epilogue",
-                                                                                            "probs_row",
-                                                                                            "softmax_grad_row",
-                                                                                            "merge_row",
-                                                                                            "pair_scores",
-                                                                                            "pair_gradients",
-                                                                                            "tensor_scores",
-                                                                                            "tensor_gradients",
-                                                                                            "project_rows",
-                                                                                            "project_back",
-                                                                                            "pair_program",
-                                                                                            "pair_program_gradients"};
+inline constexpr std::string_view operation_names[std::size_t(operation::count)] = {"pack_kt",
+                                                                                    "pack_strips",
+                                                                                    "qk_tile",
+                                                                                    "qk_direct",
+                                                                                    "pv_tile",
+                                                                                    "pv_tile_strips",
+                                                                                    "pv_tile_transposed_strips",
+                                                                                    "probs_epilogue",
+                                                                                    "softmax_grad_epilogue",
+                                                                                    "probs_row",
+                                                                                    "softmax_grad_row",
+                                                                                    "merge_row",
+                                                                                    "pair_scores",
+                                                                                    "pair_gradients",
+                                                                                    "tensor_scores",
+                                                                                    "tensor_gradients",
+                                                                                    "project_rows",
+                                                                                    "project_back",
+                                                                                    "pair_program",
+                                                                                    "pair_program_gradients"};
 
-constexpr std::string_view name_of(tile_op op) noexcept { return tile_op_names[std::size_t(op)]; }
+/// One operation on tiles of one format (tile_format.hpp): qk_direct on float rows, on int8
+/// (q8_0) rows, on bf16 pairs, ... The format is empty for the steps on accumulator rows alone.
+struct tile_op {
+  operation op = operation::count;
+  std::string_view format{};
+
+  friend constexpr bool operator==(const tile_op&, const tile_op&) = default;
+  friend constexpr auto operator<=>(const tile_op&, const tile_op&) = default;
+};
+
+/// op on tiles of format_of<R>().
+template <class R>
+constexpr tile_op op_on(operation op) noexcept {
+  return {op, format_of<R>()};
+}
+
+/// "qk_direct[q8_0]", or "merge_row" for a step without a format.
+inline std::string name_of(tile_op t) {
+  if (t.op >= operation::count) return "none";
+  std::string s(operation_names[std::size_t(t.op)]);
+  if (!t.format.empty()) s += "[" + std::string(t.format) + "]";
+  return s;
+}
 
 #ifdef XATTN_TRACE_TILE_OPS
 inline constexpr bool tracing = true;
@@ -82,27 +94,38 @@ inline constexpr bool tracing = false;
 
 namespace trace {
 
-inline std::array<std::atomic<bool>, std::size_t(tile_op::count)>& seen() noexcept {
-  static std::array<std::atomic<bool>, std::size_t(tile_op::count)> s{};
-  return s;
+struct record {
+  std::mutex m;
+  std::vector<tile_op> seen;
+};
+inline record& recording() {
+  static record r;
+  return r;
 }
 
 /// Records that op ran (any thread; nothing when tracing is off).
-inline void note(tile_op op) noexcept {
-  if constexpr (tracing) seen()[std::size_t(op)].store(true, std::memory_order_relaxed);
+inline void note(tile_op op) {
+  if constexpr (tracing) {
+    record& r = recording();
+    const std::lock_guard<std::mutex> lock(r.m);
+    if (std::find(r.seen.begin(), r.seen.end(), op) == r.seen.end()) r.seen.push_back(op);
+  }
 }
 
 /// Forgets everything recorded.
-inline void clear() noexcept {
-  for (auto& s : seen()) s.store(false, std::memory_order_relaxed);
+inline void clear() {
+  record& r = recording();
+  const std::lock_guard<std::mutex> lock(r.m);
+  r.seen.clear();
 }
 
-/// The operations recorded since the last clear(), in tile_op order.
+/// The operations recorded since the last clear(), sorted.
 inline std::vector<tile_op> recorded() {
-  std::vector<tile_op> r;
-  for (std::size_t k = 0; k < seen().size(); ++k)
-    if (seen()[k].load(std::memory_order_relaxed)) r.push_back(tile_op(k));
-  return r;
+  record& r = recording();
+  const std::lock_guard<std::mutex> lock(r.m);
+  std::vector<tile_op> v = r.seen;
+  std::sort(v.begin(), v.end());
+  return v;
 }
 
 }  // namespace trace

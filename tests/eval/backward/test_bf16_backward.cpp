@@ -172,7 +172,8 @@ TEST_CASE("bf16 backward: the path each build takes") {
   auto Q = ref(q), K = ref(k), V = ref(v);
   const auto e = softmax(Q * trans(K) / 4.0f) * V;
   const std::string text = explain(e, schedule{}, with_backward).text;
-  CHECK((text.find("from dS: pack_v_pairs, pv_tile_pairs") != std::string::npos) == kernel::has_dpbf16);
+  CHECK((text.find("from dS: pack_strips[bf16_pairs], pv_tile_strips[bf16_pairs]") != std::string::npos) ==
+        kernel::has_dpbf16);
   if constexpr (!kernel::has_dpbf16) {  // widened: the float computation on the same values, bit for bit
     const xt::xtensor<float, 4> qf = xt::cast<float>(q);
     auto Qf = ref(qf);

@@ -45,8 +45,8 @@ TEST_CASE("explain: the score path, the scale and log2 e, the masks, the loop ne
   REQUIRE(dense.schedule.forward.block_k == 512);
   REQUIRE_THAT(dense.text,
                Contains("score path  dot_identity") && Contains("causal_mask (excludes; classify skips blocks") &&
-                   Contains("folded into the queries") && Contains("pack into panels of 512 keys (pack_kt)") &&
-                   Contains("= 280 tasks on 2 threads") && Contains("P·V 60 x 512 x 64: pv_tile_strips"));
+                   Contains("folded into the queries") && Contains("pack into panels of 512 keys (pack_kt[float])") &&
+                   Contains("= 280 tasks on 2 threads") && Contains("P·V 60 x 512 x 64: pv_tile_strips[float]"));
   const xt::xtensor<float, 1> t = xt::zeros<float>({8});
   const auto with_sinks = explain(softmax(mask(Q * trans(K) / 8.0f, window(64, 0, sink_tokens(4))), sinks(t)) * V);
   INFO(with_sinks);
@@ -88,7 +88,7 @@ TEST_CASE("explain: decoding reads keys in place and merges key chunks; weights 
   INFO(d);
   REQUIRE(d.schedule.forward.keys == key_reads::in_place);
   REQUIRE(d.schedule.forward.key_chunks == 4);
-  REQUIRE_THAT(d.text, Contains("qk_direct on keys in place") && Contains("merge 4 chunks by log-sum-exp"));
+  REQUIRE_THAT(d.text, Contains("qk_direct[float] on keys in place") && Contains("merge 4 chunks by log-sum-exp"));
   const auto w = explain(softmax(Q * trans(K)));
   REQUIRE_THAT(w.text, Contains("pass 1: max and sum") && Contains("pass 2: weights"));
   REQUIRE(w.schedule.forward.key_chunks == 1);

@@ -15,6 +15,7 @@
 #include <vector>
 
 using namespace xattn;
+using kernel::operation;
 using kernel::tile_op;
 
 static_assert(kernel::tracing, "tests/eval/entry/test_trace.cpp must be built with XATTN_TRACE_TILE_OPS");
@@ -28,7 +29,7 @@ std::vector<tile_op> sorted(std::vector<tile_op> v) {
 
 std::string names(const std::vector<tile_op>& ops) {
   std::string s;
-  for (tile_op op : ops) s += std::string(kernel::name_of(op)) + " ";
+  for (tile_op op : ops) s += kernel::name_of(op) + " ";
   return s;
 }
 
@@ -36,7 +37,7 @@ std::string names(const std::vector<tile_op>& ops) {
 void same(const std::vector<tile_op>& ran, const std::vector<tile_op>& explained, const std::string& text) {
   INFO("ran: " << names(sorted(ran)) << "\nexplained: " << names(sorted(explained)) << "\n" << text);
   REQUIRE(sorted(ran) == sorted(explained));
-  for (tile_op op : ran) REQUIRE(text.find(std::string(kernel::name_of(op))) != std::string::npos);
+  for (tile_op op : ran) REQUIRE(text.find(kernel::name_of(op)) != std::string::npos);
 }
 
 template <class E>
@@ -60,6 +61,8 @@ explanation check_backward(const E& e, const schedule& s = {}) {
   return x;
 }
 
+bool has(const std::vector<tile_op>& ops, tile_op op) { return std::find(ops.begin(), ops.end(), op) != ops.end(); }
+
 }  // namespace
 
 TEST_CASE("trace: the forward runs what explain names") {
@@ -77,6 +80,25 @@ TEST_CASE("trace: the forward runs what explain names") {
     const auto x = check_forward(softmax(ref(q) * trans(ref(k)) / 8.0f) * ref(k), {.threads = 2});
     REQUIRE(x.schedule.forward.key_chunks > 1);
     REQUIRE(x.schedule.forward.values == value_reads::in_place);
+    REQUIRE(has(x.forward_ops, {operation::qk_direct, "float"}));
+    REQUIRE(has(x.forward_ops, {operation::pv_tile, "float"}));
+    REQUIRE(x.text.find("qk_direct[float] on keys in place") != std::string::npos);
+  }
+  SECTION("decoding from 16-bit and fp8 cache pages: each format's rows in the products") {
+    const auto q = r.tensor<float>({2, 4, 1, 64});
+    const auto run = [&](auto element, std::string_view format) {
+      kv_cache<decltype(element)> cache({.kv_heads = 2, .head_dim = 64, .page_size = 16, .max_tokens = 1024});
+      const auto a = cache.add_sequence(), b = cache.add_sequence();
+      cache.append(a, r.tensor<float>({2, 200, 64}), r.tensor<float>({2, 200, 64}));
+      cache.append(b, r.tensor<float>({2, 33, 64}), r.tensor<float>({2, 33, 64}));
+      const std::vector<sequence_id> batch{a, b};
+      const auto x = check_forward(softmax(ref(q) * trans(cache.keys(batch)) / 8.0f) * cache.values(batch));
+      REQUIRE(has(x.forward_ops, {operation::qk_direct, format}));
+      REQUIRE(has(x.forward_ops, {operation::pv_tile, format}));
+    };
+    run(bfloat16{}, "bfloat16");
+    run(float16{}, "float16");
+    run(float8_e4m3{}, "f8_e4m3");
   }
   SECTION("decoding from int8 (q8_0) cache pages: integer products, values dequantized as loaded") {
     kv_cache<std::int8_t> cache({.kv_heads = 2, .head_dim = 64, .page_size = 16, .max_tokens = 4096});
@@ -87,9 +109,9 @@ TEST_CASE("trace: the forward runs what explain names") {
     const auto q = r.tensor<float>({2, 8, 1, 64});
     const auto x = check_forward(softmax(ref(q) * trans(cache.keys(batch)) / 8.0f) * cache.values(batch));
     const auto& ops = x.forward_ops;
-    REQUIRE(std::count(ops.begin(), ops.end(), kernel::has_q8_products ? tile_op::qk_direct_q8 : tile_op::qk_direct) ==
-            1);
-    REQUIRE(std::count(ops.begin(), ops.end(), tile_op::pv_tile_q8) == 1);
+    REQUIRE(std::count(ops.begin(), ops.end(), tile_op{operation::qk_direct, "q8_0"}) == 1);
+    REQUIRE(std::count(ops.begin(), ops.end(), tile_op{operation::pv_tile, "q8_0"}) == 1);
+    REQUIRE(x.text.find("qk_direct[q8_0] on keys in place") != std::string::npos);
   }
   SECTION("scores given as a tensor, lengths mask") {
     const auto s = r.tensor<float>({2, 100, 300}), v = r.tensor<float>({2, 300, 32});
@@ -144,11 +166,10 @@ TEST_CASE("trace: the backward runs what explain names") {
                                    v16 = xt::cast<bfloat16>(v);
     auto Q16 = ref(q16), K16 = ref(k16), V16 = ref(v16);
     const auto x = check_backward(softmax(mask(Q16 * trans(K16) / 8.0f, causal())) * V16);
-    const bool pairs = std::count(x.backward_ops.begin(), x.backward_ops.end(), tile_op::pv_tile_pairs) > 0;
-    REQUIRE(pairs == kernel::has_dpbf16);
+    REQUIRE(has(x.backward_ops, {operation::pv_tile_strips, kernel::bf16_pairs}) == kernel::has_dpbf16);
     // bfloat16 values alone: dP and dV on vdpbf16ps, S, dQ and dK in float
     const auto y = check_backward(softmax(Q * trans(K) / 8.0f) * V16);
-    REQUIRE(std::count(y.backward_ops.begin(), y.backward_ops.end(), tile_op::qk_tile_pairs) == kernel::has_dpbf16);
+    REQUIRE(has(y.backward_ops, {operation::qk_tile, kernel::bf16_pairs}) == kernel::has_dpbf16);
   }
 }
 
@@ -190,11 +211,9 @@ TEST_CASE("trace: the explanations quoted in docs/design.md") {
       REQUIRE(x.schedule.forward.keys == key_reads::in_place);
       return x.forward_ops;
     };
-    const auto has = [](const std::vector<tile_op>& ops, tile_op op) {
-      return std::find(ops.begin(), ops.end(), op) != ops.end();
-    };
-    REQUIRE(has(ops_for(1), tile_op::qk_direct));
-    REQUIRE(has(ops_for(4), tile_op::qk_direct));
-    REQUIRE(has(ops_for(8), kernel::has_dpbf16 ? tile_op::qk_direct_pairs : tile_op::qk_direct));
+    const tile_op widened{operation::qk_direct, "bfloat16"}, pairs{operation::qk_direct, kernel::bf16_pairs};
+    REQUIRE(has(ops_for(1), widened));
+    REQUIRE(has(ops_for(4), widened));
+    REQUIRE(has(ops_for(8), kernel::has_dpbf16 ? pairs : widened));
   }
 }

@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <string_view>
 #include <type_traits>
 
 namespace xattn {
@@ -58,6 +59,7 @@ struct cache_format<float8_e4m3> {
   using code = float8_e4m3;
   static constexpr std::size_t group = 32;
   static constexpr const char* name = "float8_e4m3 (scale per 32)";
+  static constexpr std::string_view format = "f8_e4m3";
 
   template <class X>
   static float quantize(const X* x, std::ptrdiff_t xs, std::size_t n, float8_e4m3* out) noexcept {

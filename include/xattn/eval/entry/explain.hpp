@@ -106,7 +106,7 @@ class nest {
   /// The name of op, recorded as one the run may execute.
   std::string op(kernel::tile_op o) {
     if (std::find(ops_.begin(), ops_.end(), o) == ops_.end()) ops_.push_back(o);
-    return std::string(kernel::name_of(o));
+    return kernel::name_of(o);
   }
   /// The names of a list of ops, joined.
   template <class List>
@@ -184,18 +184,9 @@ void describe_plan(std::ostream& os, const Plan& p, const Ops& ops, const Masks&
   os << "\n";
 }
 
-/// The operation that fills a forward score tile: by the schedule, or by the schedule and the sizes.
-template <class Path>
-kernel::tile_op score_op_of(const forward_schedule& fs, const problem& pr) {
-  if constexpr (requires { Path::score_op(fs, pr); })
-    return Path::score_op(fs, pr);
-  else
-    return Path::score_op(fs);
-}
-
 /// The forward loop nest: the key preparation, the tasks, one task's loop; value_op adds P·V
 /// (value_reader::op).
-template <class Path>
+template <class Path, class Acc>
 std::string forward_nest(const explanation& x, bool dropout, kernel::tile_op value_op,
                          std::vector<kernel::tile_op>& ops) {
   const problem& pr = x.sizes;
@@ -233,14 +224,14 @@ std::string forward_nest(const explanation& x, bool dropout, kernel::tile_op val
   const bool attention = fs.kind == pass_kind::attention;
   if (attention && fs.values == value_reads::strips)
     n.line(2, "on a new (b, kv head): pack its value blocks into strips as they are first needed (" +
-                  n.op(kernel::tile_op::pack_strips) + ")");
+                  n.op(kernel::op_on<Acc>(kernel::operation::pack_strips)) + ")");
   if (attention && fs.values == value_reads::bf16_pairs)
     n.line(2, "on a new (b, kv head): pack its bfloat16 value blocks in key pairs as they are first needed (" +
-                  n.op(kernel::tile_op::pack_v_pairs) + ")");
+                  n.op({kernel::operation::pack_strips, kernel::bf16_pairs}) + ")");
   if (attention && fs.values == value_reads::widened_per_head)
     n.line(2, "on a new (b, kv head): widen its value blocks as they are first needed");
-  const kernel::tile_op score_op = score_op_of<Path>(fs, pr);
-  if (score_op != kernel::tile_op::tensor_scores)
+  const kernel::tile_op score_op = Path::score_op(fs);
+  if (score_op != kernel::tile_op{kernel::operation::tensor_scores})
     n.line(2,
            std::string(Path::query_ops.empty() ? "gather " : "gather and project (" + n.ops(Path::query_ops) + ") ") +
                std::to_string(fs.block_q) + " query rows" + (fs.keys != key_reads::none ? ", scale folded in" : ""));
@@ -268,7 +259,7 @@ std::string forward_nest(const explanation& x, bool dropout, kernel::tile_op val
     n.line(2, std::string("finalize rows: O / l") + (fs.key_chunks > 1 ? " into chunk scratch" : ""));
     if (fs.key_chunks > 1)
       n.line(1, "for each row: merge " + std::to_string(fs.key_chunks) + " chunks by log-sum-exp (" +
-                    n.op(kernel::tile_op::merge_row) + ")");
+                    n.op(kernel::tile_op{kernel::operation::merge_row}) + ")");
   } else if (fs.kind == pass_kind::weights) {
     block_loop(" (pass 1: max and sum)");
     n.line(3, "online softmax state only");
@@ -285,9 +276,10 @@ std::string forward_nest(const explanation& x, bool dropout, kernel::tile_op val
 
 /// The backward loop nest: the path's preparation, the key-block tasks, one tile's steps;
 /// value_pairs: dP and dV on vdpbf16ps (bfloat16 values).
-template <class Path>
+template <class Path, class Acc>
 std::string backward_nest(const explanation& x, std::size_t lanes, bool masked, bool modified, bool dropout,
                           bool value_pairs, std::vector<kernel::tile_op>& ops) {
+  using kernel::operation;
   using kernel::tile_op;
   const problem& pr = x.sizes;
   const backward_schedule& bs = x.schedule.backward;
@@ -312,11 +304,11 @@ std::string backward_nest(const explanation& x, std::size_t lanes, bool masked, 
                 std::to_string(bs.threads) + " thread" + (bs.threads == 1 ? "" : "s") + " (streams in groups of " +
                 std::to_string(bs.group) + ")");
   // the value side: V in the keys' place of a product of rows, dO in the queries'
-  const tile_op v_pack = value_pairs ? tile_op::pack_kt_pairs : tile_op::pack_kt,
-                dp_op = value_pairs ? tile_op::qk_tile_pairs : tile_op::qk_tile;
-  const std::string dv = "dV += Pᵀ·dO (" +
-                         (value_pairs ? n.op(tile_op::pack_v_pairs) + ", " + n.op(tile_op::pv_tile_pairs)
-                                      : n.op(tile_op::pack_strips) + ", " + n.op(tile_op::pv_tile_transposed_strips)) +
+  const auto on = [&](operation op) { return value_pairs ? tile_op{op, kernel::bf16_pairs} : kernel::op_on<Acc>(op); };
+  const tile_op v_pack = on(operation::pack_kt), dp_op = on(operation::qk_tile);
+  const std::string dv = "dV += Pᵀ·dO (" + n.op(on(operation::pack_strips)) + ", " +
+                         n.op(value_pairs ? tile_op{operation::pv_tile_strips, kernel::bf16_pairs}
+                                          : kernel::op_on<Acc>(operation::pv_tile_transposed_strips)) +
                          ")";
   n.line(2, "values into a panel (" + n.op(v_pack) + ")" +
                 (Path::backward_ops.keys.empty() ? "" : "; keys (" + n.ops(Path::backward_ops.keys) + ")") +
@@ -330,14 +322,14 @@ std::string backward_nest(const explanation& x, std::size_t lanes, bool masked, 
   const bool general = !plain || masked || pr.kv_len % lanes != 0;
   if (plain) {
     n.line(3, std::string(general ? "a tile nothing hides, of whole batches: " : "") +
-                  "S and P: " + n.ops(Path::backward_ops.scores) + " with " + n.op(tile_op::probs_epilogue) + "; " +
-                  dv + "; dP and dS: " + n.op(dp_op) + " with " + n.op(tile_op::softmax_grad_epilogue));
+                  "S and P: " + n.ops(Path::backward_ops.scores) + " with " + n.op({operation::probs_epilogue}) + "; " +
+                  dv + "; dP and dS: " + n.op(dp_op) + " with " + n.op({operation::softmax_grad_epilogue}));
   }
   if (general) {
     n.line(3, std::string(plain ? "any other tile: " : "") + "S: " + n.ops(Path::backward_ops.scores) +
-                  (modified ? "; modifiers" : "") + "; masks; P: " + n.op(tile_op::probs_row) +
+                  (modified ? "; modifiers" : "") + "; masks; P: " + n.op({operation::probs_row}) +
                   (dropout ? "; dropout" : "") + "; " + dv + "; dP: " + n.op(dp_op) +
-                  "; dS: " + n.op(tile_op::softmax_grad_row) + (modified ? ", back through the modifiers" : ""));
+                  "; dS: " + n.op({operation::softmax_grad_row}) + (modified ? ", back through the modifiers" : ""));
   }
   n.line(3, "from dS: " + n.ops(Path::backward_ops.gradients));
   n.line(2, "write dK, dV rows");
@@ -367,13 +359,13 @@ explanation explain_impl(const E& e, const schedule& sch) {
     x.path = std::string(Path::name);
     std::ostringstream os;
     describe_plan<Path, Acc>(os, p, ops, masks, x);
-    os << forward_nest<Path>(
+    os << forward_nest<Path, Acc>(
         x, p.drop.p > 0, value_reader<Acc, std::decay_t<decltype(p.v)>>::op(x.schedule.forward.values), x.forward_ops);
     if constexpr (Backward) {
       if constexpr (check_backward<P>())
-        os << backward_nest<Path>(x, simd::width<Acc>, !decltype(hana::is_empty(masks))::value,
-                                  !decltype(hana::is_empty(ops))::value, p.drop.p > 0,
-                                  takes_value_pairs_v<Acc, typename decltype(p.v)::value_type>, x.backward_ops);
+        os << backward_nest<Path, Acc>(x, simd::width<Acc>, !decltype(hana::is_empty(masks))::value,
+                                       !decltype(hana::is_empty(ops))::value, p.drop.p > 0,
+                                       takes_value_pairs_v<Acc, typename decltype(p.v)::value_type>, x.backward_ops);
     }
     x.text = os.str();
   }

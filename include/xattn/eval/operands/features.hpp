@@ -63,7 +63,7 @@ S project_row(const E& src, std::ptrdiff_t stride, std::size_t d, std::vector<S>
 /// term. An orphaned `omp for`, like for_each_row.
 template <class S, class View, class Project>
 void project_rows(row_features<S>& f, const View& x, std::size_t d, Project&& project) {
-  kernel::trace::note(kernel::tile_op::project_rows);
+  kernel::trace::note(kernel::tile_op{kernel::operation::project_rows});
   std::vector<S> raw;
   f.for_each_row([&](std::size_t b, std::size_t h, std::size_t j, S* row, S& term) {
     term = project_row(x.row(b, h, j), x.inner_stride(), d, raw, row, f.width(), project);

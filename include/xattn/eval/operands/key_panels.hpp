@@ -3,7 +3,7 @@
 // per evaluation: every query block and every query head of a GQA group reads the same panels,
 // instead of re-packing a key block per task. Short sequences instead pack one head at a time, in
 // the thread that uses it (head_blocks). A panel format says what a panel holds: strips of the
-// accumulator type for qk_tile, or bf16 feature pairs for vdpbf16ps (qk_tile_pairs).
+// accumulator type for qk_tile, or bf16 feature pairs for vdpbf16ps (qk_tile on a pair tile).
 #include "../../kernel/aligned.hpp"
 #include "../../kernel/dpbf16.hpp"
 #include "../../kernel/pack.hpp"
@@ -29,13 +29,13 @@ struct strips {
   }
 };
 
-/// Panels of bf16 feature pairs (kernel::pack_kt_pairs), for qk_tile_pairs.
+/// Panels of bf16 feature pairs (kernel::pack_kt into a pair tile), for qk_tile on pair tiles.
 struct bf16_pairs {
   using element = bfloat16;
   static constexpr std::size_t size(std::size_t cols, std::size_t n) { return kernel::packed_pairs_size(cols, n); }
   template <class RowFn>
   static void pack(RowFn row, std::size_t cols, std::size_t n, std::ptrdiff_t dstride, bfloat16* at) {
-    kernel::pack_kt_pairs(row, cols, n, dstride, at);
+    kernel::pack_kt(row, cols, n, dstride, kernel::in_pairs(at));
   }
 };
 

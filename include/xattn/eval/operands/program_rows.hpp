@@ -210,7 +210,7 @@ class row_runner {
 /// rows, like row_features::for_each_row.
 template <class Acc, class View>
 void run_program_rows(const row_program<Acc>& p, const View& x, std::size_t d, program_rows<Acc>& out) {
-  kernel::trace::note(kernel::tile_op::project_rows);
+  kernel::trace::note(kernel::tile_op{kernel::operation::project_rows});
   const auto& sh = out.f.term_at.shape;
   const std::size_t rows = sh[0] * sh[1] * sh[2], lanes = row_lanes<Acc>(p.split->others), n = out.f.width();
   const auto blocks = std::ptrdiff_t((rows + lanes - 1) / lanes);

@@ -39,17 +39,15 @@ struct dot_features_path {
     return f;
   }
   static constexpr kernel::tile_op score_op(const forward_schedule& fs) {
-    return fs.keys == key_reads::in_place ? kernel::tile_op::qk_direct : kernel::tile_op::qk_tile;
+    return fs.keys == key_reads::in_place ? kernel::op_on<S>(kernel::operation::qk_direct)
+                                          : kernel::op_on<Acc>(kernel::operation::qk_tile);
   }
-  static constexpr kernel::tile_op key_pack_op = kernel::tile_op::pack_kt;
+  static constexpr kernel::tile_op key_pack_op = kernel::op_on<Acc>(kernel::operation::pack_kt);
   static constexpr std::string_view key_work = "project keys to their features";
-  static constexpr op_list key_ops{kernel::tile_op::project_rows}, query_ops{kernel::tile_op::project_rows};
-  static constexpr backward_steps backward_ops{
-      {kernel::tile_op::project_rows},
-      {kernel::tile_op::pack_kt, kernel::tile_op::pack_strips},
-      {kernel::tile_op::qk_tile},
-      {kernel::tile_op::pack_strips, kernel::tile_op::pv_tile_transposed_strips, kernel::tile_op::pv_tile_strips},
-      {kernel::tile_op::project_back}};
+  static constexpr op_list key_ops{kernel::tile_op{kernel::operation::project_rows}},
+      query_ops{kernel::tile_op{kernel::operation::project_rows}};
+  static constexpr backward_steps backward_ops = row_product_steps<Acc>(
+      {kernel::tile_op{kernel::operation::project_rows}}, {}, {}, {kernel::tile_op{kernel::operation::project_back}});
 
   // ---- forward ----
 
@@ -87,7 +85,7 @@ struct dot_features_path {
       const auto& qv = base_.q.view;
       scale_ = scale;
       if (at == 0) i0_ = i0;
-      kernel::trace::note(kernel::tile_op::project_rows);
+      kernel::trace::note(kernel::tile_op{kernel::operation::project_rows});
       auto project = [&](std::span<const S> x, std::span<S> out) { return base_.policy.project_query(x, out); };
       for (std::size_t r = 0; r < rows; ++r) {
         Acc* dst = q_.data() + (at + r) * n_;

@@ -50,30 +50,17 @@ struct dot_identity_path {
     f.query_grads_dense = base.q.how != form::packed;  // dQ is allocated in Q's form
     return f;
   }
+  /// The rows qk_direct reads when decoding: K's elements, or a cache page's row handles.
+  using key_row = decltype(rows_from(head_rows(std::declval<const Base&>().k.view, 0, 0), 0)(0));
   /// The operation that fills a forward score tile, keys read as the schedule says.
   static constexpr kernel::tile_op score_op(const forward_schedule& fs) {
-    return fs.keys == key_reads::in_place ? kernel::tile_op::qk_direct : kernel::tile_op::qk_tile;
+    return fs.keys == key_reads::in_place ? kernel::op_on<key_row>(kernel::operation::qk_direct)
+                                          : kernel::op_on<Acc>(kernel::operation::qk_tile);
   }
-  /// int8 (q8_0) keys in place take integer products where the build has them and a task's
-  /// queries fit their int16 copy (tiles::scores).
-  static kernel::tile_op score_op(const forward_schedule& fs, const problem& pr) {
-    using key_type = std::remove_cv_t<typename std::decay_t<decltype(std::declval<const Base&>().k)>::value_type>;
-    if constexpr (std::is_same_v<key_type, std::int8_t> && std::is_same_v<Acc, float>) {
-      const std::size_t rows = fs.group_rows > 0 ? fs.group_rows * pr.q_len : std::min(fs.block_q, pr.q_len);
-      if (fs.keys == key_reads::in_place && kernel::q8_products_take(rows, pr.q_dim))
-        return kernel::tile_op::qk_direct_q8;
-    }
-    return score_op(fs);
-  }
-  static constexpr kernel::tile_op key_pack_op = kernel::tile_op::pack_kt;
+  static constexpr kernel::tile_op key_pack_op = kernel::op_on<Acc>(kernel::operation::pack_kt);
   static constexpr std::string_view key_work = "";  // the keys are packed as they are
   static constexpr op_list key_ops{}, query_ops{};
-  static constexpr backward_steps backward_ops{
-      {},
-      {kernel::tile_op::pack_kt, kernel::tile_op::pack_strips},
-      {kernel::tile_op::qk_tile},
-      {kernel::tile_op::pack_strips, kernel::tile_op::pv_tile_transposed_strips, kernel::tile_op::pv_tile_strips},
-      {}};
+  static constexpr backward_steps backward_ops = row_product_steps<Acc>();
 
   // ---- forward ----
 
@@ -106,10 +93,7 @@ struct dot_identity_path {
         kernel::qk_tile(q, n_, rows, kt, n_, colsp, s, lds);
         return;
       }
-      const auto in_place = rows_from(keys, j0);
-      if constexpr (std::is_same_v<decltype(in_place(0)), kernel::q8_pair_row> && std::is_same_v<Acc, float>)
-        if (kernel::qk_direct_q8(q, n_, rows, in_place, cols, n_, s, lds, also_)) return;
-      kernel::qk_direct(q, n_, rows, in_place, cols, n_, s, lds, also_);
+      kernel::qk_direct(q, n_, rows, rows_from(keys, j0), cols, n_, s, lds, also_);
     }
 
    private:

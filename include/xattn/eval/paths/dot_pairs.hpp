@@ -3,8 +3,8 @@
 // where the build has AVX512-BF16. Forward: keys packed into panels of feature pairs (once per
 // evaluation, or per head by the thread using it); the task's queries are copied as they are, and
 // the scale multiplies the fp32 sums, so no operand is rounded. When decoding, keys are read in
-// place: their rows already pairs of the summed axis (kernel::qk_direct_pairs), or, for a few
-// query rows, widened in registers as dot_identity's. Backward: the products on vdpbf16ps too
+// place: their rows already pairs of the summed axis (kernel::qk_direct on bf16 queries), or,
+// for a few query rows, widened in registers as dot_identity's. Backward: the products on vdpbf16ps too
 // (parts/dot_pair_grads.hpp), dS rounded to bf16 for dQ and dK.
 #include "../../expr/tensor_ref.hpp"
 #include "../../kernel/aligned.hpp"
@@ -41,17 +41,19 @@ struct dot_pairs_path {
   /// 1.25x more slowly. More rows make the product count, and the pairs win.
   static constexpr std::size_t widened_rows = 4;
   static constexpr kernel::tile_op score_op(const forward_schedule& fs) {
-    if (fs.keys != key_reads::in_place) return kernel::tile_op::qk_tile_pairs;
-    return fs.block_q <= widened_rows ? widened::score_op(fs) : kernel::tile_op::qk_direct_pairs;
+    if (fs.keys != key_reads::in_place) return {kernel::operation::qk_tile, kernel::bf16_pairs};
+    return fs.block_q <= widened_rows ? widened::score_op(fs)
+                                      : kernel::tile_op{kernel::operation::qk_direct, kernel::bf16_pairs};
   }
-  static constexpr kernel::tile_op key_pack_op = kernel::tile_op::pack_kt_pairs;
+  static constexpr kernel::tile_op key_pack_op{kernel::operation::pack_kt, kernel::bf16_pairs};
   static constexpr std::string_view key_work = widened::key_work;
   static constexpr op_list key_ops = widened::key_ops, query_ops = widened::query_ops;
-  static constexpr backward_steps backward_ops{{},
-                                               {kernel::tile_op::pack_kt_pairs, kernel::tile_op::pack_v_pairs},
-                                               {kernel::tile_op::qk_tile_pairs},
-                                               {kernel::tile_op::pack_v_pairs, kernel::tile_op::pv_tile_pairs},
-                                               {}};
+  static constexpr backward_steps backward_ops{
+      {},
+      {key_pack_op, {kernel::operation::pack_strips, kernel::bf16_pairs}},
+      {{kernel::operation::qk_tile, kernel::bf16_pairs}},
+      {{kernel::operation::pack_strips, kernel::bf16_pairs}, {kernel::operation::pv_tile_strips, kernel::bf16_pairs}},
+      {}};
 
   // ---- forward ----
 
@@ -65,7 +67,7 @@ struct dot_pairs_path {
         : base_(base),
           n_(pr.q_dim),
           ldq_(n_ + n_ % 2),
-          widen_(score_op(fs) == kernel::tile_op::qk_direct),
+          widen_(score_op(fs).format != kernel::bf16_pairs),
           q16_(widen_ ? 0 : fs.block_q * std::max<std::size_t>(ldq_, 1), bfloat16::from_bits(0)),
           q_(widen_ ? fs.block_q * std::max<std::size_t>(n_, 1) : 0),
           reader_(k.panels, pr, n_, fs) {}
@@ -100,9 +102,9 @@ struct dot_pairs_path {
       const bfloat16* q = q16_.data() + (i0 - i0_) * ldq_;
       const auto key = [&](std::size_t j) { return kv.row(b, hk, j); };
       if (const bfloat16* kt = reader_.panel(b, hk, j0, kv.inner_stride(), key))
-        kernel::qk_tile_pairs(q, ldq_, rows, kt, n_, colsp, scale_, s, lds);
+        kernel::qk_tile(q, ldq_, rows, kernel::in_pairs(kt), n_, colsp, scale_, s, lds);
       else
-        kernel::qk_direct_pairs(
+        kernel::qk_direct(
             q, ldq_, rows, [&](std::size_t c) { return kv.row(b, hk, j0 + c); }, cols, n_, scale_, s, lds, also_);
     }
 

@@ -92,19 +92,16 @@ struct dot_rows_path {
     return f;
   }
   static constexpr kernel::tile_op score_op(const forward_schedule&) {
-    return Pairs ? kernel::tile_op::qk_tile_pairs : kernel::tile_op::qk_tile;
+    return Pairs ? kernel::tile_op{kernel::operation::qk_tile, kernel::bf16_pairs}
+                 : kernel::op_on<Acc>(kernel::operation::qk_tile);
   }
-  static constexpr kernel::tile_op key_pack_op = Pairs ? kernel::tile_op::pack_kt_pairs : kernel::tile_op::pack_kt;
+  static constexpr kernel::tile_op key_pack_op = Pairs ? kernel::tile_op{kernel::operation::pack_kt, kernel::bf16_pairs}
+                                                       : kernel::op_on<Acc>(kernel::operation::pack_kt);
   static constexpr std::string_view key_work =
       sums ? "assembled from the terms (load transforms applied) as they are packed"
            : "turned by their load transform (rope) as they are packed";
   static constexpr op_list key_ops{}, query_ops{};
-  static constexpr backward_steps backward_ops{
-      {},
-      {kernel::tile_op::pack_kt, kernel::tile_op::pack_strips},
-      {kernel::tile_op::qk_tile},
-      {kernel::tile_op::pack_strips, kernel::tile_op::pv_tile_transposed_strips, kernel::tile_op::pv_tile_strips},
-      {}};
+  static constexpr backward_steps backward_ops = row_product_steps<Acc>();
 
   // ---- forward ----
 
@@ -176,7 +173,7 @@ struct dot_rows_path {
       });
       const R* q = q_.data() + (i0 - i0_) * ldq_;
       if constexpr (Pairs)
-        kernel::qk_tile_pairs(q, ldq_, rows, kt, n_, colsp, scale_, s, lds);
+        kernel::qk_tile(q, ldq_, rows, kernel::in_pairs(kt), n_, colsp, scale_, s, lds);
       else
         kernel::qk_tile(q, n_, rows, kt, n_, colsp, s, lds);
     }

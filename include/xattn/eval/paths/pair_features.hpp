@@ -34,15 +34,18 @@ struct pair_features_path {
     f.query_grads_dense = true;  // the features' own gradient rows
     return f;
   }
-  static constexpr kernel::tile_op score_op(const forward_schedule&) { return kernel::tile_op::pair_scores; }
-  static constexpr kernel::tile_op key_pack_op = kernel::tile_op::count;  // no panels
+  static constexpr kernel::tile_op score_op(const forward_schedule&) {
+    return kernel::tile_op{kernel::operation::pair_scores};
+  }
+  static constexpr kernel::tile_op key_pack_op{};  // no panels
   static constexpr std::string_view key_work = "project keys to their features";
-  static constexpr op_list key_ops{kernel::tile_op::project_rows}, query_ops{kernel::tile_op::project_rows};
-  static constexpr backward_steps backward_ops{{kernel::tile_op::project_rows},
+  static constexpr op_list key_ops{kernel::tile_op{kernel::operation::project_rows}},
+      query_ops{kernel::tile_op{kernel::operation::project_rows}};
+  static constexpr backward_steps backward_ops{{kernel::tile_op{kernel::operation::project_rows}},
                                                {},
-                                               {kernel::tile_op::pair_scores},
-                                               {kernel::tile_op::pair_gradients},
-                                               {kernel::tile_op::project_back}};
+                                               {kernel::tile_op{kernel::operation::pair_scores}},
+                                               {kernel::tile_op{kernel::operation::pair_gradients}},
+                                               {kernel::tile_op{kernel::operation::project_back}}};
 
   // ---- forward ----
 
@@ -68,7 +71,7 @@ struct pair_features_path {
       const auto& qv = base_.q.view;
       scale_ = scale;
       if (at == 0) i0_ = i0;
-      kernel::trace::note(kernel::tile_op::project_rows);
+      kernel::trace::note(kernel::tile_op{kernel::operation::project_rows});
       for (std::size_t r = 0; r < rows; ++r)
         alpha_[at + r] =
             project_row(qv.row(b, h, i0 + r), qv.inner_stride(), pr_.q_dim, raw_, q_.data() + (at + r) * n_, n_,
@@ -77,7 +80,7 @@ struct pair_features_path {
 
     void scores(std::size_t b, std::size_t, std::size_t hk, std::size_t i0, std::size_t rows, std::size_t j0,
                 std::size_t cols, std::size_t, Acc* s, std::size_t lds) const {
-      kernel::trace::note(kernel::tile_op::pair_scores);
+      kernel::trace::note(kernel::tile_op{kernel::operation::pair_scores});
       const std::size_t r0 = i0 - i0_;  // rows [i0, i0 + rows) of the loaded block
       for (std::size_t r = 0; r < rows; ++r) {
         const std::span<const S> fq(q_.data() + (r0 + r) * n_, n_);

@@ -33,12 +33,17 @@ struct pair_raw_path {
     f.query_grads_dense = true;  // the rows' own gradient copies
     return f;
   }
-  static constexpr kernel::tile_op score_op(const forward_schedule&) { return kernel::tile_op::pair_scores; }
-  static constexpr kernel::tile_op key_pack_op = kernel::tile_op::count;  // no panels
+  static constexpr kernel::tile_op score_op(const forward_schedule&) {
+    return kernel::tile_op{kernel::operation::pair_scores};
+  }
+  static constexpr kernel::tile_op key_pack_op{};  // no panels
   static constexpr std::string_view key_work = "copy keys contiguous";
   static constexpr op_list key_ops{}, query_ops{};
-  static constexpr backward_steps backward_ops{
-      {}, {}, {kernel::tile_op::pair_scores}, {kernel::tile_op::pair_gradients}, {}};
+  static constexpr backward_steps backward_ops{{},
+                                               {},
+                                               {kernel::tile_op{kernel::operation::pair_scores}},
+                                               {kernel::tile_op{kernel::operation::pair_gradients}},
+                                               {}};
 
   // ---- forward ----
 
@@ -63,7 +68,7 @@ struct pair_raw_path {
 
     void scores(std::size_t b, std::size_t, std::size_t hk, std::size_t i0, std::size_t rows, std::size_t j0,
                 std::size_t cols, std::size_t, Acc* s, std::size_t lds) const {
-      kernel::trace::note(kernel::tile_op::pair_scores);
+      kernel::trace::note(kernel::tile_op{kernel::operation::pair_scores});
       for (std::size_t r = 0; r < rows; ++r) {
         const std::span<const S> q(q_.data() + (i0 - i0_ + r) * dq_, dq_);  // rows [i0, i0 + rows) of the block
         for (std::size_t c = 0; c < cols; ++c)

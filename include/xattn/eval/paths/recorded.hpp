@@ -101,20 +101,17 @@ struct recorded_path {
     return f;
   }
   static constexpr kernel::tile_op score_op(const forward_schedule& fs) {
-    return fs.keys == key_reads::in_place ? kernel::tile_op::qk_direct
-           : fs.keys == key_reads::none   ? kernel::tile_op::pair_scores
-                                          : kernel::tile_op::qk_tile;
+    return fs.keys == key_reads::in_place ? kernel::op_on<Acc>(kernel::operation::qk_direct)
+           : fs.keys == key_reads::none   ? kernel::tile_op{kernel::operation::pair_scores}
+                                          : kernel::op_on<Acc>(kernel::operation::qk_tile);
   }
-  static constexpr kernel::tile_op key_pack_op = kernel::tile_op::pack_kt;
+  static constexpr kernel::tile_op key_pack_op = kernel::op_on<Acc>(kernel::operation::pack_kt);
   static constexpr std::string_view key_work = "keys through the key program (not separated: transposed, or copied)";
-  static constexpr op_list key_ops{kernel::tile_op::project_rows}, query_ops{kernel::tile_op::project_rows};
-  static constexpr backward_steps backward_ops{
-      {kernel::tile_op::project_rows},
-      {kernel::tile_op::pack_kt, kernel::tile_op::pack_strips},
-      {kernel::tile_op::qk_tile, kernel::tile_op::pair_program},
-      {kernel::tile_op::pair_program_gradients, kernel::tile_op::pack_strips,
-       kernel::tile_op::pv_tile_transposed_strips, kernel::tile_op::pv_tile_strips},
-      {kernel::tile_op::project_back}};
+  static constexpr op_list key_ops{kernel::tile_op{kernel::operation::project_rows}},
+      query_ops{kernel::tile_op{kernel::operation::project_rows}};
+  static constexpr backward_steps backward_ops = row_product_steps<Acc>(
+      {kernel::tile_op{kernel::operation::project_rows}}, kernel::tile_op{kernel::operation::pair_program},
+      kernel::tile_op{kernel::operation::pair_program_gradients}, {kernel::tile_op{kernel::operation::project_back}});
 
   /// One of the three forms' objects, and calls on whichever it holds.
   template <class Pairwise, class Separated, class Lanes>

@@ -18,12 +18,17 @@ struct tensor_scores_path {
 
   static constexpr bool plain_products = false;
   static path_facts facts(const Base&, const problem&) { return pair_facts<Acc>(0); }
-  static constexpr kernel::tile_op score_op(const forward_schedule&) { return kernel::tile_op::tensor_scores; }
-  static constexpr kernel::tile_op key_pack_op = kernel::tile_op::count;  // no panels
+  static constexpr kernel::tile_op score_op(const forward_schedule&) {
+    return kernel::tile_op{kernel::operation::tensor_scores};
+  }
+  static constexpr kernel::tile_op key_pack_op{};  // no panels
   static constexpr std::string_view key_work = "";
   static constexpr op_list key_ops{}, query_ops{};
-  static constexpr backward_steps backward_ops{
-      {}, {}, {kernel::tile_op::tensor_scores}, {kernel::tile_op::tensor_gradients}, {}};
+  static constexpr backward_steps backward_ops{{},
+                                               {},
+                                               {kernel::tile_op{kernel::operation::tensor_scores}},
+                                               {kernel::tile_op{kernel::operation::tensor_gradients}},
+                                               {}};
 
   // ---- forward ----
 
@@ -43,7 +48,7 @@ struct tensor_scores_path {
 
     void scores(std::size_t b, std::size_t h, std::size_t, std::size_t i0, std::size_t rows, std::size_t j0,
                 std::size_t cols, std::size_t, Acc* s, std::size_t lds) const {
-      kernel::trace::note(kernel::tile_op::tensor_scores);
+      kernel::trace::note(kernel::tile_op{kernel::operation::tensor_scores});
       const auto& xv = base_.x.view;
       for (std::size_t r = 0; r < rows; ++r)
         kernel::scaled_copy(&xv(b, h, i0 + r, j0), xv.inner_stride(), cols, scale_, s + r * lds, 1);
@@ -80,7 +85,7 @@ struct tensor_scores_path {
     /// scale · X, rows of the tile.
     template <class Range>
     void scores(std::size_t cols, std::size_t, Acc* s, std::size_t lds, Range) {
-      kernel::trace::note(kernel::tile_op::tensor_scores);
+      kernel::trace::note(kernel::tile_op{kernel::operation::tensor_scores});
       const auto& x = base_.x.view;
       for (std::size_t r = 0; r < rows_; ++r)
         kernel::scaled_copy(&x(b0_, h_, i0_ + r, j0_), x.inner_stride(), cols, scale_, s + r * lds, 1);
@@ -88,7 +93,7 @@ struct tensor_scores_path {
     /// dX = dS.
     template <class RowRange, class KeyRange>
     void gradients(const Acc* ds, std::size_t lds, std::size_t cols, std::size_t, Acc*, RowRange, KeyRange) {
-      kernel::trace::note(kernel::tile_op::tensor_gradients);
+      kernel::trace::note(kernel::tile_op{kernel::operation::tensor_gradients});
       const auto& dx = g_.to.dx;
       for (std::size_t r = 0; r < rows_; ++r)
         kernel::scaled_copy(ds + r * lds, 1, cols, Acc(1), &dx(b0_, h_, i0_ + r, j0_), dx.inner_stride());

@@ -40,12 +40,12 @@ class value_pairs {
                   std::size_t lds, std::size_t rows, Acc* o, std::size_t ldo) {
     const bfloat16* vp = blocks_.block(b, hk, j0 / bk_, [&](std::size_t kb, bfloat16* to) {
       const std::size_t k0 = kb * bk_;
-      kernel::pack_v_pairs([&](std::size_t j) { return vv.row(b, hk, k0 + j); }, std::min(bk_, kv_len_ - k0), dv_,
-                           vv.inner_stride(), dvp_, to);
+      kernel::pack_strips([&](std::size_t j) { return vv.row(b, hk, k0 + j); }, std::min(bk_, kv_len_ - k0), dv_,
+                          vv.inner_stride(), kernel::in_pairs(to), dvp_);
     });
     const std::size_t colsp = simd::padded<Acc>(cols);  // as the worker padded p
     for (std::size_t r = 0; r < rows; ++r) kernel::round_row_bf16(p + r * lds, colsp, p16_.data() + r * ldp_);
-    kernel::pv_tile_pairs(p16_.data(), ldp_, p, lds, rows, vp, cols, o, ldo, dvp_);
+    kernel::pv_tile_strips(kernel::in_pairs(p16_.data()), ldp_, p, lds, rows, kernel::in_pairs(vp), cols, o, ldo, dvp_);
   }
 
  private:

@@ -32,6 +32,7 @@ template <class Acc, class Values>
 class value_reader {
  public:
   using value_type = typename Values::value_type;
+  using view_type = std::remove_cvref_t<decltype(Values::view)>;
 
   value_reader(const Values& v, const problem& pr, const forward_schedule& fs)
       : vv_(v.view),
@@ -73,15 +74,17 @@ class value_reader {
 
   /// The tile operation that adds P·V when V is read as m says (explain).
   static constexpr kernel::tile_op op(value_reads m) {
+    using kernel::operation;
     switch (m) {
       case value_reads::strips:
-        return kernel::tile_op::pv_tile_strips;
+        return kernel::op_on<Acc>(operation::pv_tile_strips);
       case value_reads::bf16_pairs:
-        return kernel::tile_op::pv_tile_pairs;
-      case value_reads::in_place:
-        return std::is_same_v<value_type, std::int8_t> ? kernel::tile_op::pv_tile_q8 : kernel::tile_op::pv_tile;
+        return {operation::pv_tile_strips, kernel::bf16_pairs};
+      case value_reads::in_place:  // V's elements, or a cache page's row handles
+        return kernel::op_on<decltype(values_in_place<Acc>::rows_at(std::declval<const view_type&>(), 0, 0, 0)(0))>(
+            operation::pv_tile);
       default:
-        return kernel::tile_op::pv_tile;
+        return kernel::op_on<Acc>(operation::pv_tile);
     }
   }
 
@@ -105,7 +108,7 @@ class value_reader<Acc, no_values> {
  public:
   template <class... A>
   explicit value_reader(const A&...) {}
-  static constexpr kernel::tile_op op(value_reads) { return kernel::tile_op::pv_tile; }
+  static constexpr kernel::tile_op op(value_reads) { return {}; }
   void queue_head(kernel::prefetch_queue&, std::size_t, std::size_t, std::size_t) const {}
 };
 

@@ -60,4 +60,23 @@ struct backward_steps {
   op_list prepare, keys, scores, gradients, finish;
 };
 
+/// The backward steps of a product of rows in Acc (parts/dot_grads.hpp): keys into a panel and
+/// strips, S by the score microkernel, dQ and dK by the P·V microkernel on strips.
+template <class Acc>
+constexpr backward_steps row_product_steps(op_list prepare = {}, kernel::tile_op also_scores = {},
+                                           kernel::tile_op also_gradients = {}, op_list finish = {}) {
+  using kernel::operation;
+  const kernel::tile_op pack = kernel::op_on<Acc>(operation::pack_kt),
+                        strips = kernel::op_on<Acc>(operation::pack_strips),
+                        qk = kernel::op_on<Acc>(operation::qk_tile),
+                        dk = kernel::op_on<Acc>(operation::pv_tile_transposed_strips),
+                        dq = kernel::op_on<Acc>(operation::pv_tile_strips);
+  const bool s = also_scores.op != operation::count, g = also_gradients.op != operation::count;
+  return {prepare,
+          {pack, strips},
+          s ? op_list{qk, also_scores} : op_list{qk},
+          g ? op_list{also_gradients, strips, dk, dq} : op_list{strips, dk, dq},
+          finish};
+}
+
 }  // namespace xattn

@@ -4,8 +4,8 @@
 // as they are): per key block the keys into a panel of feature pairs for S = Q·Kᵀ and into key
 // pairs for dQ += dS·K; per query block the query rows for S and in row pairs for dK += dSᵀ·Q.
 // dS (and P, on the value side) is rounded to bf16 for the products it enters: row by row for dQ,
-// and interleaved by pairs of its rows for dK (dV), which pv_tile_pairs reads transposed where it
-// lies; every sum, dQ and dK stay fp32.
+// and interleaved by pairs of its rows for dK (dV), which pv_tile_strips on pair tiles reads
+// transposed where it lies; every sum, dQ and dK stay fp32.
 #include "../../../kernel/aligned.hpp"
 #include "../../../kernel/dpbf16.hpp"
 #include "../../../kernel/rows.hpp"
@@ -47,8 +47,8 @@ class dot_pair_grads {
   template <class View>
   void load_keys(const View& k, std::size_t b, std::size_t hk, std::size_t j0, std::size_t cols) {
     const auto key = [&](std::size_t c) { return k.row(b, hk, j0 + c); };
-    kernel::pack_kt_pairs(key, cols, n_, k.inner_stride(), kt_.data());
-    if (with_dq_) kernel::pack_v_pairs(key, cols, n_, k.inner_stride(), np_, kv_.data());
+    kernel::pack_kt(key, cols, n_, k.inner_stride(), kernel::in_pairs(kt_.data()));
+    if (with_dq_) kernel::pack_strips(key, cols, n_, k.inner_stride(), kernel::in_pairs(kv_.data()), np_);
     std::fill(dk_.begin(), dk_.end(), 0.0f);
   }
 
@@ -57,7 +57,8 @@ class dot_pair_grads {
   void load_queries(const View& q, std::size_t b, std::size_t h, std::size_t i0, std::size_t rows) {
     const std::ptrdiff_t st = q.inner_stride();
     for (std::size_t r = 0; r < rows; ++r) kernel::round_to_bf16(q.row(b, h, i0 + r), st, n_, q16_.data() + r * ldq_);
-    kernel::pack_v_pairs([&](std::size_t r) { return q.row(b, h, i0 + r); }, rows, n_, st, np_, qp_.data());
+    kernel::pack_strips([&](std::size_t r) { return q.row(b, h, i0 + r); }, rows, n_, st, kernel::in_pairs(qp_.data()),
+                        np_);
     rows_ = rows;
   }
 
@@ -65,7 +66,7 @@ class dot_pair_grads {
   /// Every register block is computed: the range only saves work in dot_grads.
   template <class Range = kernel::every_column, class Epi = kernel::plain_epilogue>
   void product(std::size_t cols_padded, float* s, std::size_t lds, Range = {}, const Epi& epi = {}) const {
-    kernel::qk_tile_pairs(q16_.data(), ldq_, rows_, kt_.data(), n_, cols_padded, 1.0f, s, lds, epi);
+    kernel::qk_tile(q16_.data(), ldq_, rows_, kernel::in_pairs(kt_.data()), n_, cols_padded, 1.0f, s, lds, epi);
   }
 
   /// dK += dSᵀ·Q from the tile's dS (lds apart, cols keys; zero from cols to the next multiple
@@ -74,9 +75,10 @@ class dot_pair_grads {
   void key_gradient(const float* ds, std::size_t lds, std::size_t cols, KeyRange) {
     // key j's pair t (dS of rows 2t and 2t + 1) at 2j + t·ldt
     const std::size_t cols16 = round_up(cols, 16), ldt = 2 * cols16;
-    kernel::pack_v_pairs([&](std::size_t r) { return ds + r * lds; }, rows_, cols, 1, cols16, dst_.data());
-    kernel::pv_tile_pairs(dst_.data(), 2, static_cast<const float*>(nullptr), 0, cols, qp_.data(), rows_, dk_.data(),
-                          np_, np_, ldt);
+    kernel::pack_strips([&](std::size_t r) { return ds + r * lds; }, rows_, cols, 1, kernel::in_pairs(dst_.data()),
+                        cols16);
+    kernel::pv_tile_strips(kernel::in_pairs(dst_.data()), 2, static_cast<const float*>(nullptr), 0, cols,
+                           kernel::in_pairs(qp_.data()), rows_, dk_.data(), np_, np_, ldt);
   }
 
   /// dK += dSᵀ·Q and dq += dS·K from the tile's dS; dq's rows np apart.
@@ -85,7 +87,8 @@ class dot_pair_grads {
     key_gradient(ds, lds, cols, keys_range);
     const std::size_t colsp = round_up(cols, 16);
     for (std::size_t r = 0; r < rows_; ++r) kernel::round_row_bf16(ds + r * lds, colsp, ds16_.data() + r * lds16_);
-    kernel::pv_tile_pairs(ds16_.data(), lds16_, ds, lds, rows_, kv_.data(), cols, dq, np_, np_);
+    kernel::pv_tile_strips(kernel::in_pairs(ds16_.data()), lds16_, ds, lds, rows_, kernel::in_pairs(kv_.data()), cols,
+                           dq, np_, np_);
   }
 
   /// The key block's gradient rows into view dk at rows [j0, j0 + cols) of head (b, hk).

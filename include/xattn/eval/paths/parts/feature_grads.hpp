@@ -91,7 +91,7 @@ struct feature_grads {
       else if constexpr (learns_automatically<P>())
         for (std::size_t k = 0; k < params; ++k) g.d[k] += dp[k];
     }
-    kernel::trace::note(kernel::tile_op::project_back);
+    kernel::trace::note(kernel::tile_op{kernel::operation::project_back});
     back(base, base.q.view, to.dq, dfq, pr.q_dim, false, g);
     back(base, base.k.view, to.dk, dfk, pr.k_dim, true, g);
   }

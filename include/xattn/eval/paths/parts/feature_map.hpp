@@ -48,7 +48,7 @@ class feature_map_runner {
   /// out[c] = Σ_g map(q's feature g, key c's feature g) for c < colsp (whole batches; the keys past
   /// the block's are zeros); q: the row's values, feature by feature.
   void sum(const Acc* q, std::size_t colsp, Acc* out) {
-    kernel::trace::note(kernel::tile_op::pair_program);
+    kernel::trace::note(kernel::tile_op{kernel::operation::pair_program});
     if (l1_) {  // |a − b|, compiled: the sum in a register
       for (std::size_t c0 = 0; c0 < colsp; c0 += w) {
         B total(Acc(0));
@@ -75,7 +75,7 @@ class feature_map_runner {
   /// The gradient at the sum for keys c < colsp (d, 0 past the keys) back through the map: into
   /// the row's accumulators, the key block's (key_grads()) and dparams (by parameter index).
   void backward(const Acc* q, std::size_t colsp, const Acc* d, std::span<double> dparams) {
-    kernel::trace::note(kernel::tile_op::pair_program_gradients);
+    kernel::trace::note(kernel::tile_op{kernel::operation::pair_program_gradients});
     if (dkeys_.size() != keys_.size()) dkeys_.assign(keys_.size(), Acc(0));
     if (l1_) {  // d|x|/dx = 1 at 0, as the machine's abs: x the first operand of the sub
       for (std::size_t c0 = 0; c0 < colsp; c0 += w) {

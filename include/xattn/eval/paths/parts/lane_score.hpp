@@ -46,7 +46,7 @@ struct feature_major_keys {
   /// Transposes view k: an orphaned `omp for` over heads.
   template <class View>
   void build(const View& k, const problem& pr) {
-    kernel::trace::note(kernel::tile_op::project_rows);
+    kernel::trace::note(kernel::tile_op{kernel::operation::project_rows});
     const auto count = std::ptrdiff_t(pr.batch * heads);
     std::vector<Acc> row(dk);
 #pragma omp for schedule(static)
@@ -73,7 +73,7 @@ class lane_program_runner {
 
   void run(const Acc* q, const feature_major_keys<Acc>& k, std::size_t b, std::size_t hk, std::size_t j0,
            std::size_t lanes) {
-    kernel::trace::note(kernel::tile_op::pair_scores);
+    kernel::trace::note(kernel::tile_op{kernel::operation::pair_scores});
     for (std::size_t d = 0; d < dq_; ++d) in_[d] = {q + d, true};
     for (std::size_t d = 0; d < k.dk; ++d) in_[dq_ + d] = {k.at(b, hk, d, j0), false};
     m_.run(s_.pair, lanes, in_.data());
@@ -86,7 +86,7 @@ class lane_program_runner {
     return true;
   }
   void reverse(const Acc* ds) {
-    kernel::trace::note(kernel::tile_op::pair_gradients);
+    kernel::trace::note(kernel::tile_op{kernel::operation::pair_gradients});
     const std::pair<std::uint32_t, const Acc*> seed{s_.pair.outputs[0], ds};
     m_.reverse(s_.pair, std::span(&seed, 1));
   }
@@ -193,7 +193,7 @@ struct lane_score {
 
     template <class G>
     void finish(const Base&, const problem& pr, const backward_schedule& bs, G& g) {
-      kernel::trace::note(kernel::tile_op::project_back);
+      kernel::trace::note(kernel::tile_op{kernel::operation::project_back});
       if constexpr (learns_automatically<P>())
         for (std::size_t t = 0; t < bs.tasks; ++t)
           for (std::size_t n = 0; n < slots.size(); ++n) g.d[n] += double(param_parts[t * slots.size() + n]);

@@ -68,7 +68,7 @@ class pair_grads {
   /// s[r, c] = the pair's score, for the tile's rows and keys c < cols (every pair: no ranges).
   template <class Range>
   void scores(std::size_t cols, std::size_t, Acc* s, std::size_t lds, Range) {
-    kernel::trace::note(kernel::tile_op::pair_scores);
+    kernel::trace::note(kernel::tile_op{kernel::operation::pair_scores});
     for (std::size_t r = 0; r < rows_; ++r) {
       const std::span<const Acc> fq(q_rows_ + r * ldq_, n_);
       for (std::size_t c = 0; c < cols; ++c) {
@@ -86,7 +86,7 @@ class pair_grads {
   /// a dS of 0 is skipped, so no ranges are needed).
   template <class RowRange, class KeyRange>
   void gradients(const Acc* ds, std::size_t lds, std::size_t cols, Acc* dq, RowRange, KeyRange) {
-    kernel::trace::note(kernel::tile_op::pair_gradients);
+    kernel::trace::note(kernel::tile_op{kernel::operation::pair_gradients});
     for (std::size_t r = 0; r < rows_; ++r) {
       const std::span<const Acc> fq(q_rows_ + r * ldq_, n_);
       const std::span<Acc> dfq(dq + r * np_, n_);

@@ -47,7 +47,7 @@ class pair_program_runner {
   template <class QueryScalar, class KeyScalar>
   void run(const Acc* dot, std::size_t rows, std::size_t ld, QueryScalar&& query_scalar, KeyScalar&& key_scalar,
            const Acc* map_sum = nullptr) {
-    kernel::trace::note(kernel::tile_op::pair_program);
+    kernel::trace::note(kernel::tile_op{kernel::operation::pair_program});
     const std::size_t lanes = rows * ld, qs = s_.query_scalars, ks = s_.key_scalars;
     in_[0] = {dot, false};
     if (s_.map_features) in_[1 + qs + ks] = {map_sum, false};  // laid out as the products
@@ -95,7 +95,7 @@ class pair_program_runner {
 
   /// After run(): adjoints from the score's (ds, one per lane).
   void reverse(const Acc* ds) {
-    kernel::trace::note(kernel::tile_op::pair_program_gradients);
+    kernel::trace::note(kernel::tile_op{kernel::operation::pair_program_gradients});
     const std::pair<std::uint32_t, const Acc*> seed{s_.pair.outputs[0], ds};
     m_.reverse(s_.pair, std::span(&seed, 1));
   }

@@ -113,7 +113,7 @@ struct separated_score {
       const auto& qv = base_.q.view;
       scale_ = scale;
       if (at == 0) i0_ = i0;
-      kernel::trace::note(kernel::tile_op::project_rows);
+      kernel::trace::note(kernel::tile_op{kernel::operation::project_rows});
       const row_program<Acc>& qp = k_.query;
       const std::size_t lanes = row_lanes<Acc>(s.query_linear.others);
       for (std::size_t r0 = 0; r0 < rows; r0 += lanes) {
@@ -282,7 +282,7 @@ struct separated_score {
       std::vector<double> dp(slots.size(), 0.0);
       for (std::size_t t = 0; t < bs.tasks; ++t)
         for (std::size_t n = 0; n < slots.size(); ++n) dp[n] += double(param_parts[t * slots.size() + n]);
-      kernel::trace::note(kernel::tile_op::project_back);
+      kernel::trace::note(kernel::tile_op{kernel::operation::project_back});
       back(query, base.q.view, to.dq, dq, pr.q_dim, query_scalars_at(s.parts), query_raw_at(s.parts), bs.threads, dp);
       back(key, base.k.view, to.dk, dk, pr.k_dim, key_scalars_at(s.parts), key_raw_at(s.parts), bs.threads, dp);
       if constexpr (learns_automatically<P>())
