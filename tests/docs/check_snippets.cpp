@@ -7,7 +7,9 @@
 //       the region are skipped. Those files are compiled and run by the tests, so the docs are too.
 //   ```text: free (drawings, tables), unless preceded by   <!-- message: PATH#ANCHOR -->   -- then
 //       it must equal the C++ string literal of PATH (adjacent literals concatenated, escapes
-//       decoded) that contains ANCHOR: an error message quoted in the docs stays the real one.
+//       decoded) that contains ANCHOR: an error message quoted in the docs stays the real one --
+//       or by   <!-- output: PATH -->   -- then it must equal the file PATH, a program's output
+//       that a test compares with what the program prints (explain's text, for example).
 //   ```sh: free (shell commands).
 //   any other or no language: an error, so C++ cannot slip in unchecked.
 //
@@ -187,10 +189,16 @@ struct checker {
     const std::string where = rel(md);
     static const std::regex snippet_re(R"(^<!--\s*snippet:\s*([^#\s]+)(?:#(\S+))?\s*-->$)");
     static const std::regex message_re(R"(^<!--\s*message:\s*([^#\s]+)#(.+?)\s*-->$)");
+    static const std::regex output_re(R"(^<!--\s*output:\s*(\S+)\s*-->$)");
     std::smatch m;
     const std::string marker = trim(marker_line);
     if (lang == "sh") return;
     if (lang == "text") {
+      if (std::regex_match(marker, m, output_re)) {
+        const auto want = read_lines(root / m[1].str());
+        if (!want) return error(where, fence_line, "output marker names " + m[1].str() + ", which cannot be read");
+        return compare(where, fence_line, body, normalise(*want, false), m[1].str(), {}, false);
+      }
       if (!std::regex_match(marker, m, message_re)) return;
       const fs::path file = root / m[1].str();
       std::ifstream in(file, std::ios::binary);
@@ -277,7 +285,8 @@ struct checker {
     std::string prev;  // last non-blank line before the current one, outside blocks
     std::size_t prev_line = 0;
     auto dangling = [&] {
-      if (prev.rfind("<!-- snippet:", 0) == 0 || prev.rfind("<!-- message:", 0) == 0)
+      if (prev.rfind("<!-- snippet:", 0) == 0 || prev.rfind("<!-- message:", 0) == 0 ||
+          prev.rfind("<!-- output:", 0) == 0)
         error(rel(md), prev_line, "marker '" + prev + "' is not followed by a code block");
     };
     for (std::size_t n = 0; n < lines->size(); ++n) {

@@ -93,3 +93,20 @@ TEST_CASE("explain: decoding reads keys in place and merges key chunks; weights 
   REQUIRE_THAT(w.text, Contains("pass 1: max and sum") && Contains("pass 2: weights"));
   REQUIRE(w.schedule.forward.key_chunks == 1);
 }
+
+TEST_CASE("explain: what another machine would run, whichever this one is") {
+  testing::rng r(4);
+  const xt::xtensor<float, 4> q = r.tensor<float>({1, 8, 2048, 128});
+  auto Q = ref(q);
+  const auto e = softmax(Q * trans(Q)) * Q;
+  const machine large{.l2_bytes = std::size_t(2) << 20, .max_threads = 2, .openmp = true},
+      small{.l2_bytes = std::size_t(256) << 10, .max_threads = 8, .openmp = true};
+  const auto on_large = explain(e, {}, large), on_small = explain(e, {}, small, with_backward);
+  // one key block's keys and values, block_k · (128 + 128) floats, fit the L2: 512 in 2 MiB, 256 in 256 KiB
+  REQUIRE(on_large.schedule.forward.block_k == 512);
+  REQUIRE(on_small.schedule.forward.block_k == 256);
+  REQUIRE(on_large.schedule.forward.threads == 2);
+  REQUIRE(on_small.schedule.forward.threads == 8);
+  REQUIRE_THAT(on_small.text, Contains("threads 8 (auto") && Contains("backward"));
+  REQUIRE(explain(e, {}).schedule.forward.block_k == explain(e, {}, machine::here()).schedule.forward.block_k);
+}

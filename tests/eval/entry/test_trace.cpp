@@ -11,6 +11,8 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -62,6 +64,24 @@ explanation check_backward(const E& e, const schedule& s = {}) {
 }
 
 bool has(const std::vector<tile_op>& ops, tile_op op) { return std::find(ops.begin(), ops.end(), op) != ops.end(); }
+
+/// explain's text for the docs' machine is what docs/design.md quotes (tests/data/explain/NAME.txt,
+/// which check_snippets holds the docs to). The backward's blocks follow the P·V microkernel's strip
+/// width, so a build of another SIMD width compares the forward alone.
+void as_quoted(const explanation& x, const std::string& name) {
+  const std::string path = std::string(XATTN_EXPLAIN_DIR) + "/" + name + ".txt";
+  std::ifstream in(path);
+  REQUIRE(in);
+  std::stringstream file;
+  file << in.rdbuf();
+  std::string want = file.str(), got = x.text;
+  if (kernel::strip_width<float> != 64) {
+    want = want.substr(0, want.find("\nbackward\n"));
+    got = got.substr(0, got.find("\nbackward\n"));
+  }
+  INFO("explain printed (" << path << "):\n" << x.text);
+  REQUIRE(got == want);
+}
 
 }  // namespace
 
@@ -173,7 +193,7 @@ TEST_CASE("trace: the backward runs what explain names") {
   }
 }
 
-// The three explanations and the backward docs/design.md prints, on the shapes it prints them for.
+// The explanations docs/design.md prints, on the shapes it prints them for.
 TEST_CASE("trace: the explanations quoted in docs/design.md") {
   using namespace xattn::examples;
   testing::rng r(3);
@@ -183,6 +203,7 @@ TEST_CASE("trace: the explanations quoted in docs/design.md") {
     check_forward(causal_attention(q, k, v), two_threads);
     const auto x = check_backward(causal_attention(q, k, v), two_threads);
     REQUIRE(x.path == "dot_identity");
+    as_quoted(explain(causal_attention(q, k, v), two_threads, docs_machine, with_backward), "causal");
   }
   SECTION("d2l's additive attention with valid lengths") {
     const xt::xtensor<float, 3> q = r.tensor<float>({2, 256, 64}), k = r.tensor<float>({2, 256, 32}),
@@ -190,6 +211,7 @@ TEST_CASE("trace: the explanations quoted in docs/design.md") {
     const additive a{r.tensor<float>({64, 64}), r.tensor<float>({64, 32}), r.tensor<float>({64})};
     const xt::xtensor<int, 1> lens = {200, 256};
     REQUIRE(check_forward(additive_attention(a, q, k, v, lens), two_threads).path == "pair_features");
+    as_quoted(explain(additive_attention(a, q, k, v, lens), two_threads, docs_machine), "additive");
   }
   SECTION("a decoding step against a bfloat16 KV cache") {
     const xt::xtensor<float, 4> q = r.tensor<float>({1, 32, 1, 128});
@@ -199,6 +221,14 @@ TEST_CASE("trace: the explanations quoted in docs/design.md") {
     const auto x = check_forward(decode_step(q, k, v), two_threads);
     REQUIRE(x.schedule.forward.group_rows == 4);
     REQUIRE(x.schedule.forward.values == value_reads::in_place);
+    as_quoted(explain(decode_step(q, k, v), two_threads, docs_machine), "decode");
+  }
+  SECTION("an encoder batch of short sequences") {
+    const xt::xtensor<float, 4> q = r.tensor<float>({16, 8, 128, 64}), k = r.tensor<float>({16, 8, 128, 64}),
+                                v = r.tensor<float>({16, 8, 128, 64});
+    const auto x = check_forward(encoder_attention(q, k, v), two_threads);
+    REQUIRE(x.schedule.forward.keys == key_reads::per_head);
+    as_quoted(explain(encoder_attention(q, k, v), two_threads, docs_machine), "encoder");
   }
   SECTION("bfloat16 decoding: widened keys for a few query rows, vdpbf16ps for more") {
     xt::xtensor<bfloat16, 4> k = xt::xtensor<bfloat16, 4>::from_shape({1, 2, 1024, 64}), v = k;

@@ -1,8 +1,9 @@
 #pragma once
-// xattn::explain(e [, schedule [, xattn::with_backward]]): what eval(e, schedule) -- and, with
-// xattn::with_backward, grad(e, f, d_out, schedule) -- will do, as text: the plan (kind, types, score
-// path, scale and log2 e, modifiers, masks, dropout) and the resolved schedule as loop nests with
-// their sizes, threads and chunks, in the spirit of Halide's print_loop_nest. Nothing is computed:
+// xattn::explain(e [, schedule [, machine] [, xattn::with_backward]]): what eval(e, schedule) --
+// and, with xattn::with_backward, grad(e, f, d_out, schedule) -- will do (on this machine, or on
+// the one given), as text: the plan (kind, types, score path, scale and log2 e, modifiers, masks,
+// dropout) and the resolved schedule as loop nests with their sizes, threads and chunks, in the
+// spirit of Halide's print_loop_nest. Nothing is computed:
 // the sizes are read off the terminals and checked as eval would, the schedule is the value the
 // run uses, and every tile operation named comes from the score path's type and that value
 // (explanation::forward_ops and backward_ops list them; a run records a subset of them).
@@ -341,7 +342,7 @@ std::string backward_nest(const explanation& x, std::size_t lanes, bool masked, 
 }
 
 template <class E, bool Backward>
-explanation explain_impl(const E& e, const schedule& sch) {
+explanation explain_impl(const E& e, const schedule& sch, const machine& m) {
   explanation x;
   if constexpr (check_grammar<E>()) {
     const auto p = make_plan(e);
@@ -352,7 +353,7 @@ explanation explain_impl(const E& e, const schedule& sch) {
                                : detail::is_weights_v<E> ? pass_kind::weights
                                                          : pass_kind::scores;
     x.sizes = resolve(p);
-    x.schedule = schedule_for(p, x.sizes, sch, kind);
+    x.schedule = schedule_for(p, x.sizes, sch, kind, m);
     const auto ops = bind_all(p.ops, x.sizes);
     const auto masks = bind_all(p.masks, x.sizes);
     x.folds_log2e = kind != pass_kind::scores && folds_log2e(ops, masks);
@@ -377,13 +378,24 @@ explanation explain_impl(const E& e, const schedule& sch) {
 /// What eval(e, sch) will do.
 template <expression E>
 explanation explain(const E& e, const schedule& sch = {}) {
-  return detail::explain_impl<E, false>(e, sch);
+  return detail::explain_impl<E, false>(e, sch, machine::here());
 }
 
 /// What eval(e, sch) and grad(e, f, d_out, sch) will do.
 template <expression E>
 explanation explain(const E& e, const schedule& sch, backward_pass) {
-  return detail::explain_impl<E, true>(e, sch);
+  return detail::explain_impl<E, true>(e, sch, machine::here());
+}
+
+/// What they would do on machine m (its L2 size and thread count), whichever machine this is: a
+/// schedule printed for the docs or a test, the same everywhere.
+template <expression E>
+explanation explain(const E& e, const schedule& sch, const machine& m) {
+  return detail::explain_impl<E, false>(e, sch, m);
+}
+template <expression E>
+explanation explain(const E& e, const schedule& sch, const machine& m, backward_pass) {
+  return detail::explain_impl<E, true>(e, sch, m);
 }
 
 }  // namespace xattn

@@ -122,53 +122,11 @@ struct resolved_schedule {
   backward_schedule backward;  // empty (tasks 0) unless the pass is an attention
 };
 
-/// The schedule a run uses, both directions.
-///
-/// Forward:
-///  - threads: a count the user sets is used as given; 0 means OpenMP's default, or one thread when
-///    the work is below serial_below_flop (default 2^22 flop: waking a team costs more).
-///  - block_k: 512 keys, halved (down to 64) until one key block's packed keys and values,
-///    block_k · (n + Dv) elements, fit in L2 -- the next block's keys then stream in beside them.
-///    Larger blocks pay the per-block costs (rescaling O, block sums, classification) less often.
-///  - block_q: 60 query rows, or all of a head's queries when Sq is at most 128 and Sq x block_k
-///    at most 60 x 512 (short sequences: a task per head); with fewer than 4 tasks per thread,
-///    6 rows fewer at a time so the hand-out can balance (block_q never changes a result bit).
-///  - keys packed into panels: once per evaluation, or, when one head's panels take less than a
-///    quarter of L2, per head by the thread whose task needs it (then still in its L2 when used).
-///  - decoding (at most 16 query rows per key head): keys scored in place, not packed; with no more
-///    than 16 query rows and at least 2048 keys, the keys split into up to 8 chunks of whole blocks
-///    (at least 1024 keys each) merged by log-sum-exp. The split depends only on the shape, never on
-///    the thread count, so results stay bitwise identical across thread counts. With grouped
-///    queries, one task takes the group's query heads as the rows of one tile.
-///  - values: packed in strips per head and thread (in key pairs for vdpbf16ps when bfloat16);
-///    read in place when the keys are packed per head and V holds contiguous rows of the
-///    accumulator type (a short head's values stay in L2 for its few query blocks); when decoding,
-///    read in place when they can be, else converted.
-///  - prefetch_next: when keys are packed per head (short sequences), each task prefetches the
-///    query and output rows of the thread's next task, and a head's first task the keys and values
-///    of the next head, a few lines per row of its softmax and finalization (not with grouped
-///    rows): such tasks are too short to wait for their operands' first touch.
-///
-/// Backward (attention only):
-///  - block_k (or as requested): the least multiple of 6 and of the P·V microkernel's strip width
-///    that is at least 144: whole 6-row register blocks and whole strips.
-///  - block_q (or as requested): block_k, halved while a strip of the transposed products' right
-///    operand (block_q rows of the strip width) exceeds 24 KiB and the half is a multiple of 6, so
-///    that the strip serves every register block of keys from L1. block_q divides block_k, so a
-///    causal diagonal cuts the same area of partial tiles as square blocks.
-///  - key_chunks: enough chunks for 8 when batch x key heads is smaller, up to 8 and at least block_k
-///    keys each. dQ gathers one partial per chunk, summed in chunk order: like the forward's
-///    decoding split this depends on the shape only, so the gradients are bitwise identical for
-///    every thread count.
-///  - tasks: one per key block. A chunk's key blocks add into its dQ partial in key order (each
-///    query block waits for its turn), so they may run on any threads and the sums are those of one
-///    thread. The streams (chunk, batch x key head) are handed out in groups of as many as there
-///    are threads, a key block of each in turn: the threads then mostly work on different streams
-///    whose operands fit in L3, and the last tasks are single key blocks.
-///  - dq_in_place: with one chunk and dense rows, dQ accumulates in its result.
-///  - fused_epilogues: without modifiers or dropout, tiles of plain products compute P and dS in the
-///    score products' epilogues.
-///  - threads as in the forward, by the backward's flop.
+/// The schedule a run uses, both directions (schedule_rules.hpp). Its rules, decision by
+/// decision, are docs/design.md's "The resolved schedule"; what they give for a long causal
+/// sequence (forward and backward), a policy scored pair by pair, a grouped-query decoding step
+/// and an encoder batch is what explain prints there, quoted from tests/data/explain/, which
+/// tests/eval/entry/test_trace.cpp compares with explain.
 #ifdef XATTN_PRECOMPILED_KERNELS
 resolved_schedule resolve_schedule(const schedule& requested, const problem& pr, const plan_facts& facts,
                                    pass_kind kind, const machine& m = machine::here());

@@ -1,5 +1,5 @@
 #pragma once
-// The rules of resolve_schedule (schedule.hpp, where they are described). A program linking
+// The rules of resolve_schedule (docs/design.md, "The resolved schedule"). A program linking
 // xattn::kernels calls the copy compiled into that library (src/schedule.cpp); header-only, they
 // are inline here.
 #include "schedule.hpp"
