@@ -1,15 +1,17 @@
 #pragma once
-// A recording mode for tests: which tile operations a run actually executed, so that what explain
-// says can be checked against what ran. A translation unit turns it on by defining
+// A recording mode for tests: which tile operations a run actually executed, and in which order on
+// each thread, so that what explain says can be checked against what ran. A translation unit turns it on by defining
 // XATTN_TRACE_TILE_OPS before including any xattn header (every translation unit of one program
 // must agree); otherwise note() is an empty inline function and costs nothing.
 #include "tile_format.hpp"
 
 #include <algorithm>
 #include <cstddef>
+#include <map>
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 namespace xattn::kernel {
@@ -97,6 +99,7 @@ namespace trace {
 struct record {
   std::mutex m;
   std::vector<tile_op> seen;
+  std::map<std::thread::id, std::vector<tile_op>> by_thread;  // in order; a repeat of the last op not kept
 };
 inline record& recording() {
   static record r;
@@ -109,6 +112,8 @@ inline void note(tile_op op) {
     record& r = recording();
     const std::lock_guard<std::mutex> lock(r.m);
     if (std::find(r.seen.begin(), r.seen.end(), op) == r.seen.end()) r.seen.push_back(op);
+    auto& mine = r.by_thread[std::this_thread::get_id()];
+    if (mine.empty() || mine.back() != op) mine.push_back(op);
   }
 }
 
@@ -117,6 +122,7 @@ inline void clear() {
   record& r = recording();
   const std::lock_guard<std::mutex> lock(r.m);
   r.seen.clear();
+  r.by_thread.clear();
 }
 
 /// The operations recorded since the last clear(), sorted.
@@ -125,6 +131,16 @@ inline std::vector<tile_op> recorded() {
   const std::lock_guard<std::mutex> lock(r.m);
   std::vector<tile_op> v = r.seen;
   std::sort(v.begin(), v.end());
+  return v;
+}
+
+/// Each thread's operations since the last clear(), in the order it ran them (an operation run
+/// several times in a row listed once).
+inline std::vector<std::vector<tile_op>> sequences() {
+  record& r = recording();
+  const std::lock_guard<std::mutex> lock(r.m);
+  std::vector<std::vector<tile_op>> v;
+  for (const auto& [id, ops] : r.by_thread) v.push_back(ops);
   return v;
 }
 

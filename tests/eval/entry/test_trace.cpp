@@ -42,12 +42,52 @@ void same(const std::vector<tile_op>& ran, const std::vector<tile_op>& explained
   for (tile_op op : ran) REQUIRE(text.find(kernel::name_of(op)) != std::string::npos);
 }
 
+/// Each thread ran its operations in an order the nest allows: after op a, op b comes later in
+/// the nest, or a loop around a goes back to b. (Steps that run only sometimes, hidden blocks,
+/// a head's first block, may be left out; nothing runs out of its loop or before what precedes it.)
+void in_nest_order(const std::vector<std::vector<tile_op>>& runs, const std::vector<stage>& nest,
+                   const std::string& text) {
+  std::vector<tile_op> flat;                               // the nest's operations, line by line
+  std::vector<std::pair<std::size_t, std::size_t>> loops;  // each loop's operations [first, end)
+  std::vector<std::pair<int, std::size_t>> open;           // (depth, loop) of the loops around
+  const auto close = [&](int depth) {
+    for (; !open.empty() && open.back().first >= depth; open.pop_back()) loops[open.back().second].second = flat.size();
+  };
+  for (const stage& l : nest) {
+    close(l.depth);
+    if (l.loop) {
+      open.emplace_back(l.depth, loops.size());
+      loops.emplace_back(flat.size(), flat.size());
+    }
+    flat.insert(flat.end(), l.ops.begin(), l.ops.end());
+  }
+  close(0);
+  const auto follows = [&](tile_op a, tile_op b) {
+    for (std::size_t pa = 0; pa < flat.size(); ++pa)
+      for (std::size_t pb = 0; pa < flat.size() && flat[pa] == a && pb < flat.size(); ++pb) {
+        if (flat[pb] != b) continue;
+        if (pb > pa) return true;
+        for (const auto& [first, end] : loops)
+          if (first <= pb && pa < end) return true;
+      }
+    return false;
+  };
+  for (const auto& run : runs)
+    for (std::size_t i = 1; i < run.size(); ++i) {
+      INFO("a thread ran " << kernel::name_of(run[i - 1]) << " then " << kernel::name_of(run[i]) << " (step " << i
+                           << " of " << names(run) << ")\n"
+                           << text);
+      REQUIRE(follows(run[i - 1], run[i]));
+    }
+}
+
 template <class E>
 explanation check_forward(const E& e, const schedule& s = {}) {
   const explanation x = explain(e, s);
   kernel::trace::clear();
   (void)eval(e, s);
   same(kernel::trace::recorded(), x.forward_ops, x.text);
+  in_nest_order(kernel::trace::sequences(), x.forward_stages, x.text);
   return x;
 }
 
@@ -60,6 +100,7 @@ explanation check_backward(const E& e, const schedule& s = {}) {
   kernel::trace::clear();
   (void)grad(e, f, d_out, s);
   same(kernel::trace::recorded(), x.backward_ops, x.text);
+  in_nest_order(kernel::trace::sequences(), x.backward_stages, x.text);
   return x;
 }
 

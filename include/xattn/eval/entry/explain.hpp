@@ -15,6 +15,7 @@
 #include "plumbing.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <ostream>
 #include <sstream>
 #include <string>
@@ -27,6 +28,15 @@ namespace xattn {
 struct backward_pass {};
 inline constexpr backward_pass with_backward{};
 
+/// One line of a loop nest as explain prints it: its depth, whether it is a loop (the lines deeper
+/// than it, after it, are its body, repeated), and the tile operations it names, in its order.
+struct stage {
+  int depth = 0;
+  bool loop = false;
+  std::string text;
+  std::vector<kernel::tile_op> ops;
+};
+
 struct explanation {
   std::string path;  // the score path's name
   bool folds_log2e = false;
@@ -34,6 +44,8 @@ struct explanation {
   resolved_schedule schedule;
   std::vector<kernel::tile_op> forward_ops;   // every tile operation the forward may run
   std::vector<kernel::tile_op> backward_ops;  // and the backward's (explained with xattn::with_backward)
+  std::vector<stage> forward_stages;          // the forward's loop nest, line by line
+  std::vector<stage> backward_stages;         // and the backward's
   std::string text;                           // everything, printable
 
   friend std::ostream& operator<<(std::ostream& os, const explanation& x) { return os << x.text; }
@@ -96,14 +108,32 @@ std::string mask_caps(const M& m) {
   return s + ")";
 }
 
-/// A loop nest being written: lines at a depth, and the tile operations they name.
+/// The operations of `named` in the order text names them (a name counts where no longer name
+/// goes on: pair_program is not named by pair_program_gradients).
+inline std::vector<kernel::tile_op> in_text_order(const std::vector<kernel::tile_op>& named, const std::string& text) {
+  std::vector<std::pair<std::size_t, kernel::tile_op>> at;
+  for (kernel::tile_op o : named) {
+    const std::string name = kernel::name_of(o);
+    for (std::size_t p = text.find(name); p != std::string::npos; p = text.find(name, p + 1)) {
+      const std::size_t end = p + name.size();
+      const bool whole = end == text.size() ||
+                         !(std::isalnum(static_cast<unsigned char>(text[end])) || text[end] == '_' || text[end] == '[');
+      if (whole && std::find(at.begin(), at.end(), std::pair{p, o}) == at.end()) at.emplace_back(p, o);
+    }
+  }
+  std::sort(at.begin(), at.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<kernel::tile_op> ops;
+  for (const auto& [p, o] : at) ops.push_back(o);
+  return ops;
+}
+
+/// A loop nest being written: its lines (stages) and the tile operations they name.
 class nest {
  public:
-  explicit nest(std::vector<kernel::tile_op>& ops) : ops_(ops) {}
-  nest& line(int depth, const std::string& text) {
-    os_ << std::string(std::size_t(2 * depth), ' ') << text << '\n';
-    return *this;
-  }
+  nest(std::vector<kernel::tile_op>& ops, std::vector<stage>& stages) : ops_(ops), stages_(stages) {}
+  nest& line(int depth, const std::string& text) { return add(depth, false, text); }
+  /// A loop: the lines deeper than it that follow are its body.
+  nest& loop(int depth, const std::string& text) { return add(depth, true, text); }
   /// The name of op, recorded as one the run may execute.
   std::string op(kernel::tile_op o) {
     if (std::find(ops_.begin(), ops_.end(), o) == ops_.end()) ops_.push_back(o);
@@ -116,11 +146,21 @@ class nest {
     for (kernel::tile_op o : list) s += (s.empty() ? "" : sep) + op(o);
     return s;
   }
-  std::string str() const { return os_.str(); }
+  /// The nest as text, a line per stage.
+  std::string str() const {
+    std::string s;
+    for (const stage& l : stages_) s += std::string(std::size_t(2 * l.depth), ' ') + l.text + '\n';
+    return s;
+  }
 
  private:
-  std::ostringstream os_;
+  nest& add(int depth, bool loop, const std::string& text) {
+    stages_.push_back({depth, loop, text, in_text_order(ops_, text)});  // every op a line names went through op()
+    return *this;
+  }
+
   std::vector<kernel::tile_op>& ops_;
+  std::vector<stage>& stages_;
 };
 
 inline std::string threads_text(int threads, const std::string& reason, double flop) {
@@ -189,30 +229,30 @@ void describe_plan(std::ostream& os, const Plan& p, const Ops& ops, const Masks&
 /// (value_reader::op).
 template <class Path, class Acc>
 std::string forward_nest(const explanation& x, bool dropout, kernel::tile_op value_op,
-                         std::vector<kernel::tile_op>& ops) {
+                         std::vector<kernel::tile_op>& ops, std::vector<stage>& stages) {
   const problem& pr = x.sizes;
   const forward_schedule& fs = x.schedule.forward;
   const std::size_t blocks = (pr.kv_len + fs.block_k - 1) / fs.block_k;
-  nest n(ops);
+  nest n(ops, stages);
   n.line(0, "loop nest");
   if (!Path::key_work.empty())
-    n.line(1, "parallel for (b, kv head, key) in " + std::to_string(pr.batch) + " x " + std::to_string(pr.kv_heads) +
+    n.loop(1, "parallel for (b, kv head, key) in " + std::to_string(pr.batch) + " x " + std::to_string(pr.kv_heads) +
                   " x " + std::to_string(pr.kv_len) + ": " + std::string(Path::key_work) +
                   (Path::key_ops.empty() ? "" : " (" + n.ops(Path::key_ops) + ")"));
   if (fs.keys == key_reads::panels)
-    n.line(1, "parallel for (b, kv head, key block) in " + std::to_string(pr.batch) + " x " +
+    n.loop(1, "parallel for (b, kv head, key block) in " + std::to_string(pr.batch) + " x " +
                   std::to_string(pr.kv_heads) + " x " + std::to_string(blocks) + ": pack into panels of " +
                   std::to_string(fs.block_k) + " keys (" + n.op(Path::key_pack_op) + ")");
   const std::string chunks = fs.key_chunks > 1 ? " x " + std::to_string(fs.key_chunks) : "";
   const std::string on = " on " + std::to_string(fs.threads) + " thread" + (fs.threads == 1 ? "" : "s") +
                          " (contiguous ranges, then stealing)";
   if (fs.group_rows > 0)
-    n.line(1, "parallel for (b, kv head" + std::string(fs.key_chunks > 1 ? ", key chunk" : "") + ") in " +
+    n.loop(1, "parallel for (b, kv head" + std::string(fs.key_chunks > 1 ? ", key chunk" : "") + ") in " +
                   std::to_string(pr.batch) + " x " + std::to_string(pr.kv_heads) + chunks + " = " +
                   std::to_string(fs.tasks) + " tasks, each the " + std::to_string(fs.group_rows) +
                   " query heads of the group as rows," + on);
   else
-    n.line(1, "parallel for (b, h, query block" + std::string(fs.key_chunks > 1 ? ", key chunk" : "") + ") in " +
+    n.loop(1, "parallel for (b, h, query block" + std::string(fs.key_chunks > 1 ? ", key chunk" : "") + ") in " +
                   std::to_string(pr.batch) + " x " + std::to_string(pr.q_heads) + " x " + std::to_string(fs.q_blocks) +
                   chunks + " = " + std::to_string(fs.tasks) + " tasks" + on);
   if (fs.keys == key_reads::per_head)
@@ -241,7 +281,7 @@ std::string forward_nest(const explanation& x, bool dropout, kernel::tile_op val
                             : fs.keys == key_reads::none   ? ""
                                                            : " on the panel";
   const auto block_loop = [&](const char* pass) {
-    n.line(2, "for key block in [0, " + std::to_string(span) + ") step " + std::to_string(fs.block_k) +
+    n.loop(2, "for key block in [0, " + std::to_string(span) + ") step " + std::to_string(fs.block_k) +
                   ": classify, skip hidden blocks" + pass);
     n.line(3,
            "scores " + std::to_string(fs.block_q) + " x " + std::to_string(fs.block_k) + ": " + n.op(score_op) + where);
@@ -259,7 +299,7 @@ std::string forward_nest(const explanation& x, bool dropout, kernel::tile_op val
                   std::to_string(pr.v_dim) + ": " + values);
     n.line(2, std::string("finalize rows: O / l") + (fs.key_chunks > 1 ? " into chunk scratch" : ""));
     if (fs.key_chunks > 1)
-      n.line(1, "for each row: merge " + std::to_string(fs.key_chunks) + " chunks by log-sum-exp (" +
+      n.loop(1, "for each row: merge " + std::to_string(fs.key_chunks) + " chunks by log-sum-exp (" +
                     n.op(kernel::tile_op{kernel::operation::merge_row}) + ")");
   } else if (fs.kind == pass_kind::weights) {
     block_loop(" (pass 1: max and sum)");
@@ -268,7 +308,7 @@ std::string forward_nest(const explanation& x, bool dropout, kernel::tile_op val
     n.line(3, "2^(s - m) / l" + std::string(dropout ? "; dropout" : "") + "; write " + std::to_string(fs.block_q) +
                   " x " + std::to_string(fs.block_k));
   } else {
-    n.line(2, "for key block in [0, " + std::to_string(pr.kv_len) + ") step " + std::to_string(fs.block_k) +
+    n.loop(2, "for key block in [0, " + std::to_string(pr.kv_len) + ") step " + std::to_string(fs.block_k) +
                   ": scores (" + n.op(score_op) + "), modifiers, masks; write " + std::to_string(fs.block_q) + " x " +
                   std::to_string(fs.block_k));
   }
@@ -279,13 +319,13 @@ std::string forward_nest(const explanation& x, bool dropout, kernel::tile_op val
 /// value_pairs: dP and dV on vdpbf16ps (bfloat16 values).
 template <class Path, class Acc>
 std::string backward_nest(const explanation& x, std::size_t lanes, bool masked, bool modified, bool dropout,
-                          bool value_pairs, std::vector<kernel::tile_op>& ops) {
+                          bool value_pairs, std::vector<kernel::tile_op>& ops, std::vector<stage>& stages) {
   using kernel::operation;
   using kernel::tile_op;
   const problem& pr = x.sizes;
   const backward_schedule& bs = x.schedule.backward;
   const std::size_t per_chunk = bs.chunk_keys / std::max<std::size_t>(bs.block_k, 1);
-  nest n(ops);
+  nest n(ops, stages);
   n.line(0, "backward");
   n.line(1, "schedule    block_q " + std::to_string(bs.block_q) + ", block_k " + std::to_string(bs.block_k) + ", " +
                 threads_text(bs.threads, bs.threads_reason, bs.flop) +
@@ -294,12 +334,12 @@ std::string backward_nest(const explanation& x, std::size_t lanes, bool masked, 
                                    : "") +
                 (bs.dq_in_place ? "; dQ accumulated in place" : "; dQ partials per chunk"));
   n.line(0, "loop nest");
-  n.line(1, "parallel for (b, h, query): delta = rowsum(dO ∘ O); rows beyond |lse| " + number(large_lse) +
+  n.loop(1, "parallel for (b, h, query): delta = rowsum(dO ∘ O); rows beyond |lse| " + number(large_lse) +
                 " take exact statistics from a scores pass");
   if (!Path::backward_ops.prepare.empty())
-    n.line(1, "parallel for (b, head, row): queries and keys to their features (" + n.ops(Path::backward_ops.prepare) +
+    n.loop(1, "parallel for (b, head, row): queries and keys to their features (" + n.ops(Path::backward_ops.prepare) +
                   ")");
-  n.line(1, "parallel for (b, kv head, key chunk, key block) in " + std::to_string(pr.batch) + " x " +
+  n.loop(1, "parallel for (b, kv head, key chunk, key block) in " + std::to_string(pr.batch) + " x " +
                 std::to_string(pr.kv_heads) + " x " + std::to_string(bs.key_chunks) + " x " +
                 std::to_string(per_chunk) + " = " + std::to_string(bs.tasks) + " tasks on " +
                 std::to_string(bs.threads) + " thread" + (bs.threads == 1 ? "" : "s") + " (streams in groups of " +
@@ -314,7 +354,7 @@ std::string backward_nest(const explanation& x, std::size_t lanes, bool masked, 
   n.line(2, "values into a panel (" + n.op(v_pack) + ")" +
                 (Path::backward_ops.keys.empty() ? "" : "; keys (" + n.ops(Path::backward_ops.keys) + ")") +
                 "; zero dK, dV");
-  n.line(2, "for query head of the group, query block in [0, " + std::to_string(pr.q_len) + ") step " +
+  n.loop(2, "for query head of the group, query block in [0, " + std::to_string(pr.q_len) + ") step " +
                 std::to_string(bs.block_q) + ", after the chunk's earlier key blocks:");
   n.line(3, "classify, trim to the visible part, skip hidden tiles");
   const bool plain = bs.fused_epilogues;
@@ -334,9 +374,9 @@ std::string backward_nest(const explanation& x, std::size_t lanes, bool masked, 
   }
   n.line(3, "from dS: " + n.ops(Path::backward_ops.gradients));
   n.line(2, "write dK, dV rows");
-  if (!bs.dq_in_place && bs.tasks > 0) n.line(1, "parallel for (b, h, query): dQ partials summed in chunk order");
+  if (!bs.dq_in_place && bs.tasks > 0) n.loop(1, "parallel for (b, h, query): dQ partials summed in chunk order");
   if (!Path::backward_ops.finish.empty())
-    n.line(1, "for (b, head, row): the gradients at the features back to the rows (" +
+    n.loop(1, "for (b, head, row): the gradients at the features back to the rows (" +
                   n.ops(Path::backward_ops.finish) + ")");
   return n.str();
 }
@@ -360,13 +400,15 @@ explanation explain_impl(const E& e, const schedule& sch, const machine& m) {
     x.path = std::string(Path::name);
     std::ostringstream os;
     describe_plan<Path, Acc>(os, p, ops, masks, x);
-    os << forward_nest<Path, Acc>(
-        x, p.drop.p > 0, value_reader<Acc, std::decay_t<decltype(p.v)>>::op(x.schedule.forward.values), x.forward_ops);
+    os << forward_nest<Path, Acc>(x, p.drop.p > 0,
+                                  value_reader<Acc, std::decay_t<decltype(p.v)>>::op(x.schedule.forward.values),
+                                  x.forward_ops, x.forward_stages);
     if constexpr (Backward) {
       if constexpr (check_backward<P>())
         os << backward_nest<Path, Acc>(x, simd::width<Acc>, !decltype(hana::is_empty(masks))::value,
                                        !decltype(hana::is_empty(ops))::value, p.drop.p > 0,
-                                       takes_value_pairs_v<Acc, typename decltype(p.v)::value_type>, x.backward_ops);
+                                       takes_value_pairs_v<Acc, typename decltype(p.v)::value_type>, x.backward_ops,
+                                       x.backward_stages);
     }
     x.text = os.str();
   }
