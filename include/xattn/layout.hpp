@@ -52,8 +52,11 @@ struct layout {
   }
 
   /// Whether distinct indices always reach distinct elements (sufficient test: sorted by stride,
-  /// each axis steps over everything the faster axes reach). Outputs must be unique.
+  /// each axis steps over everything the faster axes reach; an empty layout has no elements to
+  /// share an address, whatever its strides, as torch gives an empty tensor). Outputs must be unique.
   constexpr bool unique() const noexcept {
+    for (std::size_t a = 0; a < N; ++a)
+      if (shape[a] == 0) return true;
     std::array<std::size_t, N> order{};
     for (std::size_t a = 0; a < N; ++a) order[a] = a;
     auto mag = [&](std::size_t a) { return stride[a] < 0 ? -stride[a] : stride[a]; };

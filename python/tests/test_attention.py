@@ -162,6 +162,20 @@ def test_one_head_rank_3():
     assert torch.all(out[1] == 0)  # no valid key: zeros (xattn's fully masked rows)
 
 
+@pytest.mark.parametrize("shape", [(1, 4, 0, 4), (2, 0, 8)])
+def test_no_queries_give_an_empty_result_and_zero_key_gradients(shape):
+    q = torch.zeros(shape, dtype=torch.float64, requires_grad=True)
+    kv_shape = shape[:-2] + (5, shape[-1])
+    k, v = make(kv_shape, seed=4).requires_grad_(), make(kv_shape, seed=5).requires_grad_()
+    out = xattn.attention(q, k, v, causal=True)
+    assert out.shape == shape
+    out.sum().backward()
+    assert q.grad.shape == shape
+    assert torch.all(k.grad == 0) and torch.all(v.grad == 0)  # no query weighs any key
+    empty = xattn.attention(*(t.detach().numpy() for t in (q, k, v)))
+    assert isinstance(empty, np.ndarray) and empty.shape == shape
+
+
 def test_bad_input_raises_with_the_library_message():
     q, k, v = make((1, 4, 3, 8)), make((1, 3, 5, 8)), make((1, 3, 5, 6))
     with pytest.raises(ValueError, match="q \\(1,4,3,8\\) has 4 heads, not a multiple of k's 3"):

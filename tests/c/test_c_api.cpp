@@ -445,6 +445,28 @@ TEST_CASE("xattn_forward and xattn_backward: the C++ library's fused passes, bit
   }
 }
 
+TEST_CASE("xattn_forward and xattn_backward: no queries (Sq = 0), with the strides torch gives empty tensors", "[c]") {
+  // torch's contiguous (1, 4, 0, 4) has strides (0, 0, 4, 1), and its (1, 4, 0) lse (0, 0, 1): no
+  // element shares an address, since there is none
+  std::vector<float> k(4 * 5 * 4, 0.25f), v(4 * 5 * 4, 1.0f), dk(k.size(), 7.0f), dv(v.size(), 7.0f);
+  float none[1] = {0};
+  xattn_tensor Q{none, XATTN_F32, 4, {1, 4, 0, 4}, {0, 0, 4, 1}};
+  xattn_tensor K{k.data(), XATTN_F32, 4, {1, 4, 5, 4}, {80, 20, 4, 1}};
+  xattn_tensor V{v.data(), XATTN_F32, 4, {1, 4, 5, 4}, {80, 20, 4, 1}};
+  xattn_tensor O{none, XATTN_F32, 4, {1, 4, 0, 4}, {0, 0, 4, 1}}, DO = O, DQ = O;
+  xattn_tensor L{none, XATTN_F32, 3, {1, 4, 0}, {0, 0, 1}};
+  xattn_tensor DK{dk.data(), XATTN_F32, 4, {1, 4, 5, 4}, {80, 20, 4, 1}};
+  xattn_tensor DV{dv.data(), XATTN_F32, 4, {1, 4, 5, 4}, {80, 20, 4, 1}};
+  xattn_attention_desc d = xattn_attention_defaults();
+  d.causal = XATTN_CAUSAL_TOP_LEFT;
+  INFO(xattn_last_error());
+  REQUIRE(xattn_forward(&Q, &K, &V, &d, &O, &L) == XATTN_OK);
+  REQUIRE(xattn_backward(&Q, &K, &V, &d, &O, &L, &DO, &DQ, &DK, &DV, nullptr, nullptr) == XATTN_OK);
+  // no query weighs any key: every gradient of K and V is zero
+  CHECK(std::all_of(dk.begin(), dk.end(), [](float x) { return x == 0.0f; }));
+  CHECK(std::all_of(dv.begin(), dv.end(), [](float x) { return x == 0.0f; }));
+}
+
 TEST_CASE("xattn_forward: bad input returns a status and a message, and writes nothing", "[c]") {
   std::vector<float> q(2 * 4 * 3 * 8, 0.5f), k(2 * 2 * 5 * 8, 0.25f), v(2 * 2 * 5 * 6, 1.0f), out(2 * 4 * 3 * 6, -3.0f);
   xattn_tensor Q{q.data(), XATTN_F32, 4, {2, 4, 3, 8}, {96, 24, 8, 1}};

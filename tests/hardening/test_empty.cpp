@@ -23,6 +23,12 @@ TEST_CASE("E14 no queries (Sq = 0) gives an empty result", "[errors][empty]") {
   }
   const xt::xtensor<float, 3> w = eval(softmax(Q * trans(K)));
   REQUIRE(w.shape() == std::array<std::size_t, 3>{2, 0, 7});
+  // raw outputs with the strides torch gives empty tensors: (1, 2, 0, 5) is (0, 0, 5, 1) and its
+  // (1, 2, 0) lse (0, 0, 1); strides that would alias elements, had there been any
+  float none[1] = {0};
+  eval_with_lse_into(softmax(Q * trans(K)) * V, none, {2, 1, 0, 5}, {0, 0, 5, 1}, none, {2, 1, 0}, {0, 0, 1});
+  REQUIRE(layout<3>{{2, 1, 0}, {0, 0, 1}}.unique());
+  REQUIRE(!layout<3>{{2, 1, 1}, {0, 0, 1}}.unique());
 }
 
 TEST_CASE("E15 an empty batch (B = 0) gives an empty result", "[errors][empty]") {
