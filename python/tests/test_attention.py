@@ -176,6 +176,17 @@ def test_no_queries_give_an_empty_result_and_zero_key_gradients(shape):
     assert isinstance(empty, np.ndarray) and empty.shape == shape
 
 
+def test_torch_jit_trace_is_refused_rather_than_recording_an_empty_function():
+    from xattn.flex import flex_attention
+
+    q, k, v = make((1, 2, 4, 8), seed=6), make((1, 2, 5, 8), seed=7), make((1, 2, 5, 8), seed=8)
+    with pytest.raises(RuntimeError, match="xattn.attention cannot be recorded by torch.jit.trace"):
+        torch.jit.trace(lambda q, k, v: xattn.attention(q, k, v), (q, k, v))
+    with pytest.raises(RuntimeError, match="xattn.flex_attention cannot be recorded by torch.jit.trace"):
+        torch.jit.trace(lambda q, k, v: flex_attention(q, k, v), (q, k, v))
+    assert torch.allclose(xattn.attention(q, k, v), reference(q, k, v), rtol=0, atol=1e-12)  # eagerly: fine
+
+
 def test_bad_input_raises_with_the_library_message():
     q, k, v = make((1, 4, 3, 8)), make((1, 3, 5, 8)), make((1, 3, 5, 6))
     with pytest.raises(ValueError, match="q \\(1,4,3,8\\) has 4 heads, not a multiple of k's 3"):

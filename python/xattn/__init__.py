@@ -297,6 +297,7 @@ def attention(q, k, v, *, scale=None, causal=False, window=None, lengths=None, s
     torch tensors that require grad give a result that backpropagates to q, k, v, sinks, bias and
     the scorer's learnables.
     """
+    _c.refuse_jit_trace("xattn.attention")
     opts = _Options(scale, causal, window, lengths, softcap, dropout, seed, threads, documents, mask, alibi, rope,
                     score)
     if _is_torch(q):

@@ -2,6 +2,7 @@
 
 import ctypes
 import os
+import sys
 
 MAX_RANK = 4
 
@@ -91,3 +92,14 @@ def raise_for(status, message):
     if status == OUT_OF_MEMORY:
         raise MemoryError(message)
     raise RuntimeError(message)
+
+
+def refuse_jit_trace(who):
+    """torch.jit.trace records torch's own operations only: a fused pass is a C call it does not
+    see, so the traced function would return the same uninitialised buffer for every new input."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.jit.is_tracing():
+        raise RuntimeError(
+            "%s cannot be recorded by torch.jit.trace: its fused pass is a C call the tracer does not see, and "
+            "the traced function would return uninitialised memory for every new input. Call it outside "
+            "torch.jit.trace (eagerly)." % who)

@@ -324,6 +324,7 @@ def flex_attention(query, key, value, score_mod=None, block_mask=None, scale=Non
     -inf. return_lse: also the log-sum-exp of each row's scores (B, Hq, Sq), float32 (float64 for
     float64 inputs), without a gradient. threads: 0 for OpenMP's default. kernel_options is
     accepted and ignored."""
+    _c.refuse_jit_trace("xattn.flex_attention")
     numpy = not isinstance(query, torch.Tensor)
     if numpy:
         import numpy as np
