@@ -176,6 +176,28 @@ def test_no_queries_give_an_empty_result_and_zero_key_gradients(shape):
     assert isinstance(empty, np.ndarray) and empty.shape == shape
 
 
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_a_float_mask_that_requires_grad_gets_its_gradient(with_bias):
+    q, k, v = make((2, 2, 5, 8), seed=9), make((2, 2, 6, 8), seed=10), make((2, 2, 6, 4), seed=11)
+    mask = make((1, 2, 5, 6), seed=12)
+    mask[0, 1, 2, :] = float("-inf")  # a row that sees no key
+    mask[0, 0, :, 3] = float("-inf")
+    mask.requires_grad_()  # alone: q, k and v need no gradient
+    bias = make((5, 6), seed=13).requires_grad_() if with_bias else None
+    out = xattn.attention(q, k, v, mask=mask, bias=bias)
+    (out * v[..., :5, :]).sum().backward()
+    m = mask.detach().clone().requires_grad_()
+    b = bias.detach().clone().requires_grad_() if with_bias else None
+    s = q @ k.transpose(-1, -2) / math.sqrt(8) + m + (b if with_bias else 0)
+    none = torch.isinf(s).all(-1, keepdim=True)  # xattn's row that sees no key: zeros, no gradient
+    want = torch.softmax(s.masked_fill(none, 0.0), -1).masked_fill(none, 0.0) @ v
+    (want * v[..., :5, :]).sum().backward()
+    assert torch.allclose(out, want, rtol=0, atol=1e-12)
+    assert mask.grad is not None and torch.allclose(mask.grad, m.grad, rtol=0, atol=1e-12)
+    if with_bias:
+        assert torch.allclose(bias.grad, b.grad, rtol=0, atol=1e-12)
+
+
 def test_torch_jit_trace_is_refused_rather_than_recording_an_empty_function():
     from xattn.flex import flex_attention
 

@@ -298,6 +298,10 @@ def attention(q, k, v, *, scale=None, causal=False, window=None, lengths=None, s
     the scorer's learnables.
     """
     _c.refuse_jit_trace("xattn.attention")
+    if _is_torch(mask) and mask.is_floating_point() and mask.requires_grad:
+        # a float mask is added to the scores as a bias is, so it takes the bias's gradient (as
+        # SDPA's float attn_mask does); a sum with a bias backpropagates to both through torch
+        bias, mask = (mask if bias is None else bias + mask), None
     opts = _Options(scale, causal, window, lengths, softcap, dropout, seed, threads, documents, mask, alibi, rope,
                     score)
     if _is_torch(q):
