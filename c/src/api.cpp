@@ -21,7 +21,7 @@ xattn_attention_desc xattn_attention_defaults(void) {
 
 xattn_status xattn_forward(const xattn_tensor* q, const xattn_tensor* k, const xattn_tensor* v,
                            const xattn_attention_desc* desc, xattn_tensor* out, xattn_tensor* lse) {
-  return guarded([&] {
+  return guarded("xattn_forward", [&] {
     using namespace xattn;
     const c_api::forward_args a = c_api::forward_arguments(q, k, v, desc, out, lse);
     switch (a.dtype) {
@@ -43,7 +43,7 @@ xattn_status xattn_backward(const xattn_tensor* q, const xattn_tensor* k, const 
                             const xattn_attention_desc* desc, const xattn_tensor* out, const xattn_tensor* lse,
                             const xattn_tensor* d_out, xattn_tensor* dq, xattn_tensor* dk, xattn_tensor* dv,
                             xattn_tensor* dsinks, xattn_tensor* dbias) {
-  return guarded([&] {
+  return guarded("xattn_backward", [&] {
     using namespace xattn;
     const c_api::backward_args a = c_api::backward_arguments(q, k, v, desc, out, lse, d_out, dq, dk, dv, dsinks, dbias);
     if (a.f.dtype == XATTN_F64)

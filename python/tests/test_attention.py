@@ -214,7 +214,7 @@ def test_bad_input_raises_with_the_library_message():
     with pytest.raises(ValueError, match="q \\(1,4,3,8\\) has 4 heads, not a multiple of k's 3"):
         xattn.attention(q, k, v)
     k, v = make((1, 2, 5, 8)), make((1, 2, 5, 6))
-    with pytest.raises(ValueError, match="lens\\[0\\] = 9 is outside \\[0, 5\\]"):
+    with pytest.raises(ValueError, match="lengths\\[0\\] = 9 is outside \\[0, 5\\]"):
         xattn.attention(q, k, v, lengths=[9])
     with pytest.raises(ValueError, match="desc.sinks has shape \\(3\\) but must be \\(Hq\\) = \\(4\\)"):
         xattn.attention(q, k, v, sinks=make((3,)))

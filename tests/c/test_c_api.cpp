@@ -494,13 +494,23 @@ TEST_CASE("xattn_forward: bad input returns a status and a message, and writes n
   O.strides[1] = 6;
   refused(XATTN_INVALID_ARGUMENT, "give two elements of shape (2,4,3,6) the same address");
   O.strides[1] = 18;
+  O.strides[3] = 0;  // named by the C function and its argument, not the C++ one it calls
+  refused(XATTN_INVALID_ARGUMENT,
+          "xattn: xattn_forward: out strides (72,18,6,0) give two elements of shape (2,4,3,6) the same address");
+  O.strides[3] = 1;
+  Q.dtype = xattn_dtype(42);
+  refused(XATTN_INVALID_ARGUMENT, "q has dtype code 42 (not an xattn_dtype)");
+  Q.dtype = XATTN_F32;
+  K.shape[2] = 0;  // k alone without keys: said of k, not of v
+  refused(XATTN_INVALID_ARGUMENT, "xattn_forward: k (2,2,0,8) has no keys (Skv = 0)");
+  K.shape[2] = 5;
   Q.data = nullptr;
   refused(XATTN_INVALID_ARGUMENT, "q (2,4,3,8) has NULL data");
   Q.data = q.data();
   std::vector<std::int32_t> lens{5, 6};
   xattn_tensor L{lens.data(), XATTN_I32, 1, {2}, {1}};
   d.lengths = &L;
-  refused(XATTN_INVALID_ARGUMENT, "lens[1] = 6 is outside [0, 5]");
+  refused(XATTN_INVALID_ARGUMENT, "xattn_forward: desc.lengths[1] = 6 is outside [0, 5] (Skv, the number of keys)");
   L.shape[0] = 3;
   refused(XATTN_INVALID_ARGUMENT, "desc.lengths has shape (3) but must be (B) or (B, Sq) = (2) or (2,3)");
   d.lengths = nullptr;
@@ -536,7 +546,7 @@ TEST_CASE("xattn_forward: bad input returns a status and a message, and writes n
   refused(XATTN_INVALID_ARGUMENT, "desc.documents_kv is given but desc.documents is NULL");
   d.documents = &S;
   S.shape[0] = 3;
-  refused(XATTN_INVALID_ARGUMENT, "documents(desc.documents_kv): desc.documents_kv has shape (3) but must be (5)");
+  refused(XATTN_INVALID_ARGUMENT, "xattn: xattn_forward: desc.documents_kv has shape (3) but must be (5)");
   d.documents = d.documents_kv = nullptr;
   S.dtype = XATTN_F32;
   d.rope = XATTN_ROPE_HALF;
@@ -568,6 +578,8 @@ TEST_CASE("xattn_forward: bad input returns a status and a message, and writes n
   std::vector<double> lse64(24);
   refused_lse({lse64.data(), XATTN_F64, 3, {2, 4, 3}, {12, 3, 1}}, "lse has dtype XATTN_F64 but must be XATTN_F32");
   refused_lse({lse64.data(), XATTN_F32, 3, {2, 4, 4}, {16, 4, 1}}, "lse has shape (2,4,4) but must be (B, Hq, Sq)");
+  refused_lse({lse64.data(), XATTN_F32, 3, {2, 4, 3}, {12, 3, 0}},
+              "xattn: xattn_forward: lse strides (12,3,0) give two elements of shape (2,4,3) the same address");
   REQUIRE(xattn_forward(&Q, &K, &V, &d, &O, nullptr) == XATTN_OK);
   CHECK(std::string(xattn_last_error()).empty());
   CHECK(out[0] == Approx(1.0f));  // every value 1
@@ -653,7 +665,9 @@ TEST_CASE("xattn_backward: bad input returns a status and a message, and writes 
   dbias = nullptr;
   d.causal = XATTN_CAUSAL_NONE;  // another expression than the forward's: its lse does not fit
   CHECK(xattn_backward(&Q, &K, &V, &d, &O, &L, &DO, &DQ, &DK, &DV, nullptr, nullptr) == XATTN_INVALID_ARGUMENT);
-  CHECK_THAT(std::string(xattn_last_error()), Catch::Contains("lse does not belong to e"));
+  CHECK_THAT(std::string(xattn_last_error()),
+             Catch::Contains("xattn: xattn_backward: lse does not belong to these inputs and options") &&
+                 Catch::Contains("out and lse must be what xattn_forward wrote for these inputs and options"));
   CHECK(xt::all(xt::equal(dv, 0.0f)));  // zeroed, not half written
   d.causal = XATTN_CAUSAL_TOP_LEFT;
   REQUIRE(xattn_backward(&Q, &K, &V, &d, &O, &L, &DO, &DQ, &DK, &DV, nullptr, nullptr) == XATTN_OK);

@@ -107,7 +107,8 @@ void forward_in_acc(const forward_args& a);
 template <class Acc>
 void backward_as(const backward_args& a);
 
-inline const char* dtype_name(xattn_dtype t) {
+/// The dtype's name in messages, or its code when it is none of xattn_dtype's.
+inline std::string dtype_name(xattn_dtype t) {
   switch (t) {
     case XATTN_F32:
       return "XATTN_F32";
@@ -124,7 +125,7 @@ inline const char* dtype_name(xattn_dtype t) {
     case XATTN_BOOL:
       return "XATTN_BOOL";
   }
-  return "an unknown dtype";
+  return "code " + std::to_string(int(t)) + " (not an xattn_dtype)";
 }
 
 inline std::string shape_of(const xattn_tensor& t) {
@@ -283,6 +284,7 @@ inline forward_args forward_arguments(const xattn_tensor* q, const xattn_tensor*
     fail(who, ": q ", shape_of(*q), " and k ", shape_of(*k), " differ in head size D");
   if (Hkv == 0 || Hq % Hkv != 0)
     fail(who, ": q ", shape_of(*q), " has ", Hq, " heads, not a multiple of k's ", Hkv, " (k ", shape_of(*k), ")");
+  if (Skv == 0) fail(who, ": k ", shape_of(*k), " has no keys (Skv = 0): softmax over an empty set is undefined");
   if (v->shape[1] != Hkv || v->shape[2] != Skv)
     fail(who, ": v ", shape_of(*v), " must have k's heads and keys: k ", shape_of(*k));
   const std::int64_t want[4] = {B, Hq, Sq, v->shape[3]};
@@ -294,6 +296,9 @@ inline forward_args forward_arguments(const xattn_tensor* q, const xattn_tensor*
   a.k = view_of(*k);
   a.v = view_of(*v);
   a.out = view_of(*out);
+  if (writes && !layout<4>{a.out.shape, a.out.strides}.unique())
+    fail(who, ": out strides (", out->strides[0], ",", out->strides[1], ",", out->strides[2], ",", out->strides[3],
+         ") give two elements of shape ", shape_of(*out), " the same address");
 
   if (lse != nullptr) {
     check_tensor(who, lse, "lse", 3);
@@ -308,6 +313,9 @@ inline forward_args forward_arguments(const xattn_tensor* q, const xattn_tensor*
       a.lse_shape[i] = std::size_t(lse->shape[i]);
       a.lse_strides[i] = std::ptrdiff_t(lse->strides[i]);
     }
+    if (writes && !layout<3>{a.lse_shape, a.lse_strides}.unique())
+      fail(who, ": lse strides (", lse->strides[0], ",", lse->strides[1], ",", lse->strides[2],
+           ") give two elements of shape ", shape_of(*lse), " the same address");
   }
 
   const xattn_attention_desc& d = *desc;
@@ -340,7 +348,13 @@ inline forward_args forward_arguments(const xattn_tensor* q, const xattn_tensor*
     m.fill_value = -std::numeric_limits<double>::infinity();  // a row of length 0 sees nothing: output 0
     for (int i = 0; i < l.rank; ++i) m.shape.push_back(std::size_t(l.shape[i]));
     for (std::int64_t b = 0; b < B; ++b)
-      for (std::int64_t i = 0; i < (l.rank == 2 ? Sq : 1); ++i) m.lens.push_back(int_at(l, b, i));
+      for (std::int64_t i = 0; i < (l.rank == 2 ? Sq : 1); ++i) {
+        const std::int64_t n = int_at(l, b, i);
+        if (n < 0 || n > Skv)
+          fail(who, ": desc.lengths[", b, l.rank == 2 ? "," + std::to_string(i) : std::string(), "] = ", n,
+               " is outside [0, ", Skv, "] (Skv, the number of keys)");
+        m.lens.push_back(n);
+      }
     a.lengths = std::move(m);
   }
   if (!(d.softcap >= 0.0) || !std::isfinite(d.softcap))
