@@ -294,8 +294,8 @@ def attention(q, k, v, *, scale=None, causal=False, window=None, lengths=None, s
     score: an xattn.policy(...) (a scoring function written in C++, compiled on first use) or
     xattn.additive(W_q, W_k, w_v) in place of the scaled dot product; scale then defaults to 1.
 
-    torch tensors that require grad give a result that backpropagates to q, k, v, sinks, bias and
-    the scorer's learnables.
+    torch tensors that require grad give a result that backpropagates to q, k, v, sinks, bias, a
+    float mask and the scorer's learnables.
     """
     _c.refuse_jit_trace("xattn.attention")
     if _is_torch(mask) and mask.is_floating_point() and mask.requires_grad:
