@@ -98,7 +98,6 @@ namespace trace {
 
 struct record {
   std::mutex m;
-  std::vector<tile_op> seen;
   std::map<std::thread::id, std::vector<tile_op>> by_thread;  // in order; a repeat of the last op not kept
 };
 inline record& recording() {
@@ -111,7 +110,6 @@ inline void note(tile_op op) {
   if constexpr (tracing) {
     record& r = recording();
     const std::lock_guard<std::mutex> lock(r.m);
-    if (std::find(r.seen.begin(), r.seen.end(), op) == r.seen.end()) r.seen.push_back(op);
     auto& mine = r.by_thread[std::this_thread::get_id()];
     if (mine.empty() || mine.back() != op) mine.push_back(op);
   }
@@ -121,7 +119,6 @@ inline void note(tile_op op) {
 inline void clear() {
   record& r = recording();
   const std::lock_guard<std::mutex> lock(r.m);
-  r.seen.clear();
   r.by_thread.clear();
 }
 
@@ -129,8 +126,10 @@ inline void clear() {
 inline std::vector<tile_op> recorded() {
   record& r = recording();
   const std::lock_guard<std::mutex> lock(r.m);
-  std::vector<tile_op> v = r.seen;
+  std::vector<tile_op> v;
+  for (const auto& [id, ops] : r.by_thread) v.insert(v.end(), ops.begin(), ops.end());
   std::sort(v.begin(), v.end());
+  v.erase(std::unique(v.begin(), v.end()), v.end());
   return v;
 }
 
