@@ -6,7 +6,7 @@ CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=Release
 PACKAGES := g++ cmake make libxtensor-dev libxsimd-dev libboost-dev catch2 libbenchmark-dev \
             libopenblas-dev libxtensor-blas-dev librandom123-dev libcli11-dev nlohmann-json3-dev \
             libstb-dev gnuplot-nox clang-format libopenmpi-dev openmpi-bin clang libomp-dev libclang-rt-14-dev \
-            python3 python3-numpy python3-pytest python3-torch python3-venv python3-setuptools python3-wheel
+            python3 python3-numpy python3-pytest python3-torch python3-venv python3-setuptools python3-wheel pkgconf
 
 .PHONY: deps configure build demo test bench fuzz goldens clean
 

@@ -21,6 +21,11 @@ if(TARGET xattn_c)
   # the C interface's glue, header-only: what the Python package's compiled policies include
   install(DIRECTORY c/include/xattn/c_api DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/xattn)
   install(EXPORT xattn-c-targets NAMESPACE xattn:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/xattn)
+  # pkg-config for C and other builds; its prefix is relative to the file (pcfiledir)
+  file(RELATIVE_PATH XATTN_PC_TO_PREFIX /p/${CMAKE_INSTALL_LIBDIR}/pkgconfig /p)
+  string(REGEX REPLACE "/$" "" XATTN_PC_TO_PREFIX "${XATTN_PC_TO_PREFIX}")
+  configure_file(c/xattn.pc.in ${CMAKE_CURRENT_BINARY_DIR}/xattn.pc @ONLY)
+  install(FILES ${CMAKE_CURRENT_BINARY_DIR}/xattn.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
 endif()
 set(XATTN_HAS_C ${XATTN_BUILD_C})
 set(XATTN_HAS_NN ${BLAS_FOUND})  # read by xattnConfig.cmake.in

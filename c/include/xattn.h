@@ -29,7 +29,8 @@ typedef enum xattn_dtype {
   XATTN_F16 = 3,  /* IEEE half bits in uint16_t */
   XATTN_I32 = 4,
   XATTN_I64 = 5,
-  XATTN_BOOL = 6 /* one byte, 0 or 1 */
+  XATTN_BOOL = 6, /* one byte, 0 or 1 */
+  XATTN_Q8_0 = 7  /* a cache's format only: int8 codes with a float scale per 32 features (llama.cpp's q8_0) */
 } xattn_dtype;
 
 /* A strided tensor in caller memory: shape[i] elements along axis i, strides in elements (any
@@ -84,29 +85,30 @@ typedef struct xattn_additive {
  * scorer run one expression per accumulator type in which those parts are chosen at run time
  * (docs/c.md). */
 typedef struct xattn_attention_desc {
-  double scale;                  /* 0: 1/sqrt(D) */
-  xattn_causal causal;           /* also aligns the window: at the bottom right when XATTN_CAUSAL_BOTTOM_RIGHT */
-  int64_t window_left;           /* query at position p sees keys [p - left, p + right]; -1 = unbounded */
-  int64_t window_right;          /* (with causal, min(right, 0)) */
-  const xattn_tensor* lengths;   /* key lengths (B) or (B, Sq), XATTN_I32 or XATTN_I64, or NULL */
-  const xattn_tensor* documents; /* document ids (Sq) or (B, Sq), I32 or I64: query i sees key j iff their
-                                    ids are equal; or NULL */
+  double scale;                     /* 0: 1/sqrt(D) */
+  xattn_causal causal;              /* also aligns the window: at the bottom right when XATTN_CAUSAL_BOTTOM_RIGHT */
+  int64_t window_left;              /* query at position p sees keys [p - left, p + right]; -1 = unbounded */
+  int64_t window_right;             /* (with causal, min(right, 0)) */
+  const xattn_tensor* lengths;      /* key lengths (B) or (B, Sq), XATTN_I32 or XATTN_I64, or NULL */
+  const xattn_tensor* documents;    /* document ids (Sq) or (B, Sq), I32 or I64: query i sees key j iff their
+                                       ids are equal; or NULL */
   const xattn_tensor* documents_kv; /* the keys' ids (Skv) or (B, Skv) when Sq != Skv; NULL: documents */
-  const xattn_tensor* mask;      /* broadcast to (B, Hq, Sq, Skv) (right-aligned, each axis equal or 1):
-                                    XATTN_BOOL (1 = attend) or F32/F64 added to the scores (-inf hides) */
-  const xattn_tensor* bias;      /* F32 or F64 broadcast as mask, added to the scores; has a gradient */
-  const xattn_tensor* alibi;     /* slopes (Hq), F32 or F64, or NULL */
-  double softcap;                /* > 0: scores become softcap * tanh(scores / softcap); 0: off */
-  const xattn_tensor* sinks;     /* one logit per query head (Hq), XATTN_F32 or XATTN_F64, or NULL */
-  float dropout_p;               /* in [0, 1): training-mode dropout on the weights (Philox keyed by seed) */
+  const xattn_tensor* mask;         /* broadcast to (B, Hq, Sq, Skv) (right-aligned, each axis equal or 1):
+                                       XATTN_BOOL (1 = attend) or F32/F64 added to the scores (-inf hides) */
+  const xattn_tensor* bias;         /* F32 or F64 broadcast as mask, added to the scores; has a gradient */
+  const xattn_tensor* alibi;        /* slopes (Hq), F32 or F64, or NULL */
+  double softcap;                   /* > 0: scores become softcap * tanh(scores / softcap); 0: off */
+  const xattn_tensor* sinks;        /* one logit per query head (Hq), XATTN_F32 or XATTN_F64, or NULL */
+  double dropout_p;                 /* in [0, 1): training-mode dropout on the weights (Philox keyed by seed) */
   uint64_t seed;
-  int32_t threads;               /* 0: OpenMP's default */
-  xattn_rope rope;               /* rotary embeddings of q and k, computed in float (F64 inputs: double) */
-  double rope_base;              /* 10000 by default */
-  int64_t rope_dims;             /* the first rope_dims features turn; 0: all D */
+  int32_t threads;                      /* 0: OpenMP's default */
+  xattn_rope rope;                      /* rotary embeddings of q and k: float angles (as transformers' are), the
+                                           rotation in the inputs' type */
+  double rope_base;                     /* 10000 by default */
+  int64_t rope_dims;                    /* the first rope_dims features turn; 0: all D */
   const xattn_tensor* rope_q_positions; /* (Sq) or (B, Sq), I32 or I64; NULL: i + Skv - Sq */
   const xattn_tensor* rope_k_positions; /* (Skv) or (B, Skv); NULL: j */
-  const xattn_additive* additive;        /* the additive scorer (scale 0 then means 1), or NULL */
+  const xattn_additive* additive;       /* the additive scorer (scale 0 then means 1), or NULL */
 } xattn_attention_desc;
 
 /* scale 0, no causal, unbounded window, no masks, softcap 0, no sinks, no dropout, threads 0, no rope
@@ -114,7 +116,8 @@ typedef struct xattn_attention_desc {
 XATTN_API xattn_attention_desc xattn_attention_defaults(void);
 
 /* out = attention(q, k, v): q (B, Hq, Sq, D), k (B, Hkv, Skv, D), v (B, Hkv, Skv, Dv) with Hq a
- * multiple of Hkv (grouped-query attention), all of one dtype (F32, F64, BF16 or F16); out
+ * multiple of Hkv (grouped-query attention), all of one dtype (F32, F64, BF16 or F16), or F32 q
+ * over BF16 (or F16) k and v; out
  * (B, Hq, Sq, Dv) of that dtype or F32; lse (B, Hq, Sq) F32 (F64 for F64 inputs) or NULL: each
  * row's log-sum-exp of its scores (what a backward needs). A row that sees no key (its length
  * 0, or causal or window hiding every key) outputs 0 and its lse is -inf. */
@@ -134,10 +137,59 @@ XATTN_API xattn_status xattn_backward(const xattn_tensor* q, const xattn_tensor*
                                       const xattn_tensor* lse, const xattn_tensor* d_out, xattn_tensor* dq,
                                       xattn_tensor* dk, xattn_tensor* dv, xattn_tensor* dsinks, xattn_tensor* dbias);
 
+/* A paged key/value cache for decoding (vLLM's layout; docs/caches.md): sequences of tokens whose
+ * keys and values are stored in pages of page_size tokens from one pool of max_tokens tokens,
+ * shared between forks. Opaque; not thread-safe (one thread at a time per cache). */
+typedef struct xattn_kv_cache xattn_kv_cache;
+
+/* A sequence of a cache. The id of a released sequence stays invalid. */
+typedef uint64_t xattn_sequence;
+
+typedef struct xattn_cache_options {
+  int64_t kv_heads;        /* > 0 */
+  int64_t head_dim;        /* > 0: the features of a key and of a value */
+  int64_t page_size;       /* tokens per page; 16 by default */
+  int64_t max_tokens;      /* the pool: max_tokens / page_size pages (rounded up), allocated as used */
+  xattn_dtype key_dtype;   /* XATTN_F32, XATTN_BF16, XATTN_F16 or XATTN_Q8_0 */
+  xattn_dtype value_dtype; /* likewise; keys and values may differ */
+} xattn_cache_options;
+
+/* kv_heads 0 and head_dim 0 (to set), page_size 16, max_tokens 65536, F32 keys and values. */
+XATTN_API xattn_cache_options xattn_cache_defaults(void);
+
+/* A new cache, or NULL (xattn_last_error says why). Free it with xattn_cache_destroy. */
+XATTN_API xattn_kv_cache* xattn_cache_create(const xattn_cache_options* options);
+XATTN_API void xattn_cache_destroy(xattn_kv_cache* cache); /* NULL: nothing */
+
+/* A new, empty sequence. */
+XATTN_API xattn_status xattn_cache_add_sequence(xattn_kv_cache* cache, xattn_sequence* id);
+/* Appends n tokens: k_rows and v_rows (kv_heads, n, head_dim), F32, F64, BF16 or F16, any strides,
+ * converted (or quantized) as they are written. A full pool is XATTN_OUT_OF_MEMORY. */
+XATTN_API xattn_status xattn_cache_append(xattn_kv_cache* cache, xattn_sequence id, const xattn_tensor* k_rows,
+                                          const xattn_tensor* v_rows);
+/* A sequence holding id's tokens, sharing its pages (copied on the first append into a shared page). */
+XATTN_API xattn_status xattn_cache_fork(xattn_kv_cache* cache, xattn_sequence id, xattn_sequence* fork);
+/* Its pages go back to the pool (those no fork holds); the id is invalid from now on. */
+XATTN_API xattn_status xattn_cache_release(xattn_kv_cache* cache, xattn_sequence id);
+XATTN_API xattn_status xattn_cache_length(const xattn_kv_cache* cache, xattn_sequence id, int64_t* length);
+/* Allocates the pool's memory for `tokens` tokens now (otherwise it grows as pages are used). */
+XATTN_API xattn_status xattn_cache_reserve(xattn_kv_cache* cache, int64_t tokens);
+
+/* out = attention(q, the keys and values of the n sequences seq_ids): q (n, Hq, Sq, head_dim), Hq a
+ * multiple of kv_heads, F32, F64, BF16 or F16; out (n, Hq, Sq, head_dim) of q's dtype or F32; lse
+ * (n, Hq, Sq) F32 or NULL. Row b attends sequence seq_ids[b] as it is now (its length), its Sq
+ * queries being the sequence's newest tokens: XATTN_CAUSAL_BOTTOM_RIGHT and the window bounds
+ * are aligned at each sequence's own end (decoding, a chunk of prefill). desc takes scale,
+ * causal (none or bottom right), window, softcap, sinks and threads; the others are
+ * XATTN_UNSUPPORTED. On failure out and lse are as they were. */
+XATTN_API xattn_status xattn_cache_attention(const xattn_kv_cache* cache, const xattn_sequence* seq_ids, int64_t n,
+                                             const xattn_tensor* q, const xattn_attention_desc* desc, xattn_tensor* out,
+                                             xattn_tensor* lse);
+
 /* The calling thread's message for the last call that failed ("" if none). */
 XATTN_API const char* xattn_last_error(void);
 
-/* "0.2.0" */
+/* "0.3.0" */
 XATTN_API const char* xattn_version(void);
 
 #ifdef __cplusplus

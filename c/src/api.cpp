@@ -24,6 +24,8 @@ xattn_status xattn_forward(const xattn_tensor* q, const xattn_tensor* k, const x
   return guarded("xattn_forward", [&] {
     using namespace xattn;
     const c_api::forward_args a = c_api::forward_arguments(q, k, v, desc, out, lse);
+    if (a.kv_dtype != a.dtype)
+      return a.kv_dtype == XATTN_BF16 ? c_api::forward_mixed<bfloat16>(a) : c_api::forward_mixed<float16>(a);
     switch (a.dtype) {
       case XATTN_F32:
         return c_api::forward_as<float>(a);
@@ -55,6 +57,6 @@ xattn_status xattn_backward(const xattn_tensor* q, const xattn_tensor* k, const 
 
 const char* xattn_last_error(void) { return xattn::c_api::last_error().c_str(); }
 
-const char* xattn_version(void) { return "0.2.0"; }
+const char* xattn_version(void) { return "0.3.0"; }
 
 }  // extern "C"

@@ -6,7 +6,7 @@ import sys
 
 MAX_RANK = 4
 
-F32, F64, BF16, F16, I32, I64, BOOL = range(7)
+F32, F64, BF16, F16, I32, I64, BOOL, Q8_0 = range(8)
 OK, INVALID_ARGUMENT, UNSUPPORTED, OUT_OF_MEMORY, INTERNAL = range(5)
 CAUSAL_NONE, CAUSAL_TOP_LEFT, CAUSAL_BOTTOM_RIGHT = range(3)
 ROPE_NONE, ROPE_HALF, ROPE_INTERLEAVED = range(3)
@@ -40,7 +40,7 @@ class Desc(ctypes.Structure):
         ("alibi", ctypes.POINTER(Tensor)),
         ("softcap", ctypes.c_double),
         ("sinks", ctypes.POINTER(Tensor)),
-        ("dropout_p", ctypes.c_float),
+        ("dropout_p", ctypes.c_double),
         ("seed", ctypes.c_uint64),
         ("threads", ctypes.c_int32),
         ("rope", ctypes.c_int),
@@ -49,6 +49,17 @@ class Desc(ctypes.Structure):
         ("rope_q_positions", ctypes.POINTER(Tensor)),
         ("rope_k_positions", ctypes.POINTER(Tensor)),
         ("additive", ctypes.POINTER(Additive)),
+    ]
+
+
+class CacheOptions(ctypes.Structure):
+    _fields_ = [
+        ("kv_heads", ctypes.c_int64),
+        ("head_dim", ctypes.c_int64),
+        ("page_size", ctypes.c_int64),
+        ("max_tokens", ctypes.c_int64),
+        ("key_dtype", ctypes.c_int),
+        ("value_dtype", ctypes.c_int),
     ]
 
 
@@ -76,6 +87,20 @@ lib.xattn_last_error.restype = ctypes.c_char_p
 lib.xattn_last_error.argtypes = []
 lib.xattn_version.restype = ctypes.c_char_p
 lib.xattn_version.argtypes = []
+_S, _Seq = ctypes.c_uint64, ctypes.POINTER(ctypes.c_uint64)
+lib.xattn_cache_defaults.restype = CacheOptions
+lib.xattn_cache_defaults.argtypes = []
+lib.xattn_cache_create.restype = ctypes.c_void_p
+lib.xattn_cache_create.argtypes = [ctypes.POINTER(CacheOptions)]
+lib.xattn_cache_destroy.restype = None
+lib.xattn_cache_destroy.argtypes = [ctypes.c_void_p]
+for _name, _args in (("add_sequence", [ctypes.c_void_p, _Seq]), ("append", [ctypes.c_void_p, _S, _T, _T]),
+                     ("fork", [ctypes.c_void_p, _S, _Seq]), ("release", [ctypes.c_void_p, _S]),
+                     ("length", [ctypes.c_void_p, _S, ctypes.POINTER(ctypes.c_int64)]),
+                     ("reserve", [ctypes.c_void_p, ctypes.c_int64]),
+                     ("attention", [ctypes.c_void_p, _Seq, ctypes.c_int64, _T, ctypes.POINTER(Desc), _T, _T])):
+    getattr(lib, "xattn_cache_" + _name).restype = ctypes.c_int
+    getattr(lib, "xattn_cache_" + _name).argtypes = _args
 
 
 def check(status):
@@ -103,3 +128,44 @@ def refuse_jit_trace(who):
             "%s cannot be recorded by torch.jit.trace: its fused pass is a C call the tracer does not see, and "
             "the traced function would return uninitialised memory for every new input. Call it outside "
             "torch.jit.trace (eagerly)." % who)
+
+
+def fx_call(fn, args, kwargs):
+    """Under torch.fx.symbolic_trace (a Proxy among the arguments): the call recorded as one node of
+    the graph, which calls fn when the graph runs; else None."""
+    fx = sys.modules.get("torch.fx")
+    if fx is None:
+        return None
+    for a in (*args, *kwargs.values()):
+        if isinstance(a, fx.Proxy):
+            return a.tracer.create_proxy("call_function", fn, tuple(args), dict(kwargs))
+    return None
+
+
+def storage_error(who, name):
+    """The error for a tensor with no memory to read: one of functorch's (vmap, grad) wrappers."""
+    return RuntimeError(
+        "%s: %s has no memory of its own: it is a tensor of a functorch transform (vmap, grad, jacrev), which "
+        "xattn, a C call on the tensors' memory, does not run under. Call it on the whole batch instead (its "
+        "B axis is the batch vmap would map over), and take gradients with torch.autograd" % (who, name))
+
+
+def once_differentiable(who, grads, inputs):
+    """grads as a backward returns them. Asked for with create_graph=True while an input requires
+    grad, the tensors among them carry a node that raises naming who if they are differentiated
+    again: the fused backward is a C pass autograd cannot see into."""
+    torch = sys.modules["torch"]
+    if not torch.is_grad_enabled() or not any(isinstance(x, torch.Tensor) and x.requires_grad for x in inputs):
+        return grads
+    at = [i for i, g in enumerate(grads) if isinstance(g, torch.Tensor)]
+    if not at:
+        return grads
+    error = torch._C._functions.DelayedError(
+        "%s: the gradient of its gradient (double backward, create_graph=True) is not implemented: its backward "
+        "is a fused C pass that autograd cannot differentiate" % who, len(at))
+    wrapped = error(*[grads[i].detach().requires_grad_() for i in at])
+    wrapped = wrapped if isinstance(wrapped, tuple) else (wrapped,)
+    out = list(grads)
+    for i, w in zip(at, wrapped):
+        out[i] = w
+    return tuple(out)

@@ -445,6 +445,93 @@ TEST_CASE("xattn_forward and xattn_backward: the C++ library's fused passes, bit
   }
 }
 
+TEST_CASE("xattn_forward and xattn_backward: float queries over bfloat16 or float16 keys and values", "[c]") {
+  // decoding from a 16-bit cache: the C++ expression over a float Q and 16-bit K, V runs as it is
+  // (bit for bit), the rarer options on widened copies; both against the double reference
+  const auto check = [](auto kv_type, std::uint64_t seed, bool rarer) {
+    using KV = decltype(kv_type);
+    rng g(seed);
+    const std::size_t B = 2, Hkv = 2, Hq = 4, Sq = g.size(1, 9), Skv = g.size(10, 70), D = 32, Dv = 24;
+    auto q = make<float>(g, {B, Hq, Sq, D}, true, 0);
+    auto k = make<KV>(g, {B, Hkv, Skv, D}, g.coin(), 0);
+    auto v = make<KV>(g, {B, Hkv, Skv, Dv}, false, 3);
+    xattn_attention_desc d = xattn_attention_defaults();
+    d.causal = XATTN_CAUSAL_BOTTOM_RIGHT;
+    d.threads = 2;
+    xt::xtensor<double, 1> slopes = g.vector<double>(Hq, 0.1, 0.5);
+    xattn_tensor slopes_c{slopes.data(), XATTN_F64, 1, {std::int64_t(Hq)}, {1}};
+    if (rarer) d.alibi = &slopes_c;
+    std::vector<float> out(B * Hq * Sq * Dv, -7.0f), lse(B * Hq * Sq);
+    xattn_tensor out_c{out.data(),
+                       XATTN_F32,
+                       4,
+                       {std::int64_t(B), std::int64_t(Hq), std::int64_t(Sq), std::int64_t(Dv)},
+                       {std::int64_t(Hq * Sq * Dv), std::int64_t(Sq * Dv), std::int64_t(Dv), 1}};
+    xattn_tensor lse_c{lse.data(),
+                       XATTN_F32,
+                       3,
+                       {std::int64_t(B), std::int64_t(Hq), std::int64_t(Sq)},
+                       {std::int64_t(Hq * Sq), std::int64_t(Sq), 1}};
+    auto qc = q.c(), kc = k.c(), vc = v.c();
+    INFO("seed " << seed << " Sq " << Sq << " Skv " << Skv << " rarer " << rarer);
+    REQUIRE(xattn_forward(&qc, &kc, &vc, &d, &out_c, &lse_c) == XATTN_OK);
+    const auto expression = [&](const auto& Q, const auto& K, const auto& V, auto&& f) {
+      const auto s = Q * trans(K) * (1 / std::sqrt(double(D)));
+      if (rarer)
+        f(softmax(mask(alibi(s, std::vector<double>(slopes.begin(), slopes.end())), causal(align::bottom_right))) * V);
+      else
+        f(softmax(mask(s, causal(align::bottom_right))) * V);
+    };
+    const std::array<std::size_t, 4> out_shape{B, Hq, Sq, Dv};
+    const xt::xtensor<float, 4> got = xt::adapt(out, out_shape);
+    const xt::xtensor<float, 4> d_out = g.tensor<float>({B, Hq, Sq, Dv});
+    reference_result want;
+    reference_gradients want_grad;
+    const auto qd = q.widened(), kd = k.widened(), vd = v.widened();
+    expression(qd.term(), kd.term(), vd.term(), [&](const auto& e) {
+      want = reference(e);
+      want_grad = reference_grad(make_plan(e), xt::xtensor<double, 4>(xt::cast<double>(d_out)));
+    });
+    // bfloat16 values on vdpbf16ps take the probabilities rounded to bf16 (numerics.md): 2^-9 max|V|
+    CHECK(max_abs_diff(got, want.output) < (std::is_same_v<KV, bfloat16> && !rarer ? 3e-3 : 2e-5));
+    if (!rarer)
+      expression(q.term(), k.term(), v.term(), [&](const auto& e) {
+        schedule sch;
+        sch.threads = 2;
+        CHECK(xattn::testing::bitwise_equal(got, eval_with_lse<float>(e, sch).output));
+      });
+    // the gradients: dq in float, dk in the keys' 16-bit type, dv in float
+    std::vector<float> dq(B * Hq * Sq * D, -7.0f), dv(B * Hkv * Skv * Dv, -7.0f);
+    std::vector<KV> dk(B * Hkv * Skv * D, KV(-7.0f));
+    const auto dense = [](void* p, xattn_dtype t, std::array<std::size_t, 4> n) {
+      return xattn_tensor{p,
+                          t,
+                          4,
+                          {std::int64_t(n[0]), std::int64_t(n[1]), std::int64_t(n[2]), std::int64_t(n[3])},
+                          {std::int64_t(n[1] * n[2] * n[3]), std::int64_t(n[2] * n[3]), std::int64_t(n[3]), 1}};
+    };
+    xattn_tensor dq_c = dense(dq.data(), XATTN_F32, {B, Hq, Sq, D}),
+                 dk_c = dense(dk.data(), kc.dtype, {B, Hkv, Skv, D}),
+                 dv_c = dense(dv.data(), XATTN_F32, {B, Hkv, Skv, Dv}), d_out_c = out_c;
+    d_out_c.data = const_cast<float*>(d_out.data());
+    REQUIRE(xattn_backward(&qc, &kc, &vc, &d, &out_c, &lse_c, &d_out_c, &dq_c, &dk_c, &dv_c, nullptr, nullptr) ==
+            XATTN_OK);
+    std::vector<float> dk_wide(dk.size());
+    std::transform(dk.begin(), dk.end(), dk_wide.begin(), [](KV x) { return float(x); });
+    CHECK(max_abs_diff(xt::xtensor<float, 4>(xt::adapt(dq, std::array<std::size_t, 4>{B, Hq, Sq, D})), want_grad.dq) <
+          2e-4);
+    CHECK(max_abs_diff(xt::xtensor<float, 4>(xt::adapt(dk_wide, std::array<std::size_t, 4>{B, Hkv, Skv, D})),
+                       want_grad.dk) < 2e-2);  // rounded to 16 bits
+    CHECK(max_abs_diff(xt::xtensor<float, 4>(xt::adapt(dv, std::array<std::size_t, 4>{B, Hkv, Skv, Dv})),
+                       want_grad.dv) < 2e-4);
+  };
+  for (std::uint64_t seed = 1; seed <= 3; ++seed)
+    for (const bool rarer : {false, true}) {
+      check(bfloat16{}, 1000 + seed, rarer);
+      check(float16{}, 1100 + seed, rarer);
+    }
+}
+
 TEST_CASE("xattn_forward and xattn_backward: no queries (Sq = 0), with the strides torch gives empty tensors", "[c]") {
   // torch's contiguous (1, 4, 0, 4) has strides (0, 0, 4, 1), and its (1, 4, 0) lse (0, 0, 1): no
   // element shares an address, since there is none
@@ -486,7 +573,11 @@ TEST_CASE("xattn_forward: bad input returns a status and a message, and writes n
   refused(XATTN_INVALID_ARGUMENT, "q (2,4,3,8) has 4 heads, not a multiple of k's 3");
   K.shape[1] = 2;
   V.dtype = XATTN_F64;
-  refused(XATTN_INVALID_ARGUMENT, "q, k and v must share one dtype, got XATTN_F32, XATTN_F32, XATTN_F64");
+  refused(XATTN_INVALID_ARGUMENT,
+          "q, k and v must share one dtype (or be XATTN_F32 queries over XATTN_BF16 or XATTN_F16 keys and values), got "
+          "XATTN_F32, XATTN_F32, XATTN_F64");
+  V.dtype = XATTN_BF16;  // float queries over bfloat16 values, but float keys
+  refused(XATTN_INVALID_ARGUMENT, "got XATTN_F32, XATTN_F32, XATTN_BF16");
   V.dtype = XATTN_F32;
   O.shape[3] = 5;
   refused(XATTN_INVALID_ARGUMENT, "out has shape (2,4,3,5) but the result is (B, Hq, Sq, Dv) (2,4,3,6)");
@@ -622,7 +713,7 @@ TEST_CASE("xattn_backward: bad input returns a status and a message, and writes 
   refused(XATTN_INVALID_ARGUMENT, "d_out has shape (1,2,3,3) but must have out's (1,2,3,4)");
   DO.shape[3] = 4;
   DQ = c(dq64, XATTN_F64);
-  refused(XATTN_INVALID_ARGUMENT, "dq has dtype XATTN_F64 but must be XATTN_F32 for XATTN_F32 inputs");
+  refused(XATTN_INVALID_ARGUMENT, "dq has dtype XATTN_F64 but must be XATTN_F32 for q of XATTN_F32");
   DQ = c(dq);
   DK.shape[2] = 4;
   refused(XATTN_INVALID_ARGUMENT, "dk has shape (1,1,4,8) but must have k's (1,1,5,8)");

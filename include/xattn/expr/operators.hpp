@@ -111,7 +111,7 @@ auto softmax(E e, Tm t) {
 
 /// dropout(weights, p, seed): zero each weight with probability p, scale survivors by 1/(1-p).
 template <expression E>
-auto dropout(E e, float p, std::uint64_t seed) {
+auto dropout(E e, double p, std::uint64_t seed) {
   return dropout_node<E>{{}, std::move(e), random::dropout{p, seed}};
 }
 

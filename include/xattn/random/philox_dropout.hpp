@@ -29,7 +29,7 @@
 namespace xattn::random {
 
 struct dropout {
-  float p = 0.0f;          // probability of dropping a weight, in [0, 1)
+  double p = 0.0;          // probability of dropping a weight, in [0, 1)
   std::uint64_t seed = 0;  // Philox key; reuse it in the backward pass
   // Where the evaluated block starts in the whole problem (context parallelism): decisions are
   // drawn for (b, h, i0 + i, j0 + j), so every split of the problem draws the same ones.
@@ -37,22 +37,22 @@ struct dropout {
 
   void check() const {
     // Written so that NaN fails too.
-    if (!(p >= 0.0f && p < 1.0f)) {
+    if (!(p >= 0.0 && p < 1.0)) {
       char buf[48];
-      std::snprintf(buf, sizeof buf, "%g", static_cast<double>(p));
+      std::snprintf(buf, sizeof buf, "%g", p);
       throw std::invalid_argument(std::string("xattn: dropout p must be in [0, 1), got ") + buf);
     }
   }
 };
 
 // Words below this are dropped. Precondition: p in [0, 1) (dropout::check).
-inline std::uint32_t drop_threshold(float p) noexcept {
-  const long long t = std::llround(static_cast<double>(p) * 4294967296.0);
+inline std::uint32_t drop_threshold(double p) noexcept {
+  const long long t = std::llround(p * 4294967296.0);
   return static_cast<std::uint32_t>(std::clamp(t, 0LL, 4294967295LL));
 }
 
 // Survivors are scaled by this so the expected weight is unchanged.
-inline double keep_scale(float p) noexcept { return 1.0 / (1.0 - static_cast<double>(p)); }
+inline double keep_scale(double p) noexcept { return 1.0 / (1.0 - p); }
 
 namespace detail {
 

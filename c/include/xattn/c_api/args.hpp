@@ -39,7 +39,8 @@ struct view_nd {
 };
 
 struct forward_args {
-  xattn_dtype dtype = XATTN_F32;      // of q, k, v
+  xattn_dtype dtype = XATTN_F32;      // of q (and of k, v but for F32 queries over 16-bit keys)
+  xattn_dtype kv_dtype = XATTN_F32;   // of k and v
   xattn_dtype out_dtype = XATTN_F32;  // of out: dtype, or F32 for 16-bit inputs
   view4 q, k, v, out;
   void* lse = nullptr;  // null: not wanted (a scratch buffer takes it)
@@ -59,7 +60,7 @@ struct forward_args {
   view_nd flags;                // desc.mask of XATTN_BOOL
   view_nd additive_mask, bias;  // desc.mask of F32/F64, desc.bias
   std::vector<double> alibi;    // empty: none
-  float dropout_p = 0;
+  double dropout_p = 0;
   std::uint64_t seed = 0;
   // rotary embeddings (copies of q and k turned before the pass)
   std::optional<rotary> rope_q, rope_k;
@@ -97,6 +98,10 @@ struct unsupported : std::invalid_argument {
 template <class T>
 void forward_as(const forward_args& a);
 
+/// Runs it for float queries over keys and values of element type KV (bfloat16 or float16).
+template <class KV>
+void forward_mixed(const forward_args& a);
+
 /// Runs the fused forward on q, k, v in Acc (float or double): copies of 16-bit inputs, or turned
 /// copies under rotary embeddings; every runtime choice (defined in forward_general_*.cpp).
 template <class Acc>
@@ -122,6 +127,8 @@ inline std::string dtype_name(xattn_dtype t) {
       return "XATTN_I32";
     case XATTN_I64:
       return "XATTN_I64";
+    case XATTN_Q8_0:
+      return "XATTN_Q8_0";
     case XATTN_BOOL:
       return "XATTN_BOOL";
   }
@@ -267,9 +274,14 @@ inline forward_args forward_arguments(const xattn_tensor* q, const xattn_tensor*
     fail(who, ": q has dtype ", dtype_name(q->dtype),
          "; q, k and v must be XATTN_F32, XATTN_F64, XATTN_BF16 or "
          "XATTN_F16");
-  if (k->dtype != a.dtype || v->dtype != a.dtype)
-    fail(who, ": q, k and v must share one dtype, got ", dtype_name(q->dtype), ", ", dtype_name(k->dtype), ", ",
-         dtype_name(v->dtype));
+  a.kv_dtype = k->dtype;
+  // float queries over 16-bit keys and values: decoding from a 16-bit cache, as the C++ DSL takes it
+  const bool mixed = a.dtype == XATTN_F32 && v->dtype == k->dtype && (k->dtype == XATTN_BF16 || k->dtype == XATTN_F16);
+  if ((k->dtype != a.dtype || v->dtype != a.dtype) && !mixed)
+    fail(who,
+         ": q, k and v must share one dtype (or be XATTN_F32 queries over XATTN_BF16 or XATTN_F16 keys and "
+         "values), got ",
+         dtype_name(q->dtype), ", ", dtype_name(k->dtype), ", ", dtype_name(v->dtype));
   a.out_dtype = out->dtype;
   const bool sixteen = a.dtype == XATTN_BF16 || a.dtype == XATTN_F16;
   if (a.out_dtype != a.dtype && !(sixteen && a.out_dtype == XATTN_F32))
@@ -403,7 +415,7 @@ inline forward_args forward_arguments(const xattn_tensor* q, const xattn_tensor*
       a.alibi.push_back(s.dtype == XATTN_F32 ? double(static_cast<const float*>(s.data)[h * s.strides[0]])
                                              : static_cast<const double*>(s.data)[h * s.strides[0]]);
   }
-  if (!(d.dropout_p >= 0.0f && d.dropout_p < 1.0f))
+  if (!(d.dropout_p >= 0.0 && d.dropout_p < 1.0))
     fail(who, ": desc.dropout_p is ", d.dropout_p, "; it must be in [0, 1)");
   a.dropout_p = d.dropout_p;
   a.seed = d.seed;
@@ -484,10 +496,11 @@ inline backward_args backward_arguments(const xattn_tensor* q, const xattn_tenso
       if (t->shape[i] != like[g]->shape[i])
         fail(who, ": ", grad_names[g], " has shape ", shape_of(*t), " but must have ", input_names[g], "'s ",
              shape_of(*like[g]));
-    if (t->dtype != acc && t->dtype != a.f.dtype)
+    const xattn_dtype own = g == 0 ? a.f.dtype : a.f.kv_dtype;  // the input's
+    if (t->dtype != acc && t->dtype != own)
       fail(who, ": ", grad_names[g], " has dtype ", dtype_name(t->dtype), " but must be ", dtype_name(acc),
-           sixteen ? std::string(" or ") + dtype_name(a.f.dtype) : std::string(), " for ", dtype_name(a.f.dtype),
-           " inputs");
+           own != acc ? std::string(" or ") + dtype_name(own) : std::string(), " for ", input_names[g], " of ",
+           dtype_name(own));
     const view4 at = view_of(*t);
     if (!layout<4>{at.shape, at.strides}.unique())
       fail(who, ": ", grad_names[g], " strides (", t->strides[0], ",", t->strides[1], ",", t->strides[2], ",",

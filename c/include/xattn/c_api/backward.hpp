@@ -17,7 +17,7 @@ namespace xattn::c_api {
 template <class Acc, class Build, class After>
 void backward_with(const backward_args& a, Build&& build, After&& after) {
   const forward_args& f = a.f;
-  const detail::in_acc<Acc> q(f.q, f.dtype, f.rope_q), k(f.k, f.dtype, f.rope_k), v(f.v, f.dtype),
+  const detail::in_acc<Acc> q(f.q, f.dtype, f.rope_q), k(f.k, f.kv_dtype, f.rope_k), v(f.v, f.kv_dtype),
       out(f.out, f.out_dtype), d_out(a.d_out, a.d_out_dtype);
   const raw_tensor<const Acc, 3> lse{static_cast<const Acc*>(f.lse), f.lse_shape, f.lse_strides};
   detail::out_acc<Acc> dq(a.dq, f.q.shape), dk(a.dk, f.k.shape), dv(a.dv, f.v.shape);

@@ -27,13 +27,14 @@ void write(const forward_args& a, const E& e, O* out, const std::array<std::ptrd
 
 }  // namespace detail
 
-/// The forward of the expression build(a, Q, K, V, f) hands to f, on inputs of element type T.
-template <class T, class Build>
+/// The forward of the expression build(a, Q, K, V, f) hands to f, on queries of element type T and
+/// keys and values of KV.
+template <class T, class KV = T, class Build>
 void forward_with(const forward_args& a, Build&& build) {
   using Acc = std::conditional_t<std::is_same_v<T, double>, double, float>;
   const auto Q = ref(static_cast<const T*>(a.q.data), a.q.shape, a.q.strides);
-  const auto K = ref(static_cast<const T*>(a.k.data), a.k.shape, a.k.strides);
-  const auto V = ref(static_cast<const T*>(a.v.data), a.v.shape, a.v.strides);
+  const auto K = ref(static_cast<const KV*>(a.k.data), a.k.shape, a.k.strides);
+  const auto V = ref(static_cast<const KV*>(a.v.data), a.v.shape, a.v.strides);
   build(a, Q, K, V, [&](const auto& e) {
     if constexpr (!std::is_same_v<T, float> && !std::is_same_v<T, double>)  // 16-bit: out in T or float
       if (a.out_dtype == XATTN_F32) return detail::write<Acc>(a, e, static_cast<float*>(a.out.data), a.out.strides);
@@ -45,7 +46,7 @@ void forward_with(const forward_args& a, Build&& build) {
 /// not turned); out written in place in Acc, else rounded from a scratch once the pass succeeded.
 template <class Acc, class Build>
 void forward_in_acc_with(const forward_args& a, Build&& build) {
-  const detail::in_acc<Acc> q(a.q, a.dtype, a.rope_q), k(a.k, a.dtype, a.rope_k), v(a.v, a.dtype);
+  const detail::in_acc<Acc> q(a.q, a.dtype, a.rope_q), k(a.k, a.kv_dtype, a.rope_k), v(a.v, a.kv_dtype);
   const gradient_target target{a.out_dtype, a.out};
   detail::out_acc<Acc> out(target, a.out.shape);
   const auto Q = ref(q.t.data, q.t.shape, q.t.strides);
@@ -73,6 +74,16 @@ void forward_as(const forward_args& a) {
     forward_in_acc<Acc>(a);
   else
     forward_with<T>(a, [](const auto&... x) { with_attention(x...); });
+}
+
+/// Float queries over 16-bit keys and values (forward_mixed_*.cpp): the keys and values read in
+/// place, as the C++ DSL reads 16-bit operands.
+template <class KV>
+void forward_mixed(const forward_args& a) {
+  if (a.general() || a.rope_q)
+    forward_in_acc<float>(a);
+  else
+    forward_with<float, KV>(a, [](const auto&... x) { with_attention(x...); });
 }
 
 }  // namespace xattn::c_api

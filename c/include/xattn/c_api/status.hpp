@@ -23,6 +23,10 @@ inline std::string& last_error() {
 inline std::string in_c_terms(std::string m, const char* who) {
   constexpr std::string_view prefix = "xattn: ";
   if (who == nullptr || m.rfind(prefix, 0) != 0) return m;
+  // the cache's own checks name its methods: "xattn: kv_cache.append: ..." is xattn_cache_append's
+  if (m.compare(prefix.size(), 8, "kv_cache") == 0)
+    if (const std::size_t colon = m.find(": ", prefix.size()); colon != std::string::npos)
+      return std::string(prefix) + who + m.substr(colon);
   const std::size_t open = m.find('(', prefix.size()), end = m.find("): ", prefix.size());
   if (open == std::string::npos || end == std::string::npos || m.find(": ", prefix.size()) != end + 1) return m;
   const std::string name = m.substr(prefix.size(), open - prefix.size());
