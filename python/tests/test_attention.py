@@ -143,6 +143,51 @@ def test_bfloat16_forward_and_backward():
         assert (a.grad.double() - b.grad).abs().max() < 5e-2
 
 
+def test_float32_queries_over_bfloat16_and_float16_keys_and_values():
+    # decoding from a 16-bit cache: the keys and values stay 16-bit; their gradients come in their type
+    for kv_type in (torch.bfloat16, torch.float16):
+        q = make((2, 4, 3, 32), torch.float32, seed=1).requires_grad_()
+        k, v = (make((2, 2, 50, 32), kv_type, seed=n).requires_grad_() for n in (2, 3))
+        out = xattn.attention(q, k, v, causal="bottom_right", sinks=torch.zeros(4))
+        assert out.dtype == torch.float32
+        qd, kd, vd = (t.detach().double().requires_grad_() for t in (q, k, v))
+        want = reference(qd, kd, vd, causal="bottom_right", sinks=torch.zeros(4, dtype=torch.float64))
+        assert (out.double() - want).abs().max() < 2e-6
+        out.square().sum().backward()
+        want.square().sum().backward()
+        assert (q.grad.dtype, k.grad.dtype, v.grad.dtype) == (torch.float32, kv_type, kv_type)
+        for a, b, tol in ((q, qd, 1e-5), (k, kd, 2e-2), (v, vd, 2e-2)):
+            assert (a.grad.double() - b.grad).abs().max() < tol
+        rope = xattn.attention(q.detach(), k.detach(), v.detach(), rope="half")  # the rarer options: widened copies
+        assert (rope - xattn.attention(q.detach(), k.detach().float(), v.detach().float(), rope="half")).abs().max() \
+            < 1e-6
+
+
+def test_out_receives_the_result_in_place_in_any_strides():
+    B, S, H, D = 2, 9, 4, 8
+    q, k, v = (make((B, H, S, D), seed=n).requires_grad_() for n in (1, 2, 3))
+    buffer = torch.full((B, S, H, D), 7.0, dtype=torch.float64)  # (B, S, H, D), as the next projection reads it
+    out = xattn.attention(q, k, v, causal=True, out=buffer.transpose(1, 2))
+    want = reference(q, k, v, causal=True)
+    assert out.data_ptr() == buffer.data_ptr()
+    assert torch.allclose(buffer.transpose(1, 2), want, rtol=0, atol=1e-12)
+    got = torch.autograd.grad(out.square().sum(), (q, k, v))  # through the buffer's history
+    expected = torch.autograd.grad(want.square().sum(), (q, k, v))
+    for a, b in zip(got, expected):
+        assert torch.allclose(a, b, rtol=0, atol=1e-11)
+    arrays = [t.detach().numpy() for t in (q, k, v)]
+    into = np.zeros((B, S, H, D)).transpose(0, 2, 1, 3)
+    assert xattn.attention(*arrays, out=into) is into
+    assert np.abs(into - reference(q.detach(), k.detach(), v.detach()).numpy()).max() < 1e-12
+    for bad, words in ((torch.zeros(B, H, S, D + 1, dtype=torch.float64), "out has shape"),
+                       (torch.zeros(B, H, S, D), "dtype torch.float32"),
+                       (torch.zeros(B, 1, S, D, dtype=torch.float64).expand(B, H, S, D), "out strides")):
+        before = bad.clone()
+        with pytest.raises(ValueError, match=words):
+            xattn.attention(q, k, v, out=bad)
+        assert torch.equal(bad, before)
+
+
 def test_numpy_in_numpy_out():
     rng = np.random.default_rng(3)
     q, k, v = (rng.standard_normal(s).astype(np.float32) for s in [(2, 3, 10, 8), (2, 3, 12, 8), (2, 3, 12, 6)])
@@ -204,9 +249,54 @@ def test_torch_jit_trace_is_refused_rather_than_recording_an_empty_function():
     q, k, v = make((1, 2, 4, 8), seed=6), make((1, 2, 5, 8), seed=7), make((1, 2, 5, 8), seed=8)
     with pytest.raises(RuntimeError, match="xattn.attention cannot be recorded by torch.jit.trace"):
         torch.jit.trace(lambda q, k, v: xattn.attention(q, k, v), (q, k, v))
+    with pytest.raises(RuntimeError, match="xattn.scaled_dot_product_attention cannot be recorded by torch.jit.trace"):
+        torch.jit.trace(lambda q, k, v: xattn.scaled_dot_product_attention(q, k, v), (q, k, v))
     with pytest.raises(RuntimeError, match="xattn.flex_attention cannot be recorded by torch.jit.trace"):
         torch.jit.trace(lambda q, k, v: flex_attention(q, k, v), (q, k, v))
     assert torch.allclose(xattn.attention(q, k, v), reference(q, k, v), rtol=0, atol=1e-12)  # eagerly: fine
+
+
+def test_torch_fx_records_each_call_as_one_node():
+    from xattn.flex import flex_attention
+
+    sinks = make((2,), seed=9)
+
+    class Block(torch.nn.Module):
+        def forward(self, q, k, v):
+            return xattn.attention(q, k, v, causal=True, sinks=sinks) + xattn.scaled_dot_product_attention(q, k, v)
+
+    graph = torch.fx.symbolic_trace(Block())
+    calls = [n.target for n in graph.graph.nodes if n.op == "call_function"]
+    assert xattn.attention in calls and xattn.scaled_dot_product_attention in calls
+    q, k, v = (make((1, 2, 5, 8), seed=n).requires_grad_() for n in (1, 2, 3))
+    out = graph(q, k, v)
+    want = reference(q, k, v, causal=True, sinks=sinks) + reference(q, k, v)
+    assert torch.allclose(out, want, rtol=0, atol=1e-12)
+    got, expected = torch.autograd.grad(out.sum(), q), torch.autograd.grad(want.sum(), q)
+    assert torch.allclose(got[0], expected[0], rtol=0, atol=1e-11)
+
+    class Flex(torch.nn.Module):
+        def forward(self, q, k, v):
+            return flex_attention(q, k, v)
+
+    with pytest.raises(RuntimeError, match="flex_attention cannot be recorded by torch.fx.symbolic_trace"):
+        torch.fx.symbolic_trace(Flex())
+
+
+def test_vmap_and_double_backward_are_refused_by_name():
+    import functorch
+    from xattn.flex import flex_attention
+
+    q = make((3, 1, 2, 4, 8), seed=1).requires_grad_()
+    for f, who in ((lambda x: xattn.attention(x, x, x), "xattn.attention: q"),
+                   (lambda x: xattn.scaled_dot_product_attention(x, x, x), "xattn.scaled_dot_product_attention: query"),
+                   (lambda x: flex_attention(x, x, x), "xattn.flex_attention: query")):
+        with pytest.raises(RuntimeError, match=who + " has no memory of its own: it is a tensor of a functorch"):
+            functorch.vmap(f)(q)
+        g, = torch.autograd.grad(f(q[0]).square().sum(), q, create_graph=True)  # the first gradient: fine
+        assert torch.allclose(g[0], torch.autograd.grad(f(q[0]).square().sum(), q)[0][0], rtol=0, atol=0)
+        with pytest.raises(RuntimeError, match=r"the gradient of its gradient \(double backward"):
+            g.sum().backward()
 
 
 def test_bad_input_raises_with_the_library_message():

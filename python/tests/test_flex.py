@@ -337,6 +337,30 @@ def test_captures_changed_in_place_between_calls_are_read_as_they_are_now():
         flex_attention(q, k, v, score_mod=lookup)
 
 
+def test_out_receives_the_result_in_place_and_backpropagates():
+    B, H, S, D = 1, 2, 40, 16
+    q, k, v = (torch.randn(B, H, S, D, dtype=torch.float64, requires_grad=True) for _ in range(3))
+
+    def causal(b, h, q_idx, kv_idx):
+        return q_idx >= kv_idx
+
+    def bias(score, b, h, q_idx, kv_idx):
+        return score - 0.1 * (q_idx - kv_idx)
+
+    mask = create_block_mask(causal, None, None, S, S)
+    buffer = torch.zeros(B, S, H, D, dtype=torch.float64)
+    out = flex_attention(q, k, v, score_mod=bias, block_mask=mask, out=buffer.transpose(1, 2))
+    want, _ = naive(q, k, v, bias, causal)
+    assert out.data_ptr() == buffer.data_ptr()
+    assert torch.allclose(buffer.transpose(1, 2), want, rtol=0, atol=1e-12)
+    got = torch.autograd.grad(out.square().sum(), (q, k, v))
+    expected = torch.autograd.grad(want.square().sum(), (q, k, v))
+    for a, b in zip(got, expected):
+        assert torch.allclose(a, b, rtol=0, atol=1e-11)
+    with pytest.raises(ValueError, match=r"out must be a torch tensor of shape \(1, 2, 40, 16\)"):
+        flex_attention(q, k, v, out=torch.zeros(B, H, S, D))
+
+
 def test_gradcheck_small():
     q, k, v = inputs(B=1, Hq=1, Hkv=1, Sq=6, Skv=7, D=3)
     bias = torch.randn(1, 13, dtype=torch.float64, requires_grad=True)

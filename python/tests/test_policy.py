@@ -87,6 +87,26 @@ def test_cosine_policy_trains_its_temperature(cache):
     assert (out32.double() - want.detach()).abs().max() < 1e-5
 
 
+def test_a_float_learnable_is_held_in_double_for_finite_differences(cache):
+    # the source declares learnable<float>; its tensor is float64, and so is what the float64 library
+    # evaluates: a central difference at h = 1e-6 (below float's resolution at 10) matches autograd
+    cosine = xattn.policy(COSINE, name="cosine_t")
+    g = torch.Generator().manual_seed(5)
+    q, k, v = (torch.randn(1, 2, 9, 8, generator=g, dtype=torch.float64) for _ in range(3))
+    t = cosine.temperature
+    xattn.attention(q, k, v, score=cosine).square().sum().backward()
+    h, values = 1e-6, []
+    for step in (h, -h):
+        with torch.no_grad():
+            t.fill_(10.0 + step)
+            values.append(float(xattn.attention(q, k, v, score=cosine).square().sum()))
+    with torch.no_grad():
+        t.fill_(10.0)
+    difference = (values[0] - values[1]) / (2 * h)
+    assert abs(difference - float(t.grad)) <= 1e-6 * abs(float(t.grad))
+    t.grad = None
+
+
 def test_policy_parameters_are_set_per_call(cache):
     cosine = xattn.policy(COSINE, name="cosine_t")
     q, k, v = (torch.randn(1, 2, 9, 8) for _ in range(3))

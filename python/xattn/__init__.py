@@ -14,8 +14,11 @@ import sys
 
 from . import _c
 from ._jit import CompileError, Policy, policy
+from .cache import KVCache
+from .sdpa import patch_torch, scaled_dot_product_attention
 
-__all__ = ["attention", "additive", "Additive", "policy", "Policy", "CompileError", "version"]
+__all__ = ["attention", "scaled_dot_product_attention", "patch_torch", "KVCache", "additive", "Additive", "policy",
+           "Policy", "CompileError", "version"]
 
 
 def version():
@@ -73,13 +76,17 @@ def _dtype_code(x, name):
 _pack = struct.Struct("@Pii%dq%dq" % (_c.MAX_RANK, _c.MAX_RANK)).pack
 
 
-def _view(x, name, rank=None):
+def _view(x, name, rank=None, who="xattn.attention"):
     """The C view of a torch tensor or numpy array: its memory, in place, with element strides.
     A tensor of rank - 1 is seen with a head axis of 1: (B, S, D) as (B, 1, S, D)."""
     if x is None:
         return None
     if _is_torch(x):
-        shape, strides, data = x.shape, x.stride(), x.data_ptr()
+        shape, strides = x.shape, x.stride()
+        try:
+            data = x.data_ptr()
+        except RuntimeError:
+            raise _c.storage_error(who, name) from None
     else:
         import numpy as np
 
@@ -113,12 +120,13 @@ class _Options:
     shapes and values again and names the argument)."""
 
     def __init__(self, scale, causal, window, lengths, softcap, dropout, seed, threads, documents, mask, alibi,
-                 rope, score=None):
+                 rope, score=None, who="xattn.attention"):
+        self.who = who
         if causal not in (False, True, "top_left", "bottom_right"):
-            raise ValueError("xattn.attention: causal must be False, True (top left) or 'bottom_right', not %r"
+            raise ValueError(who + ": causal must be False, True (top left) or 'bottom_right', not %r"
                              % (causal,))
         if score is not None and not isinstance(score, (Policy, Additive)):
-            raise TypeError("xattn.attention: score must be an xattn.policy(...) or xattn.additive(...), not %s"
+            raise TypeError(who + ": score must be an xattn.policy(...) or xattn.additive(...), not %s"
                             % type(score))
         self.score = score
         self.desc = _c.Desc.from_buffer_copy(_DEFAULTS)
@@ -147,12 +155,12 @@ class _Options:
             options = dict(rope) if isinstance(rope, dict) else {"style": rope}
             unknown = set(options) - {"style", "base", "dims", "q_positions", "k_positions"}
             if unknown:
-                raise ValueError("xattn.attention: rope has unknown keys %s (style, base, dims, q_positions, "
+                raise ValueError(who + ": rope has unknown keys %s (style, base, dims, q_positions, "
                                  "k_positions)" % sorted(unknown))
             style = options.get("style", "half")
             styles = {True: _c.ROPE_HALF, "half": _c.ROPE_HALF, "interleaved": _c.ROPE_INTERLEAVED}
             if style not in styles:
-                raise ValueError("xattn.attention: rope style must be 'half' or 'interleaved', not %r" % (style,))
+                raise ValueError(who + ": rope style must be 'half' or 'interleaved', not %r" % (style,))
             self.desc.rope = styles[style]
             self.desc.rope_base = float(options.get("base", 10000.0))
             self.desc.rope_dims = int(options.get("dims", 0))
@@ -195,14 +203,32 @@ def _empty_like_out(q, shape, dtype=None):
     return np.empty(shape, dtype=q.dtype if dtype is None else dtype)
 
 
-def _forward(q, k, v, sinks, bias, opts, weights=None):
-    """(out, lse): out in q's type and rank, lse (B, Hq, Sq) float32 (float64 for float64 inputs)."""
-    Q, K, V = _view(q, "q", 4), _view(k, "k", 4), _view(v, "v", 4)
+def _check_out(out, q, shape, who):
+    """out= must be what the call would return: q's kind (torch or numpy), dtype and the result's
+    shape; any strides that give each element its own address (the library checks those)."""
+    if _is_torch(out) != _is_torch(q) or not (_is_torch(out) or hasattr(out, "ctypes")):
+        raise TypeError("%s: out must be a %s like q, not %s" % (who, "torch tensor" if _is_torch(q) else
+                                                                 "numpy array", type(out)))
+    if tuple(out.shape) != tuple(shape) or out.dtype != q.dtype:
+        raise ValueError("%s: out has shape %s and dtype %s but the result is %s of %s"
+                         % (who, tuple(out.shape), out.dtype, tuple(shape), q.dtype))
+    if _is_torch(out) and out.requires_grad:
+        raise ValueError("%s: out requires grad; it is overwritten, so pass a tensor that does not (the result "
+                         "still backpropagates to q, k and v)" % who)
+
+
+def _forward(q, k, v, sinks, bias, opts, weights=None, out=None):
+    """(out, lse): out in q's type and rank (written into out when given), lse (B, Hq, Sq) float32
+    (float64 for float64 inputs)."""
+    Q, K, V = _view(q, "q", 4, opts.who), _view(k, "k", 4, opts.who), _view(v, "v", 4, opts.who)
     shape = (Q.shape[0], Q.shape[1], Q.shape[2], V.shape[3])
     if len(q.shape) == 3:  # one head: results without the head axis
         shape = (shape[0], shape[2], shape[3])
     lib = sys.modules["torch"] if _is_torch(q) else sys.modules["numpy"]  # q's own: already imported
-    out = lib.empty(shape, dtype=q.dtype)
+    if out is None:
+        out = lib.empty(shape, dtype=q.dtype)
+    else:
+        _check_out(out, q, shape, opts.who)
     lse = lib.empty(shape[:-1], dtype=lib.float64 if Q.dtype == _c.F64 else lib.float32)
     O, L = _view(out, "out", 4), _view(lse, "lse", 3)
     desc = ctypes.byref(opts.with_tensors(sinks, bias, weights))
@@ -213,6 +239,27 @@ def _forward(q, k, v, sinks, bias, opts, weights=None):
         opts.score.check(lib, lib.xattn_policy_forward(_ref(Q), _ref(K), _ref(V), desc, _ref(O), _ref(L),
                                                        opts.score.values()))
     return out, lse
+
+
+def _forward_desc(q, dv, scale, causal, window, softcap, sinks, threads, out, who):
+    """For a fused forward over other keys and values (a cache's): the result (out, checked, or a
+    new one of q's type and rank with dv features) and run(call), which calls call(Q, desc, O, L)
+    (L: NULL) with these options and raises its error."""
+    opts = _Options(scale, causal, window, None, softcap, 0.0, 0, threads, None, None, None, None, None, who)
+    Q = _view(q, "q", 4, who)
+    shape = (Q.shape[0], Q.shape[1], Q.shape[2], dv) if len(q.shape) == 4 else (Q.shape[0], Q.shape[2], dv)
+    lib = sys.modules["torch"] if _is_torch(q) else sys.modules["numpy"]
+    if out is None:
+        out = lib.empty(shape, dtype=q.dtype)
+    else:
+        _check_out(out, q, shape, who)
+    O = _view(out, "out", 4, who)
+    desc = opts.with_tensors(sinks, None)
+
+    def run(call):
+        _c.check(call(ctypes.byref(Q), ctypes.byref(desc), ctypes.byref(O), None))
+
+    return out, run
 
 
 def _backward(q, k, v, sinks, bias, out, lse, d_out, opts, wanted, weights=None):
@@ -250,9 +297,13 @@ def _autograd_function():
 
         class Attention(torch.autograd.Function):
             @staticmethod
-            def forward(ctx, q, k, v, sinks, bias, opts, *parameters):  # parameters: the scorer's learnables
+            # into (out=) comes first: a view written in place rebases the history of its base, and
+            # autograd then takes the function's first input for the one that was written
+            def forward(ctx, into, q, k, v, sinks, bias, opts, *parameters):  # parameters: the scorer's learnables
                 weights = parameters if isinstance(opts.score, Additive) else None
-                out, lse = _forward(q, k, v, sinks, bias, opts, weights)
+                out, lse = _forward(q, k, v, sinks, bias, opts, weights, into)
+                if into is not None:
+                    ctx.mark_dirty(into)  # written in place: autograd versions it, as torch's own out= ops
                 ctx.save_for_backward(q, k, v, sinks, bias, out, lse, *parameters)
                 ctx.opts = opts
                 return out
@@ -262,10 +313,11 @@ def _autograd_function():
                 q, k, v, sinks, bias, out, lse, *parameters = ctx.saved_tensors
                 weights = parameters if isinstance(ctx.opts.score, Additive) else None
                 *grads, d_parameters = _backward(q, k, v, sinks, bias, out, lse, d_out, ctx.opts,
-                                                 ctx.needs_input_grad[:5], weights)
+                                                 ctx.needs_input_grad[1:6], weights)
                 d_parameters = [(x if _is_torch(x) else torch.tensor(x, dtype=torch.float64)) if want else None
-                                for x, want in zip(d_parameters, ctx.needs_input_grad[6:])]
-                return (*grads, None, *d_parameters)
+                                for x, want in zip(d_parameters, ctx.needs_input_grad[7:])]
+                return _c.once_differentiable(ctx.opts.who, (None, *grads, None, *d_parameters),
+                                              (q, k, v, sinks, bias, *parameters))
 
         _function = Attention
     return _function
@@ -273,7 +325,7 @@ def _autograd_function():
 
 def attention(q, k, v, *, scale=None, causal=False, window=None, lengths=None, softcap=None, sinks=None,
               dropout=0.0, seed=0, threads=0, documents=None, mask=None, bias=None, alibi=None, rope=None,
-              score=None):
+              score=None, out=None):
     """softmax(mask(q k^T * scale)) v, fused (the score matrix is never built).
 
     scale: None for 1/sqrt(D). causal: False, True (query i sees keys j <= i, PyTorch's is_causal)
@@ -294,16 +346,32 @@ def attention(q, k, v, *, scale=None, causal=False, window=None, lengths=None, s
     score: an xattn.policy(...) (a scoring function written in C++, compiled on first use) or
     xattn.additive(W_q, W_k, w_v) in place of the scaled dot product; scale then defaults to 1.
 
+    out: a tensor (array) of the result's shape and q's dtype, in any strides that give each element
+    its own address (e.g. a (B, S, H, D) buffer's transpose(1, 2)): the result is written there and
+    returned, and still backpropagates.
+
     torch tensors that require grad give a result that backpropagates to q, k, v, sinks, bias, a
     float mask and the scorer's learnables.
     """
-    _c.refuse_jit_trace("xattn.attention")
+    recorded = _c.fx_call(attention, (q, k, v), dict(
+        scale=scale, causal=causal, window=window, lengths=lengths, softcap=softcap, sinks=sinks, dropout=dropout,
+        seed=seed, threads=threads, documents=documents, mask=mask, bias=bias, alibi=alibi, rope=rope, score=score,
+        out=out))
+    if recorded is not None:
+        return recorded
+    return _attention(q, k, v, scale, causal, window, lengths, softcap, sinks, dropout, seed, threads, documents,
+                      mask, bias, alibi, rope, score, out, "xattn.attention")
+
+
+def _attention(q, k, v, scale, causal, window, lengths, softcap, sinks, dropout, seed, threads, documents, mask,
+               bias, alibi, rope, score, out, who):
+    _c.refuse_jit_trace(who)
     if _is_torch(mask) and mask.is_floating_point() and mask.requires_grad:
         # a float mask is added to the scores as a bias is, so it takes the bias's gradient (as
         # SDPA's float attn_mask does); a sum with a bias backpropagates to both through torch
         bias, mask = (mask if bias is None else bias + mask), None
     opts = _Options(scale, causal, window, lengths, softcap, dropout, seed, threads, documents, mask, alibi, rope,
-                    score)
+                    score, who)
     if _is_torch(q):
         import torch
 
@@ -311,5 +379,5 @@ def attention(q, k, v, *, scale=None, causal=False, window=None, lengths=None, s
         needs = torch.is_grad_enabled() and any(
             x is not None and x.requires_grad for x in (q, k, v, sinks, bias, *parameters))
         if needs:
-            return _autograd_function().apply(q, k, v, sinks, bias, opts, *parameters)
-    return _forward(q, k, v, sinks, bias, opts)[0]
+            return _autograd_function().apply(out, q, k, v, sinks, bias, opts, *parameters)
+    return _forward(q, k, v, sinks, bias, opts, out=out)[0]

@@ -16,6 +16,7 @@ from ._config import CXX, CXX_FLAGS, INCLUDE_DIRS
 
 KERNELS = getattr(_config, "KERNELS", None)
 
+_FLOAT_LEARNABLE = re.compile(r"\blearnable\s*<\s*float\s*>")
 _LEARNABLE = re.compile(r"\blearnable\s*(?:<[^<>]*>)?\s+([A-Za-z_]\w*)\s*(?:[{=;])")
 
 _GLUE = """
@@ -157,8 +158,11 @@ class Policy:
                 "::%s::%s" % (self.name, n) for n in self.names)
         else:
             params = ""
+        # a learnable is the float64 tensor's value: held in double whatever type the source declares,
+        # so that the float64 library evaluates it where finite differences put it
+        source = _FLOAT_LEARNABLE.sub("learnable<double>", self.source)
         return ("#include <xattn/c_api/policy.hpp>\n\n#include <cstddef>\n#include <span>\n#include <tuple>\n\n"
-                + "#line 1 \"%s\"\n" % self.name + self.source + "\n"
+                + "#line 1 \"%s\"\n" % self.name + source + "\n"
                 + _GLUE % {"name": self.name, "parameters": params, "element": "double" if element == _c.F64
                            else "float"})
 

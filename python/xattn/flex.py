@@ -248,10 +248,11 @@ class _Call:
         for copy, tensor in self._copies:
             copy.copy_(tensor.detach())
 
-    def forward(self, q, k, v):
+    def forward(self, q, k, v, out=None):
         self._refresh()
         shape = (q.shape[0], q.shape[1], q.shape[2], v.shape[3])
-        out = torch.empty(shape, dtype=q.dtype)
+        if out is None:
+            out = torch.empty(shape, dtype=q.dtype)
         lse = torch.empty(shape[:3], dtype=torch.float64 if self.double else torch.float32)
         byref = ctypes.byref
         _check(self.lib, self.lib.xattn_flex_forward(
@@ -292,7 +293,8 @@ class _Flex(torch.autograd.Function):
         q, k, v, out, lse = ctx.saved_tensors
         grads, tables = ctx.call.backward(q, k, v, out, lse, d_out, ctx.needs_input_grad[1:4])
         tables = [t if want else None for t, want in zip(tables, ctx.needs_input_grad[4:])]
-        return (None, *grads, *tables)
+        return _c.once_differentiable("xattn.flex_attention", (None, *grads, *tables),
+                                      (q, k, v, *ctx.call.learning_tensors))
 
 
 def _empty_result(q, k, v, return_lse, lse_dtype):
@@ -315,7 +317,7 @@ def _trace_mask(mask_mod):
 
 
 def flex_attention(query, key, value, score_mod=None, block_mask=None, scale=None, enable_gqa=False,
-                   return_lse=False, kernel_options=None, *, threads=0):
+                   return_lse=False, kernel_options=None, *, threads=0, out=None):
     """softmax(score_mod(query key^T * scale) masked by block_mask) value, fused, on the CPU.
 
     query (B, Hq, Sq, D), key (B, Hkv, Skv, D), value (B, Hkv, Skv, Dv), torch tensors or numpy
@@ -323,13 +325,23 @@ def flex_attention(query, key, value, score_mod=None, block_mask=None, scale=Non
     multiple of Hkv). scale: None for 1/sqrt(D). A row that sees no key gives 0 and an lse of
     -inf. return_lse: also the log-sum-exp of each row's scores (B, Hq, Sq), float32 (float64 for
     float64 inputs), without a gradient. threads: 0 for OpenMP's default. kernel_options is
-    accepted and ignored."""
+    accepted and ignored. out: a tensor (array) of the result's shape and dtype, in any strides
+    that give each element its own address, written in place and returned."""
     _c.refuse_jit_trace("xattn.flex_attention")
+    if any(isinstance(x, torch.fx.Proxy) for x in (query, key, value)):
+        raise RuntimeError("xattn.flex_attention cannot be recorded by torch.fx.symbolic_trace: its score_mod and "
+                           "mask_mod are Python functions xattn traces itself. Call it from a module the tracer "
+                           "keeps as a leaf (is_leaf_module), or outside symbolic_trace")
     numpy = not isinstance(query, torch.Tensor)
+    given_out = out  # returned as given
     if numpy:
         import numpy as np
 
         query, key, value = (torch.from_numpy(np.ascontiguousarray(x)) for x in (query, key, value))
+        if out is not None:
+            if not isinstance(out, np.ndarray):
+                raise TypeError("flex_attention: out must be a numpy array like query, not %s" % type(out))
+            out = torch.from_numpy(out)  # the same memory
     for name, x in (("query", query), ("key", key), ("value", value)):
         if not isinstance(x, torch.Tensor):
             raise TypeError("flex_attention: %s must be a torch tensor or numpy array, not %s" % (name, type(x)))
@@ -337,6 +349,10 @@ def flex_attention(query, key, value, score_mod=None, block_mask=None, scale=Non
             raise ValueError("flex_attention: %s has shape %s; it must be (B, H, S, D)" % (name, tuple(x.shape)))
         if x.device.type != "cpu":
             raise ValueError("flex_attention: %s is on %s; xattn runs on the CPU" % (name, x.device))
+        try:
+            x.data_ptr()
+        except RuntimeError:
+            raise _c.storage_error("xattn.flex_attention", name) from None
     if not (query.dtype == key.dtype == value.dtype) or query.dtype not in _CODES or query.dtype == torch.int64:
         raise TypeError("flex_attention: query, key and value must share one float dtype (float32, float64, "
                         "bfloat16, float16), got %s, %s, %s" % (query.dtype, key.dtype, value.dtype))
@@ -355,6 +371,15 @@ def flex_attention(query, key, value, score_mod=None, block_mask=None, scale=Non
         if block_mask.seq_lengths != (Sq, Skv) or nb not in (1, B) or nh not in (1, Hq):
             raise ValueError("flex_attention: block_mask has shape %s, the attention (%d, %d, %d, %d); B and H must "
                              "match or be 1, Q_LEN and KV_LEN match" % (block_mask.shape, B, Hq, Sq, Skv))
+    if out is not None:
+        want = (B, Hq, Sq, value.shape[3])
+        if not isinstance(out, torch.Tensor) or tuple(out.shape) != want or out.dtype != query.dtype:
+            raise ValueError("flex_attention: out must be a %s of shape %s and dtype %s, got %s"
+                             % ("numpy array" if numpy else "torch tensor", want, query.dtype,
+                                (tuple(out.shape), out.dtype) if isinstance(out, torch.Tensor) else type(out)))
+        if out.requires_grad:
+            raise ValueError("flex_attention: out requires grad; it is overwritten, so pass a tensor that does not "
+                             "(the result still backpropagates)")
     double = query.dtype == torch.float64
     scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
     lse_dtype = torch.float64 if double else torch.float32
@@ -372,14 +397,26 @@ def flex_attention(query, key, value, score_mod=None, block_mask=None, scale=Non
     call = _call(score, mask, block_mask, scale, int(threads), double, (B, Hq, Sq, Skv))
     if call is None:  # nothing to compute
         r = _empty_result(query, key, value, return_lse, lse_dtype)
+        if out is not None:
+            out.copy_(r[0] if return_lse else r)
+            r = (given_out, r[1]) if return_lse else given_out
+            if numpy:
+                return (r[0], r[1].numpy()) if return_lse else r
         return tuple(x.numpy() for x in r) if numpy and return_lse else (r.numpy() if numpy else r)
     learning_tensors = call.learning_tensors
+    into = out
     if learning and any(x.requires_grad for x in (query, key, value, *learning_tensors)):
         out, lse = _Flex.apply(call, query, key, value, *learning_tensors)
+        if into is not None:
+            # autograd cannot take a view written in place by a function of two results (out, lse):
+            # one copy, whose history autograd keeps
+            into.copy_(out)
     else:
-        out, lse = call.forward(query, key, value)
+        out, lse = call.forward(query, key, value, into)
     if numpy:
         out, lse = out.numpy(), lse.numpy()
+    if given_out is not None:
+        out = given_out  # written in place (a view's history runs through its base)
     return (out, lse) if return_lse else out
 
 

@@ -1,0 +1,169 @@
+"""xattn.KVCache: a decode loop over a ragged batch with a fork, equal at every step to the same
+attention recomputed from plain tensors; every cache format against float64; the options
+(causal, window, softcap, sinks) at each sequence's own end; out=; and bad input, after which the
+cache is as it was."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import xattn
+
+
+def recomputed(q, k, v, causal=True, window=None, softcap=None, sinks=None):
+    """One sequence's attention in float64 torch ops: q (Hq, n, D) the newest n of k, v (Hkv, S, D)."""
+    Hq, n, D = q.shape
+    Hkv, S = k.shape[0], k.shape[1]
+    k, v = k.double().repeat_interleave(Hq // Hkv, 0), v.double().repeat_interleave(Hq // Hkv, 0)
+    s = q.double() @ k.transpose(-1, -2) / math.sqrt(D)
+    if softcap:
+        s = softcap * torch.tanh(s / softcap)
+    pos = torch.arange(n).view(-1, 1) + S - n
+    j = torch.arange(S).view(1, -1)
+    seen = torch.ones(n, S, dtype=torch.bool)
+    if causal:
+        seen &= j <= pos
+    if window is not None:
+        left, right = window
+        seen &= j >= pos - left
+        if right is not None:
+            seen &= j <= pos + right
+    s = s.masked_fill(~seen, -math.inf)
+    if sinks is not None:
+        s = torch.cat([s, sinks.double().view(Hq, 1, 1).expand(Hq, n, 1)], -1)
+    p = torch.softmax(s, -1)
+    if sinks is not None:
+        p = p[..., :-1]
+    return p @ v
+
+
+def test_a_decode_loop_equals_recomputation_at_every_step():
+    g = torch.Generator().manual_seed(0)
+    Hkv, Hq, D = 2, 8, 64
+    cache = xattn.KVCache(kv_heads=Hkv, head_dim=D, dtype="float32", page_size=16, max_tokens=1 << 14)
+    rows = lambda n: (torch.randn(Hkv, n, D, generator=g), torch.randn(Hkv, n, D, generator=g))
+    ids, keys, values = [], [], []
+    for n in (100, 377, 640, 1000):  # the prompts: appended whole
+        a = cache.add_sequence()
+        k, v = rows(n)
+        cache.append(a, k, v)
+        ids.append(a), keys.append(k), values.append(v)
+    ids.append(cache.fork(ids[1]))  # a second continuation of the second prompt, sharing its pages
+    keys.append(keys[1]), values.append(values[1])
+    for step in range(64):
+        for b in range(len(ids)):  # each sequence's newest token
+            k, v = rows(1)
+            cache.append(ids[b], k, v)
+            keys[b], values[b] = torch.cat([keys[b], k], 1), torch.cat([values[b], v], 1)
+        q = torch.randn(len(ids), Hq, 1, D, generator=g)
+        out = cache.attention(q, ids, causal=True)
+        for b in range(len(ids)):
+            assert cache.length(ids[b]) == keys[b].shape[1]
+            again = xattn.attention(q[b:b + 1], keys[b][None], values[b][None], causal="bottom_right")
+            assert (out[b] - again[0]).abs().max() < 2e-6, (step, b)
+            if step % 16 == 0:
+                assert (out[b].double() - recomputed(q[b], keys[b], values[b])).abs().max() < 2e-6
+    cache.release(ids.pop())
+    assert cache.length(ids[1]) == keys[1].shape[1]  # the fork's release leaves the prompt's pages
+
+
+@pytest.mark.parametrize("dtype,tol", [("float32", 2e-6), ("bfloat16", 2e-2), ("float16", 3e-3), ("int8", 2e-2),
+                                       (("int8", "bfloat16"), 2e-2)])
+def test_formats_and_options_at_each_sequences_end(dtype, tol):
+    g = torch.Generator().manual_seed(1)
+    Hkv, Hq, D = 2, 4, 32
+    cache = xattn.KVCache(kv_heads=Hkv, head_dim=D, dtype=dtype, page_size=8, max_tokens=4096)
+    lengths = (45, 9, 120)
+    ids, kv = [], []
+    for n in lengths:
+        k, v = torch.randn(Hkv, n, D, generator=g).double(), torch.randn(Hkv, n, D, generator=g).double()
+        a = cache.add_sequence()
+        cache.append(a, k[:, : n // 2], v[:, : n // 2].numpy())  # torch or numpy, float64 rows
+        cache.append(a, k[:, n // 2:].float(), v[:, n // 2:].bfloat16())
+        ids.append(a), kv.append((k, torch.cat([v[:, : n // 2], v[:, n // 2:].bfloat16().double()], 1)))
+    q = torch.randn(3, Hq, 4, D, generator=g)
+    sinks = torch.randn(Hq, generator=g)
+    for options in (dict(causal=True), dict(causal=True, window=(6, 0)), dict(window=(20, None), softcap=1.5),
+                    dict(causal=True, sinks=sinks)):
+        out = cache.attention(q, ids, **options)
+        assert out.dtype == torch.float32 and out.shape == (3, Hq, 4, D)
+        for b, (k, v) in enumerate(kv):
+            want = recomputed(q[b], k, v, options.get("causal", False), options.get("window"),
+                              options.get("softcap"), options.get("sinks"))
+            assert (out[b].double() - want).abs().max() < tol, (options, b)
+    half = cache.attention(q.bfloat16(), ids, causal=True)  # 16-bit queries: a result of their type
+    assert half.dtype == torch.bfloat16
+
+
+def test_out_is_written_in_place():
+    cache = xattn.KVCache(kv_heads=1, head_dim=16)
+    a = cache.add_sequence()
+    rng = np.random.default_rng(2)
+    k, v = rng.standard_normal((1, 30, 16)), rng.standard_normal((1, 30, 16))
+    cache.append(a, k, v)
+    q = rng.standard_normal((1, 4, 2, 16)).astype(np.float32)
+    buffer = np.zeros((1, 2, 4, 16), np.float32)  # (B, n, Hq, D)
+    into = buffer.transpose(0, 2, 1, 3)
+    assert cache.attention(q, [a], causal=True, out=into) is into
+    want = recomputed(torch.from_numpy(q[0]), torch.from_numpy(k), torch.from_numpy(v))
+    assert np.abs(buffer.transpose(0, 2, 1, 3)[0] - want.numpy()).max() < 2e-6
+
+
+def test_bad_input_raises_and_leaves_the_cache_as_it_was():
+    with pytest.raises(ValueError, match="dtype 'int4' is not a cache format"):
+        xattn.KVCache(kv_heads=2, head_dim=8, dtype="int4")
+    with pytest.raises(ValueError, match="options.kv_heads is 0"):
+        xattn.KVCache(kv_heads=0, head_dim=8)
+    cache = xattn.KVCache(kv_heads=2, head_dim=8, page_size=4, max_tokens=16)
+    a = cache.add_sequence()
+    k = torch.randn(2, 10, 8)
+    cache.append(a, k, k)
+    q = torch.randn(1, 2, 1, 8)
+    before = cache.attention(q, [a])
+
+    def unchanged():
+        assert cache.length(a) == 10
+        assert torch.equal(cache.attention(q, [a]), before)
+
+    with pytest.raises(ValueError, match=r"k_rows has shape \(2,10,4\) but the cache holds"):
+        cache.append(a, torch.randn(2, 10, 4), k)
+    unchanged()
+    with pytest.raises(MemoryError, match="xattn_cache_append: "):  # 10 tokens in pages of 4; 7 more need 2 of 1
+        cache.append(a, torch.randn(2, 7, 8), torch.randn(2, 7, 8))
+    unchanged()
+    b = cache.fork(a)
+    cache.release(b)
+    with pytest.raises(ValueError, match="is not in this cache or was released"):
+        cache.append(b, k, k)
+    with pytest.raises(ValueError, match="is not in this cache or was released"):
+        cache.attention(q, [a, b][1:])
+    with pytest.raises(TypeError, match="a sequence id is the int"):
+        cache.length("a")
+    unchanged()
+    with pytest.raises(NotImplementedError, match="attention over a cache has no backward"):
+        cache.attention(q.clone().requires_grad_(), [a])
+    with pytest.raises(ValueError, match="3 heads are not a multiple of the cache's 2 kv_heads"):
+        cache.attention(torch.randn(1, 3, 1, 8), [a])
+    out = torch.full((1, 2, 1, 8), 7.0)
+    with pytest.raises(ValueError, match="out has shape"):
+        cache.attention(q, [a], out=out[..., :4])
+    assert torch.all(out == 7.0)
+    unchanged()
+
+
+def test_the_documented_example():
+    # [snippet kvcache]
+    cache = xattn.KVCache(kv_heads=2, head_dim=64, dtype="int8", page_size=16, max_tokens=1 << 16)
+    a = cache.add_sequence()
+    cache.append(a, torch.randn(2, 300, 64), torch.randn(2, 300, 64))  # the prompt's keys and values
+    b = cache.fork(a)  # a second continuation, sharing the prompt's pages
+    for step in range(4):
+        for s in (a, b):
+            cache.append(s, torch.randn(2, 1, 64), torch.randn(2, 1, 64))  # each sequence's newest token
+        q = torch.randn(2, 8, 1, 64)  # (sequences, query heads, new tokens, head_dim)
+        out = cache.attention(q, [a, b], causal=True, window=(256, 0), softcap=30.0, sinks=torch.zeros(8))
+    cache.release(b)
+    # [end kvcache]
+    assert out.shape == (2, 8, 1, 64) and cache.length(a) == 304

@@ -1,0 +1,122 @@
+"""xattn.KVCache: the C interface's paged key/value cache (vLLM's layout) for decoding from Python:
+sequences appended token by token, forked (sharing their pages), attended as one ragged batch
+whose queries sit at each sequence's own end."""
+
+import ctypes
+import sys
+
+from . import _c
+
+__all__ = ["KVCache"]
+
+_DTYPES = {"float32": _c.F32, "bfloat16": _c.BF16, "float16": _c.F16, "int8": _c.Q8_0}
+
+
+def _format(name, who):
+    if name not in _DTYPES:
+        raise ValueError("%s: dtype %r is not a cache format; one of %s" % (who, name, ", ".join(map(repr, _DTYPES))))
+    return _DTYPES[name]
+
+
+class KVCache:
+    """A paged key/value cache of kv_heads heads of head_dim features.
+
+    dtype: "float32", "bfloat16", "float16" or "int8" (llama.cpp's q8_0: a float scale per 32
+    features of each token and head), or a pair (keys, values) of them. page_size tokens per page;
+    max_tokens bounds the pool (pages are allocated as they are first used, or by reserve).
+
+        cache = xattn.KVCache(kv_heads=8, head_dim=128, dtype="int8", page_size=16, max_tokens=1 << 20)
+        a = cache.add_sequence(); cache.append(a, k_rows, v_rows)   # (Hkv, n, D)
+        b = cache.fork(a)
+        out = cache.attention(q, [a, b], causal=True)                 # q (2, Hq, n_new, D)
+        cache.release(b)
+
+    Every failed call raises (ValueError for shapes, dtypes, ids, MemoryError for a full pool) and
+    leaves the cache as it was.
+    """
+
+    def __init__(self, kv_heads, head_dim, dtype="float32", page_size=16, max_tokens=1 << 16):
+        who = "xattn.KVCache"
+        keys, values = (dtype, dtype) if isinstance(dtype, str) else tuple(dtype)
+        o = _c.lib.xattn_cache_defaults()
+        o.kv_heads, o.head_dim, o.page_size, o.max_tokens = int(kv_heads), int(head_dim), int(page_size), \
+            int(max_tokens)
+        o.key_dtype, o.value_dtype = _format(keys, who), _format(values, who)
+        self._handle = _c.lib.xattn_cache_create(ctypes.byref(o))
+        if not self._handle:
+            _c.raise_for(_c.INVALID_ARGUMENT, _c.lib.xattn_last_error().decode())
+        self.kv_heads, self.head_dim, self.page_size, self.max_tokens = o.kv_heads, o.head_dim, o.page_size, \
+            o.max_tokens
+        self.dtype = (keys, values)
+        self._destroy = _c.lib.xattn_cache_destroy  # kept: at exit the module may go before the cache
+
+    def __del__(self):
+        handle, self._handle = getattr(self, "_handle", None), None
+        if handle:
+            self._destroy(handle)
+
+    def add_sequence(self):
+        """A new, empty sequence: its id (an int)."""
+        out = ctypes.c_uint64()
+        _c.check(_c.lib.xattn_cache_add_sequence(self._handle, ctypes.byref(out)))
+        return out.value
+
+    def append(self, seq, k_rows, v_rows):
+        """Appends n tokens: k_rows and v_rows (kv_heads, n, head_dim), torch tensors or numpy arrays
+        of float32, float64, bfloat16 or float16, in any strides."""
+        from . import _view
+
+        k, v = _view(k_rows, "k_rows", who="KVCache.append"), _view(v_rows, "v_rows", who="KVCache.append")
+        _c.check(_c.lib.xattn_cache_append(self._handle, _id(seq), ctypes.byref(k), ctypes.byref(v)))
+
+    def fork(self, seq):
+        """A sequence holding seq's tokens, sharing its pages."""
+        out = ctypes.c_uint64()
+        _c.check(_c.lib.xattn_cache_fork(self._handle, _id(seq), ctypes.byref(out)))
+        return out.value
+
+    def release(self, seq):
+        """Returns seq's pages to the pool (those no fork holds); seq is invalid afterwards."""
+        _c.check(_c.lib.xattn_cache_release(self._handle, _id(seq)))
+
+    def length(self, seq):
+        out = ctypes.c_int64()
+        _c.check(_c.lib.xattn_cache_length(self._handle, _id(seq), ctypes.byref(out)))
+        return out.value
+
+    def reserve(self, tokens):
+        """Allocates the pool's memory for `tokens` tokens now."""
+        _c.check(_c.lib.xattn_cache_reserve(self._handle, int(tokens)))
+
+    def attention(self, q, seqs, *, causal=False, window=None, softcap=None, sinks=None, scale=None, threads=0,
+                  out=None):
+        """softmax(q kᵀ · scale) v over the keys and values of the sequences seqs, one batch row per
+        sequence: q (len(seqs), Hq, n_new, head_dim) (Hq a multiple of kv_heads), float32, bfloat16
+        or float16; the result (len(seqs), Hq, n_new, head_dim) in q's type, or written into out.
+        The n_new queries of row b are the newest tokens of seqs[b]: causal=True lets each see the
+        keys up to its own position in its own sequence, window=(left, right) bounds are measured
+        there too, so sequences of different lengths decode as one batch. softcap, sinks (Hq,),
+        scale (None: 1/sqrt(head_dim)) and threads as xattn.attention's. No gradient."""
+        from . import _forward_desc
+
+        who = "KVCache.attention"
+        if sys.modules.get("torch") is not None and type(q).__module__.startswith("torch"):
+            import torch
+
+            if torch.is_grad_enabled() and q.requires_grad:
+                raise NotImplementedError("%s: attention over a cache has no backward; call it under "
+                                          "torch.no_grad() or on a q that does not require grad" % who)
+        if causal not in (False, True, "bottom_right"):
+            raise ValueError("%s: causal must be False or True (each query at its own sequence's end), not %r"
+                             % (who, causal))
+        ids = (ctypes.c_uint64 * max(1, len(seqs)))(*[_id(s) for s in seqs])
+        result, run = _forward_desc(q, self.head_dim, scale, "bottom_right" if causal else False, window, softcap,
+                                    sinks, threads, out, who)
+        run(lambda Q, desc, O, L: _c.lib.xattn_cache_attention(self._handle, ids, len(seqs), Q, desc, O, L))
+        return result
+
+
+def _id(seq):
+    if isinstance(seq, bool) or not isinstance(seq, int):
+        raise TypeError("xattn.KVCache: a sequence id is the int add_sequence or fork returned, not %r" % (seq,))
+    return seq
