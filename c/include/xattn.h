@@ -152,9 +152,14 @@ typedef struct xattn_cache_options {
   int64_t max_tokens;      /* the pool: max_tokens / page_size pages (rounded up), allocated as used */
   xattn_dtype key_dtype;   /* XATTN_F32, XATTN_BF16, XATTN_F16 or XATTN_Q8_0 */
   xattn_dtype value_dtype; /* likewise; keys and values may differ */
+  xattn_rope rope;         /* keys stored rotated at their positions in their sequence, and queries rotated at
+                              theirs by xattn_cache_attention (as vLLM and llama.cpp); XATTN_ROPE_NONE by default */
+  double rope_base;        /* 10000 by default */
+  int64_t rope_dims;       /* the first rope_dims features turn; 0: all */
 } xattn_cache_options;
 
-/* kv_heads 0 and head_dim 0 (to set), page_size 16, max_tokens 65536, F32 keys and values. */
+/* kv_heads 0 and head_dim 0 (to set), page_size 16, max_tokens 65536, F32 keys and values, no rope
+ * (base 10000, all features). */
 XATTN_API xattn_cache_options xattn_cache_defaults(void);
 
 /* A new cache, or NULL (xattn_last_error says why). Free it with xattn_cache_destroy. */
@@ -179,9 +184,11 @@ XATTN_API xattn_status xattn_cache_reserve(xattn_kv_cache* cache, int64_t tokens
  * multiple of kv_heads, F32, F64, BF16 or F16; out (n, Hq, Sq, head_dim) of q's dtype or F32; lse
  * (n, Hq, Sq) F32 or NULL. Row b attends sequence seq_ids[b] as it is now (its length), its Sq
  * queries being the sequence's newest tokens: XATTN_CAUSAL_BOTTOM_RIGHT and the window bounds
- * are aligned at each sequence's own end (decoding, a chunk of prefill). desc takes scale,
- * causal (none or bottom right), window, softcap, sinks and threads; the others are
- * XATTN_UNSUPPORTED. On failure out and lse are as they were. */
+ * are aligned at each sequence's own end (decoding, a chunk of prefill), as ALiBi is; masks,
+ * bias, lengths and documents see key j of row b as token j of its sequence (Skv: the longest).
+ * desc takes every option of xattn_forward but dropout, rope (the cache's option: queries turn
+ * at their positions) and the additive scorer, which are XATTN_UNSUPPORTED, as are a bias with a
+ * float mask and top-left causal. On failure out and lse are as they were. */
 XATTN_API xattn_status xattn_cache_attention(const xattn_kv_cache* cache, const xattn_sequence* seq_ids, int64_t n,
                                              const xattn_tensor* q, const xattn_attention_desc* desc, xattn_tensor* out,
                                              xattn_tensor* lse);

@@ -3,7 +3,9 @@
 #include <xattn/c_api/cache.hpp>
 #include <xattn/c_api/status.hpp>
 
+#include <cmath>
 #include <limits>
+#include <optional>
 #include <stdexcept>
 
 struct xattn_kv_cache {
@@ -91,6 +93,20 @@ xattn_kv_cache* xattn_cache_create(const xattn_cache_options* options) {
         fail(who, ": options.", name, " is ", c_api::dtype_name(t),
              "; a cache stores XATTN_F32, XATTN_BF16, XATTN_F16 or XATTN_Q8_0");
     kv_cache_options k;
+    if (o.rope != XATTN_ROPE_NONE) {
+      if (o.rope != XATTN_ROPE_HALF && o.rope != XATTN_ROPE_INTERLEAVED)
+        fail(who, ": options.rope is ", int(o.rope),
+             "; it must be XATTN_ROPE_NONE, XATTN_ROPE_HALF or XATTN_ROPE_INTERLEAVED");
+      if (!(o.rope_base > 0) || !std::isfinite(o.rope_base))
+        fail(who, ": options.rope_base is ", o.rope_base, "; it must be finite and > 0");
+      if (o.rope_dims < 0 || o.rope_dims % 2 != 0 || o.rope_dims > o.head_dim)
+        fail(who, ": options.rope_dims is ", o.rope_dims, "; it must be even and at most head_dim = ", o.head_dim,
+             " (0: all)");
+      k.rope = rope_options{float(o.rope_base),
+                            std::size_t(o.rope_dims),
+                            o.rope == XATTN_ROPE_INTERLEAVED ? rope_style::interleaved : rope_style::half,
+                            {}};
+    }
     k.kv_heads = std::size_t(o.kv_heads);
     k.head_dim = std::size_t(o.head_dim);
     k.page_size = std::size_t(o.page_size);
@@ -179,15 +195,13 @@ xattn_status xattn_cache_attention(const xattn_kv_cache* cache, const xattn_sequ
       throw c_api::unsupported(std::string("xattn: ") + who +
                                ": q is XATTN_F64; a cache attends in float (F32, BF16 or F16 queries)");
     if (desc != nullptr) {
+      const bool float_mask = desc->mask != nullptr && desc->mask->dtype != XATTN_BOOL;
       const std::pair<const char*, bool> refused[] = {
-          {"desc.lengths (a sequence's length is its own)", desc->lengths != nullptr},
-          {"desc.documents", desc->documents != nullptr || desc->documents_kv != nullptr},
-          {"desc.mask", desc->mask != nullptr},
-          {"desc.bias", desc->bias != nullptr},
-          {"desc.alibi", desc->alibi != nullptr},
-          {"desc.dropout_p", desc->dropout_p != 0},
-          {"desc.rope (append keys rotated, and rotate q at each sequence's positions)", desc->rope != XATTN_ROPE_NONE},
+          {"desc.dropout_p (a training option: a cache has no backward)", desc->dropout_p != 0},
+          {"desc.rope (a cache's keys turn as they are stored: options.rope, which turns the queries too)",
+           desc->rope != XATTN_ROPE_NONE},
           {"desc.additive", desc->additive != nullptr},
+          {"desc.bias with a float desc.mask (add them into one)", desc->bias != nullptr && float_mask},
           {"desc.causal = XATTN_CAUSAL_TOP_LEFT (a cache's queries are its newest tokens: XATTN_CAUSAL_BOTTOM_RIGHT)",
            desc->causal == XATTN_CAUSAL_TOP_LEFT}};
       for (const auto& [name, set] : refused)
@@ -206,8 +220,27 @@ xattn_status xattn_cache_attention(const xattn_kv_cache* cache, const xattn_sequ
     const xattn_tensor kv{const_cast<float*>(&stand_in), q->dtype, 4, {n, o.kv_heads, longest, o.head_dim}, {}};
     call.a = c_api::forward_arguments(q, &kv, &kv, desc, out, lse, who);
     call.a.where = align::bottom_right;  // causal and window bounds at each sequence's end
+    if (call.a.bias.given) {             // without a backward, a bias is one more additive term
+      call.a.additive_mask = call.a.bias;
+      call.a.bias = {};
+    }
+    // under the cache's rope the queries turn at their positions: the newest Sq of each sequence
+    std::vector<std::int64_t> positions;
+    std::optional<rotary> turn;
+    if (const auto& r = c.options().rope) {
+      const std::size_t B = std::size_t(n), Sq = std::size_t(q->shape[2]);
+      positions.resize(B * Sq);
+      for (std::size_t b = 0; b < B; ++b) {
+        const std::size_t len = c.length(call.batch[b]);
+        if (len < Sq)
+          fail(who, ": sequence ", b, " of the batch holds ", len, " tokens, fewer than q's ", Sq,
+               " queries, which are its newest tokens under rope");
+        for (std::size_t i = 0; i < Sq; ++i) positions[b * Sq + i] = std::int64_t(len - Sq + i);
+      }
+      turn = rotary{nd_ref<std::int64_t>{positions.data(), {B, Sq}, {std::ptrdiff_t(Sq), 1}, {}}, 0, *r};
+    }
     // q in float (a copy unless it is float already), out through a float scratch unless float
-    const c_api::detail::in_acc<float> qf(call.a.q, call.a.dtype);
+    const c_api::detail::in_acc<float> qf(call.a.q, call.a.dtype, turn);
     const c_api::gradient_target target{call.a.out_dtype, call.a.out};
     c_api::detail::out_acc<float> result(target, call.a.out.shape);
     std::vector<float> lse_scratch;

@@ -12,8 +12,9 @@ import torch
 import xattn
 
 
-def recomputed(q, k, v, causal=True, window=None, softcap=None, sinks=None):
-    """One sequence's attention in float64 torch ops: q (Hq, n, D) the newest n of k, v (Hkv, S, D)."""
+def recomputed(q, k, v, causal=True, window=None, softcap=None, sinks=None, alibi=None, mask=None):
+    """One sequence's attention in float64 torch ops: q (Hq, n, D) the newest n of k, v (Hkv, S, D);
+    mask (Hq, n, S) bool."""
     Hq, n, D = q.shape
     Hkv, S = k.shape[0], k.shape[1]
     k, v = k.double().repeat_interleave(Hq // Hkv, 0), v.double().repeat_interleave(Hq // Hkv, 0)
@@ -22,6 +23,10 @@ def recomputed(q, k, v, causal=True, window=None, softcap=None, sinks=None):
         s = softcap * torch.tanh(s / softcap)
     pos = torch.arange(n).view(-1, 1) + S - n
     j = torch.arange(S).view(1, -1)
+    if alibi is not None:
+        s = s - alibi.double().view(Hq, 1, 1) * (pos - j).abs()
+    if mask is not None:
+        s = s.masked_fill(~mask, -math.inf)
     seen = torch.ones(n, S, dtype=torch.bool)
     if causal:
         seen &= j <= pos
@@ -85,16 +90,42 @@ def test_formats_and_options_at_each_sequences_end(dtype, tol):
         ids.append(a), kv.append((k, torch.cat([v[:, : n // 2], v[:, n // 2:].bfloat16().double()], 1)))
     q = torch.randn(3, Hq, 4, D, generator=g)
     sinks = torch.randn(Hq, generator=g)
+    flags = torch.rand(3, Hq, 4, max(lengths), generator=g) > 0.5
+    flags[..., 0] = True  # each row sees a key: a row that sees none outputs 0
     for options in (dict(causal=True), dict(causal=True, window=(6, 0)), dict(window=(20, None), softcap=1.5),
-                    dict(causal=True, sinks=sinks)):
+                    dict(causal=True, sinks=sinks), dict(causal=True, alibi=torch.tensor([0.5, 0.25, 0.125, 0.0625])),
+                    dict(mask=flags)):
         out = cache.attention(q, ids, **options)
         assert out.dtype == torch.float32 and out.shape == (3, Hq, 4, D)
         for b, (k, v) in enumerate(kv):
+            mask = options["mask"][b, :, :, :lengths[b]] if "mask" in options else None
             want = recomputed(q[b], k, v, options.get("causal", False), options.get("window"),
-                              options.get("softcap"), options.get("sinks"))
+                              options.get("softcap"), options.get("sinks"), options.get("alibi"), mask)
             assert (out[b].double() - want).abs().max() < tol, (options, b)
     half = cache.attention(q.bfloat16(), ids, causal=True)  # 16-bit queries: a result of their type
     assert half.dtype == torch.bfloat16
+
+
+def test_a_rotary_cache_turns_keys_as_stored_and_queries_at_their_positions():
+    g = torch.Generator().manual_seed(3)
+    Hkv, Hq, D = 2, 4, 32
+    for rope in ("half", {"style": "interleaved", "base": 500.0, "dims": 16}):
+        cache = xattn.KVCache(kv_heads=Hkv, head_dim=D, rope=rope)
+        ids, kv = [], []
+        for n in (30, 11):
+            a = cache.add_sequence()
+            k, v = torch.randn(Hkv, n, D, generator=g), torch.randn(Hkv, n, D, generator=g)
+            cache.append(a, k[:, :7], v[:, :7])
+            cache.append(a, k[:, 7:], v[:, 7:])  # positions go on from the sequence's length
+            ids.append(a), kv.append((k, v))
+        q = torch.randn(2, Hq, 3, D, generator=g)
+        out = cache.attention(q, ids, causal=True)
+        options = dict(rope) if isinstance(rope, dict) else {"style": rope}
+        for b, (k, v) in enumerate(kv):
+            n = k.shape[1]
+            want = xattn.attention(q[b:b + 1], k[None], v[None], causal="bottom_right",
+                                   rope=dict(options, q_positions=torch.arange(n - 3, n), k_positions=torch.arange(n)))
+            assert (out[b] - want[0]).abs().max() < 2e-6
 
 
 def test_out_is_written_in_place():

@@ -241,11 +241,11 @@ def _forward(q, k, v, sinks, bias, opts, weights=None, out=None):
     return out, lse
 
 
-def _forward_desc(q, dv, scale, causal, window, softcap, sinks, threads, out, who):
+def _forward_desc(q, dv, scale, causal, window, softcap, sinks, threads, out, who, mask=None, alibi=None):
     """For a fused forward over other keys and values (a cache's): the result (out, checked, or a
     new one of q's type and rank with dv features) and run(call), which calls call(Q, desc, O, L)
     (L: NULL) with these options and raises its error."""
-    opts = _Options(scale, causal, window, None, softcap, 0.0, 0, threads, None, None, None, None, None, who)
+    opts = _Options(scale, causal, window, None, softcap, 0.0, 0, threads, None, mask, alibi, None, None, who)
     Q = _view(q, "q", 4, who)
     shape = (Q.shape[0], Q.shape[1], Q.shape[2], dv) if len(q.shape) == 4 else (Q.shape[0], Q.shape[2], dv)
     lib = sys.modules["torch"] if _is_torch(q) else sys.modules["numpy"]

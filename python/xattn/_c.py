@@ -60,6 +60,9 @@ class CacheOptions(ctypes.Structure):
         ("max_tokens", ctypes.c_int64),
         ("key_dtype", ctypes.c_int),
         ("value_dtype", ctypes.c_int),
+        ("rope", ctypes.c_int),
+        ("rope_base", ctypes.c_double),
+        ("rope_dims", ctypes.c_int64),
     ]
 
 

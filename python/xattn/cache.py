@@ -24,6 +24,9 @@ class KVCache:
     dtype: "float32", "bfloat16", "float16" or "int8" (llama.cpp's q8_0: a float scale per 32
     features of each token and head), or a pair (keys, values) of them. page_size tokens per page;
     max_tokens bounds the pool (pages are allocated as they are first used, or by reserve).
+    rope: None, "half" (LLaMA), "interleaved" (GPT-J) or a dict(style, base=10000, dims=0): keys
+    are stored rotated at their positions in their sequence, and attention rotates the queries at
+    theirs (the newest tokens of each sequence), as vLLM and llama.cpp do.
 
         cache = xattn.KVCache(kv_heads=8, head_dim=128, dtype="int8", page_size=16, max_tokens=1 << 20)
         a = cache.add_sequence(); cache.append(a, k_rows, v_rows)   # (Hkv, n, D)
@@ -35,10 +38,20 @@ class KVCache:
     leaves the cache as it was.
     """
 
-    def __init__(self, kv_heads, head_dim, dtype="float32", page_size=16, max_tokens=1 << 16):
+    def __init__(self, kv_heads, head_dim, dtype="float32", page_size=16, max_tokens=1 << 16, rope=None):
         who = "xattn.KVCache"
         keys, values = (dtype, dtype) if isinstance(dtype, str) else tuple(dtype)
         o = _c.lib.xattn_cache_defaults()
+        if rope is not None and rope is not False:
+            options = dict(rope) if isinstance(rope, dict) else {"style": rope}
+            unknown = set(options) - {"style", "base", "dims"}
+            if unknown:
+                raise ValueError("%s: rope has unknown keys %s (style, base, dims)" % (who, sorted(unknown)))
+            styles = {True: _c.ROPE_HALF, "half": _c.ROPE_HALF, "interleaved": _c.ROPE_INTERLEAVED}
+            if options.get("style", "half") not in styles:
+                raise ValueError("%s: rope style must be 'half' or 'interleaved', not %r" % (who, options["style"]))
+            o.rope = styles[options.get("style", "half")]
+            o.rope_base, o.rope_dims = float(options.get("base", 10000.0)), int(options.get("dims", 0))
         o.kv_heads, o.head_dim, o.page_size, o.max_tokens = int(kv_heads), int(head_dim), int(page_size), \
             int(max_tokens)
         o.key_dtype, o.value_dtype = _format(keys, who), _format(values, who)
@@ -47,7 +60,7 @@ class KVCache:
             _c.raise_for(_c.INVALID_ARGUMENT, _c.lib.xattn_last_error().decode())
         self.kv_heads, self.head_dim, self.page_size, self.max_tokens = o.kv_heads, o.head_dim, o.page_size, \
             o.max_tokens
-        self.dtype = (keys, values)
+        self.dtype, self.rope = (keys, values), rope
         self._destroy = _c.lib.xattn_cache_destroy  # kept: at exit the module may go before the cache
 
     def __del__(self):
@@ -89,14 +102,16 @@ class KVCache:
         _c.check(_c.lib.xattn_cache_reserve(self._handle, int(tokens)))
 
     def attention(self, q, seqs, *, causal=False, window=None, softcap=None, sinks=None, scale=None, threads=0,
-                  out=None):
+                  mask=None, alibi=None, out=None):
         """softmax(q kᵀ · scale) v over the keys and values of the sequences seqs, one batch row per
         sequence: q (len(seqs), Hq, n_new, head_dim) (Hq a multiple of kv_heads), float32, bfloat16
         or float16; the result (len(seqs), Hq, n_new, head_dim) in q's type, or written into out.
         The n_new queries of row b are the newest tokens of seqs[b]: causal=True lets each see the
         keys up to its own position in its own sequence, window=(left, right) bounds are measured
-        there too, so sequences of different lengths decode as one batch. softcap, sinks (Hq,),
-        scale (None: 1/sqrt(head_dim)) and threads as xattn.attention's. No gradient."""
+        there too, so sequences of different lengths decode as one batch, as ALiBi's distances (alibi:
+        (Hq,) slopes). mask broadcasts to (len(seqs), Hq, n_new, the longest length), column j being
+        token j of each sequence: bool (True = attend) or float (added). softcap, sinks (Hq,), scale
+        (None: 1/sqrt(head_dim)) and threads as xattn.attention's. No gradient."""
         from . import _forward_desc
 
         who = "KVCache.attention"
@@ -111,7 +126,7 @@ class KVCache:
                              % (who, causal))
         ids = (ctypes.c_uint64 * max(1, len(seqs)))(*[_id(s) for s in seqs])
         result, run = _forward_desc(q, self.head_dim, scale, "bottom_right" if causal else False, window, softcap,
-                                    sinks, threads, out, who)
+                                    sinks, threads, out, who, mask=mask, alibi=alibi)
         run(lambda Q, desc, O, L: _c.lib.xattn_cache_attention(self._handle, ids, len(seqs), Q, desc, O, L))
         return result
 

@@ -42,8 +42,9 @@ class any_cache {
                          float* lse) const = 0;
 };
 
-/// f(softmax(mask([modify(]scores[, terms)], band), sinks) * V): one expression for every option a
-/// cache call takes (the band and softcap chosen at run time; no sinks is a sink of -inf).
+/// f(softmax(masks([modify(]scores[, terms)]), sinks) * V): one expression for every option a cache
+/// call takes (general_parts: the band, lengths, documents and a bool mask given or not, softcap,
+/// a float mask or bias and ALiBi as terms; no sinks is a sink of -inf).
 template <class Q, class K, class V, class F>
 void with_cache_attention(const forward_args& a, const Q& q, const K& k, const V& v, F&& f) {
   const general_parts<float> parts(a);
@@ -55,7 +56,7 @@ void with_cache_attention(const forward_args& a, const Q& q, const K& k, const V
       else
         return scores;
     }();
-    f(softmax(mask(modified, parts.masks.band), sinks(parts.sink_values)) * v);
+    f(softmax(parts.masks.on(modified), sinks(parts.sink_values)) * v);
   });
 }
 
