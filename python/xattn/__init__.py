@@ -151,19 +151,9 @@ class _Options:
             self.desc.documents = self._pointer(documents, "documents", "int64")
         self.desc.mask = self._pointer(mask, "mask", "float64")
         self.desc.alibi = self._pointer(alibi, "alibi", "float64")
-        if rope is not None and rope is not False:
-            options = dict(rope) if isinstance(rope, dict) else {"style": rope}
-            unknown = set(options) - {"style", "base", "dims", "q_positions", "k_positions"}
-            if unknown:
-                raise ValueError(who + ": rope has unknown keys %s (style, base, dims, q_positions, "
-                                 "k_positions)" % sorted(unknown))
-            style = options.get("style", "half")
-            styles = {True: _c.ROPE_HALF, "half": _c.ROPE_HALF, "interleaved": _c.ROPE_INTERLEAVED}
-            if style not in styles:
-                raise ValueError(who + ": rope style must be 'half' or 'interleaved', not %r" % (style,))
-            self.desc.rope = styles[style]
-            self.desc.rope_base = float(options.get("base", 10000.0))
-            self.desc.rope_dims = int(options.get("dims", 0))
+        options = _c.rope_options(rope, who, ("style", "base", "dims", "q_positions", "k_positions"))
+        if options is not None:
+            self.desc.rope, self.desc.rope_base, self.desc.rope_dims = options["style"], options["base"], options["dims"]
             self.desc.rope_q_positions = self._pointer(options.get("q_positions"), "rope q_positions", "int64")
             self.desc.rope_k_positions = self._pointer(options.get("k_positions"), "rope k_positions", "int64")
 
@@ -217,6 +207,15 @@ def _check_out(out, q, shape, who):
                          "still backpropagates to q, k and v)" % who)
 
 
+def _result(q, shape, out, who):
+    """out checked against the result (shape, q's type), or a new one."""
+    if out is None:
+        lib = sys.modules["torch"] if _is_torch(q) else sys.modules["numpy"]  # q's own: already imported
+        return lib.empty(shape, dtype=q.dtype)
+    _check_out(out, q, shape, who)
+    return out
+
+
 def _forward(q, k, v, sinks, bias, opts, weights=None, out=None):
     """(out, lse): out in q's type and rank (written into out when given), lse (B, Hq, Sq) float32
     (float64 for float64 inputs)."""
@@ -224,11 +223,8 @@ def _forward(q, k, v, sinks, bias, opts, weights=None, out=None):
     shape = (Q.shape[0], Q.shape[1], Q.shape[2], V.shape[3])
     if len(q.shape) == 3:  # one head: results without the head axis
         shape = (shape[0], shape[2], shape[3])
-    lib = sys.modules["torch"] if _is_torch(q) else sys.modules["numpy"]  # q's own: already imported
-    if out is None:
-        out = lib.empty(shape, dtype=q.dtype)
-    else:
-        _check_out(out, q, shape, opts.who)
+    out = _result(q, shape, out, opts.who)
+    lib = sys.modules["torch"] if _is_torch(q) else sys.modules["numpy"]
     lse = lib.empty(shape[:-1], dtype=lib.float64 if Q.dtype == _c.F64 else lib.float32)
     O, L = _view(out, "out", 4), _view(lse, "lse", 3)
     desc = ctypes.byref(opts.with_tensors(sinks, bias, weights))
@@ -248,11 +244,7 @@ def _forward_desc(q, dv, scale, causal, window, softcap, sinks, threads, out, wh
     opts = _Options(scale, causal, window, None, softcap, 0.0, 0, threads, None, mask, alibi, None, None, who)
     Q = _view(q, "q", 4, who)
     shape = (Q.shape[0], Q.shape[1], Q.shape[2], dv) if len(q.shape) == 4 else (Q.shape[0], Q.shape[2], dv)
-    lib = sys.modules["torch"] if _is_torch(q) else sys.modules["numpy"]
-    if out is None:
-        out = lib.empty(shape, dtype=q.dtype)
-    else:
-        _check_out(out, q, shape, who)
+    out = _result(q, shape, out, who)
     O = _view(out, "out", 4, who)
     desc = opts.with_tensors(sinks, None)
 

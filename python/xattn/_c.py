@@ -133,6 +133,23 @@ def refuse_jit_trace(who):
             "torch.jit.trace (eagerly)." % who)
 
 
+def rope_options(rope, who, keys=("style", "base", "dims")):
+    """rope= as a dict of the given keys with its style as a ROPE_* code, base and dims filled in
+    (rope: "half", "interleaved", True or such a dict); None when rope is None or False."""
+    if rope is None or rope is False:
+        return None
+    options = dict(rope) if isinstance(rope, dict) else {"style": rope}
+    unknown = set(options) - set(keys)
+    if unknown:
+        raise ValueError("%s: rope has unknown keys %s (%s)" % (who, sorted(unknown), ", ".join(keys)))
+    styles = {True: ROPE_HALF, "half": ROPE_HALF, "interleaved": ROPE_INTERLEAVED}
+    style = options.get("style", "half")
+    if style not in styles:
+        raise ValueError("%s: rope style must be 'half' or 'interleaved', not %r" % (who, style))
+    return dict(options, style=styles[style], base=float(options.get("base", 10000.0)),
+                dims=int(options.get("dims", 0)))
+
+
 def fx_call(fn, args, kwargs):
     """Under torch.fx.symbolic_trace (a Proxy among the arguments): the call recorded as one node of
     the graph, which calls fn when the graph runs; else None."""

@@ -42,16 +42,9 @@ class KVCache:
         who = "xattn.KVCache"
         keys, values = (dtype, dtype) if isinstance(dtype, str) else tuple(dtype)
         o = _c.lib.xattn_cache_defaults()
-        if rope is not None and rope is not False:
-            options = dict(rope) if isinstance(rope, dict) else {"style": rope}
-            unknown = set(options) - {"style", "base", "dims"}
-            if unknown:
-                raise ValueError("%s: rope has unknown keys %s (style, base, dims)" % (who, sorted(unknown)))
-            styles = {True: _c.ROPE_HALF, "half": _c.ROPE_HALF, "interleaved": _c.ROPE_INTERLEAVED}
-            if options.get("style", "half") not in styles:
-                raise ValueError("%s: rope style must be 'half' or 'interleaved', not %r" % (who, options["style"]))
-            o.rope = styles[options.get("style", "half")]
-            o.rope_base, o.rope_dims = float(options.get("base", 10000.0)), int(options.get("dims", 0))
+        options = _c.rope_options(rope, who)
+        if options is not None:
+            o.rope, o.rope_base, o.rope_dims = options["style"], options["base"], options["dims"]
         o.kv_heads, o.head_dim, o.page_size, o.max_tokens = int(kv_heads), int(head_dim), int(page_size), \
             int(max_tokens)
         o.key_dtype, o.value_dtype = _format(keys, who), _format(values, who)
