@@ -11,8 +11,11 @@
 # switch, are timed header-only for both).
 # With --tests, instead: the compiler CPU time of `make test`'s build (every default target of a
 # fresh Release build, the tree's own or REV's), summed over its compiles.
+# With --instantiations, instead: the template instantiations of each translation unit (clang's
+# -ftime-trace events InstantiateFunction and InstantiateClass, every one recorded), this tree's
+# and REV's: a count that does not drift with the machine.
 #
-# usage: bench/compile_probe.sh [--json FILE] [--repeat N] [--tests] [REV]
+# usage: bench/compile_probe.sh [--json FILE] [--repeat N] [--tests | --instantiations] [REV]
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
@@ -22,13 +25,14 @@ if [[ ${1:-} == --wrap ]]; then  # the compiler launcher of --tests: run the com
   /usr/bin/time -f "%U %S" -a -o "$log" "$@"
   exit
 fi
-json="" repeat=3 rev="" tests=0
+json="" repeat=3 rev="" tests=0 instantiations=0
 while (($#)); do
   case $1 in
     --json) json=$2; shift 2 ;;
     --repeat) repeat=$2; shift 2 ;;
     --tests) tests=1; shift ;;
-    -h | --help) sed -n 2,15p "$0"; exit 0 ;;
+    --instantiations) instantiations=1; shift ;;
+    -h | --help) sed -n 2,18p "$0"; exit 0 ;;
     *) rev=$1; shift ;;
   esac
 done
@@ -60,6 +64,34 @@ if ((tests)); then
 fi
 names=(quickstart train_policy five_pipelines)
 sources=(dsl/quickstart.cpp bench/compile_probe_train.cpp bench/compile_probe.cpp)
+
+# instantiated TREE SOURCE: "functions classes" that clang instantiates for SOURCE with TREE's headers.
+instantiated() {
+  clang++-14 -std=c++20 -O0 -march=native -fopenmp -I"$1/include" -I"$1/dsl" -ftime-trace \
+    -ftime-trace-granularity=0 -c "$root/$2" -o "$work/probe.o"
+  python3 -c 'import json, sys
+e = [x.get("name") for x in json.load(open(sys.argv[1]))["traceEvents"]]
+print(e.count("InstantiateFunction"), e.count("InstantiateClass"))' "$work/probe.json"
+}
+if ((instantiations)); then
+  if [[ -n $rev ]]; then
+    mkdir -p "$work/old"
+    git -C "$root" archive "$rev" include dsl | tar -x -C "$work/old"
+  fi
+  printf '%-16s %10s %10s %10s' translation_unit functions classes total
+  [[ -n $rev ]] && printf ' %12s %7s' "at_$rev" ratio
+  printf '\n'
+  for i in "${!names[@]}"; do
+    read -r f c <<< "$(instantiated "$root" "${sources[$i]}")"
+    printf '%-16s %10s %10s %10s' "${names[$i]}" "$f" "$c" $((f + c))
+    if [[ -n $rev ]]; then
+      read -r of oc <<< "$(instantiated "$work/old" "${sources[$i]}")"
+      printf ' %12s %7s' $((of + oc)) "$(awk -v a=$((f + c)) -v b=$((of + oc)) 'BEGIN { printf "%.3f", a / b }')"
+    fi
+    printf '\n'
+  done
+  exit
+fi
 
 # compile_once TREE SOURCE [FLAG]: "cpu_seconds peak_mb" of one compile.
 compile_once() {

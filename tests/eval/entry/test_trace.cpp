@@ -11,6 +11,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -111,6 +112,7 @@ bool has(const std::vector<tile_op>& ops, tile_op op) { return std::find(ops.beg
 /// width, so a build of another SIMD width compares the forward alone.
 void as_quoted(const explanation& x, const std::string& name) {
   const std::string path = std::string(XATTN_EXPLAIN_DIR) + "/" + name + ".txt";
+  if (std::getenv("XATTN_UPDATE_EXPLAIN") && kernel::strip_width<float> == 64) std::ofstream(path) << x.text;
   std::ifstream in(path);
   REQUIRE(in);
   std::stringstream file;

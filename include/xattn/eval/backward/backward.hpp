@@ -49,6 +49,15 @@ struct backward_report {
   double worst_row_sum_error = 0;  // max |Σ_j P_ij − 1| over rows with visible keys
 };
 
+/// The backward program of a plan on path Path (backward_program): masked, a mask may hide part of
+/// a tile; rows_plain, every row's log-sum-exp is finite and its own (explain assumes so).
+template <class Acc, class Path>
+program backward_program_of(const backward_schedule& bs, const problem& pr, bool masked, bool rows_plain) {
+  constexpr bool refusing_tiles = requires(const typename Path::grad_tiles& t) { t.plain(); };  // a guard may fail
+  const bool general = masked || !rows_plain || refusing_tiles || pr.kv_len % simd::width<Acc> != 0;
+  return backward_program(bs, !Path::key_work.empty() || !Path::backward_ops.prepare.empty(), general);
+}
+
 /// The fused backward of one plan.
 template <class Acc, class Plan, class DO, class O, class DScore>
 backward_report run_backward(const Plan& p, const problem& pr, const backward_schedule& bs,
@@ -144,43 +153,64 @@ backward_report run_backward(const Plan& p, const problem& pr, const backward_sc
   const auto row_index = [&](std::size_t r) {
     return std::array<std::size_t, 3>{r / pr.q_len / pr.q_heads, r / pr.q_len % pr.q_heads, r % pr.q_len};
   };
+  bool rows_plain = true;  // every row's shift is its finite log-sum-exp
+  for (std::size_t r = 0; r < rows && rows_plain; ++r) {
+    const auto [b, h, i] = row_index(r);
+    rows_plain = std::isfinite(in.lse(b, h, i)) && !large(b, h, i);
+  }
+  const program prog = backward_program_of<Acc, Path>(bs, pr, !decltype(hana::is_empty(masks))::value, rows_plain);
 #pragma omp parallel num_threads(bs.threads) if (bs.threads > 1)
   {
-    grads.build(p.base, pr);  // orphaned omp fors: their barrier ends before any task reads them
+    for (std::size_t at = 0; at < prog.size(); ++at) switch (prog[at].kind) {
+        case step::row_deltas:
 #pragma omp for schedule(static)
-    for (std::size_t r = 0; r < rows; ++r) {  // Δ, the shift, and the row's dQ partials zeroed
-      const auto [b, h, i] = row_index(r);
-      delta[r] = kernel::dot_row<Acc>(in.d_out.row(b, h, i), in.d_out.inner_stride(), in.out.row(b, h, i),
-                                      in.out.inner_stride(), pr.v_dim);
-      shift[r] = in.lse(b, h, i);
-      if (large(b, h, i)) std::tie(shift[r], rel[r]) = exact[r];
-      if (dq_part.data)
-        for (std::size_t c = 0; c < dq_part.at.shape[0]; ++c) std::fill_n(dq_part.row(c, b, h, i), nqp, Acc(0));
-    }
-    worker_t wk(p, pr, ops, masks, bs, io, grads);
+          for (std::size_t r = 0; r < rows; ++r) {  // Δ, the shift, and the row's dQ partials zeroed
+            const auto [b, h, i] = row_index(r);
+            delta[r] = kernel::dot_row<Acc>(in.d_out.row(b, h, i), in.d_out.inner_stride(), in.out.row(b, h, i),
+                                            in.out.inner_stride(), pr.v_dim);
+            shift[r] = in.lse(b, h, i);
+            if (large(b, h, i)) std::tie(shift[r], rel[r]) = exact[r];
+            if (dq_part.data)
+              for (std::size_t c = 0; c < dq_part.at.shape[0]; ++c) std::fill_n(dq_part.row(c, b, h, i), nqp, Acc(0));
+          }
+          break;
+        case step::prepare_rows:
+          grads.build(p.base, pr);  // orphaned omp fors: their barrier ends before any task reads them
+          break;
+        case step::tasks: {
+          const std::size_t body = prog.body_end(at);
+          worker_t wk(p, pr, ops, masks, bs, io, grads);
 #pragma omp for schedule(dynamic, 1)
-    for (std::size_t t = 0; t < bs.tasks; ++t) wk.run(t);
+          for (std::size_t t = 0; t < bs.tasks; ++t) wk.run(prog, at + 1, body, t);
+          at = body - 1;
+          break;
+        }
+        case step::reduce_rows:
 #pragma omp for schedule(static)
-    for (std::size_t r = 0; r < rows; ++r) {  // dQ: the partials summed in chunk order
-      const auto [b, h, i] = row_index(r);
-      if (dq_part.data && !bs.dq_in_place) {
-        Acc* dst = dq.row(b, h, i);
-        std::size_t d = 0;
-        for (constexpr std::size_t w = simd::width<Acc>; dq.inner_stride() == 1 && d + w <= n; d += w) {
-          simd::batch<Acc> s(Acc(0));  // the same sums a batch at a time
-          for (std::size_t c = 0; c < chunks; ++c) s += simd::load(dq_part.row(c, b, h, i) + d);
-          simd::store(dst + d, s);
-        }
-        for (; d < n; ++d) {
-          Acc s = 0;
-          for (std::size_t c = 0; c < chunks; ++c) s += dq_part.row(c, b, h, i)[d];
-          dst[std::ptrdiff_t(d) * dq.inner_stride()] = s;
-        }
+          for (std::size_t r = 0; r < rows; ++r) {  // dQ: the partials summed in chunk order
+            const auto [b, h, i] = row_index(r);
+            if (dq_part.data && !bs.dq_in_place) {
+              Acc* dst = dq.row(b, h, i);
+              std::size_t d = 0;
+              for (constexpr std::size_t w = simd::width<Acc>; dq.inner_stride() == 1 && d + w <= n; d += w) {
+                simd::batch<Acc> s(Acc(0));  // the same sums a batch at a time
+                for (std::size_t c = 0; c < chunks; ++c) s += simd::load(dq_part.row(c, b, h, i) + d);
+                simd::store(dst + d, s);
+              }
+              for (; d < n; ++d) {
+                Acc s = 0;
+                for (std::size_t c = 0; c < chunks; ++c) s += dq_part.row(c, b, h, i)[d];
+                dst[std::ptrdiff_t(d) * dq.inner_stride()] = s;
+              }
+            }
+            grads.reduce_row(b, h, i, chunks);
+          }
+          break;
+        default:
+          break;
       }
-      grads.reduce_row(b, h, i, chunks);
-    }
   }
-  grads.finish(p.base, pr, bs, *to.dscore);
+  if (prog.has(step::finish_rows)) grads.finish(p.base, pr, bs, *to.dscore);
 
   std::size_t bi = 0, mi = 0, oi = 0;
   hana::for_each(ops, [&](const auto& op) {

@@ -1,5 +1,6 @@
 #pragma once
-// One thread's backward work: a task is one key block of a key head. The score path loads the
+// One thread's backward work: a task is one key block of a key head, run by the task's steps of
+// the backward program (plan/program.hpp). The score path loads the
 // keys (Path::grad_tiles), the worker packs V; then it walks every query block of every query head
 // that reads this key head, recomputing P from the saved log-sum-exp (FlashAttention-2):
 //   S = scale·score (the path; then modifiers, masks)   P = e^(S − lse)    dV += Zᵀ·dO (Z: P after dropout)
@@ -15,6 +16,7 @@
 #include "../../kernel/instances.hpp"
 #include "../../kernel/trace.hpp"
 #include "../../random/philox_dropout.hpp"
+#include "../plan/program.hpp"
 #include "../plan/schedule.hpp"
 #include "../tiling/mask_eval.hpp"
 #include "../tiling/tasks.hpp"
@@ -70,25 +72,45 @@ class backward_worker {
         lse2_(bq_),
         sums_(bq_, simd::batch<Acc>(Acc(0))) {}
 
-  /// Task t (backward_task_at): one key block of a key head, every query head of its group. A
-  /// slot past a short last chunk has nothing to do.
-  void run(std::size_t t) {
+  /// Task t (backward_task_at): one key block of a key head, every query head of its group, by
+  /// the task's steps [first, last) of prog (backward_program). A slot past a short last chunk has
+  /// nothing to do.
+  void run(const program& prog, std::size_t first, std::size_t last, std::size_t t) {
     const backward_task task = backward_task_at(t, bs_);
     const std::size_t j0 = task.chunk * bs_.chunk_keys + task.block * bs_.block_k;
     if (j0 >= std::min(pr_.kv_len, (task.chunk + 1) * bs_.chunk_keys)) return;
+    const std::size_t b = task.head / pr_.kv_heads, hk = task.head % pr_.kv_heads,
+                      cols = std::min(bs_.block_k, pr_.kv_len - j0);
     tiles_.begin_task();
     mods_.begin_task();
-    key_block(task.head / pr_.kv_heads, task.head % pr_.kv_heads, task.chunk, j0,
-              std::min(bs_.block_k, pr_.kv_len - j0));
+    for (std::size_t at = first; at < last; ++at) switch (prog[at].kind) {
+        case step::load_block:
+          values_.load_keys(p_.v.view, b, hk, j0, cols);
+          tiles_.load_keys(b, hk, j0, cols);
+          break;
+        case step::query_blocks: {
+          const std::size_t body = prog.body_end(at);
+          query_blocks(prog, at + 1, body, b, hk, task.chunk, j0, cols);
+          at = body - 1;
+          break;
+        }
+        case step::store_block:
+          values_.store_keys(io_.dv, b, hk, j0, cols);
+          tiles_.store_keys(b, hk, j0, cols);
+          break;
+        default:  // not a task's step
+          break;
+      }
     tiles_.end_task(task.id);
     mods_.end_task(task.id);
   }
 
  private:
-  void key_block(std::size_t b, std::size_t hk, std::size_t chunk, std::size_t j0, std::size_t cols) {
+  /// Every query block of every query head that reads kv head (b, hk), against key block
+  /// [j0, j0 + cols): each tile classified and trimmed, then the steps [first, last) on it.
+  void query_blocks(const program& prog, std::size_t first, std::size_t last, std::size_t b, std::size_t hk,
+                    std::size_t chunk, std::size_t j0, std::size_t cols) {
     const std::size_t group = pr_.q_heads / pr_.kv_heads;
-    values_.load_keys(p_.v.view, b, hk, j0, cols);
-    tiles_.load_keys(b, hk, j0, cols);
     // The chunk's key blocks add into its dQ partial rows (and row sums, the terms' partials) in
     // key order, whichever threads run them: each query block waits for its turn.
     const auto mine = std::uint32_t(j0 % bs_.chunk_keys / bs_.block_k);
@@ -101,12 +123,37 @@ class backward_worker {
         const std::size_t rows = std::min(bq_, pr_.q_len - i0);
         const tile_extent x =
             extent_of(masks_, b, h, i0, rows, j0, cols, kernel::blocking<Acc>::rows, [](double) { return false; });
-        if (x.cols > 0) query_block(b, h, chunk, i0 + x.r0, x.r1 - x.r0, j0, x.cols, x.all_visible);
+        if (x.cols > 0) tile(prog, first, last, b, h, chunk, i0 + x.r0, x.r1 - x.r0, j0, x.cols, x.all_visible);
         turn.store(mine + 1, std::memory_order_release);
         turn.notify_all();
       }
-    values_.store_keys(io_.dv, b, hk, j0, cols);
-    tiles_.store_keys(b, hk, j0, cols);
+  }
+
+  /// One tile's steps: the plain tile's epilogues where the tile allows them, else the general
+  /// steps, then the gradients from dS.
+  void tile(const program& prog, std::size_t first, std::size_t last, std::size_t b, std::size_t h, std::size_t chunk,
+            std::size_t i0, std::size_t rows, std::size_t j0, std::size_t cols, bool all_visible) {
+    tiles_.load_queries(b, h, i0, rows, chunk);
+    bool done = false;  // P and dS are in place
+    for (std::size_t at = first; at < last; ++at) switch (prog[at].kind) {
+        case step::plain_tile:
+          if constexpr (Path::plain_products)
+            if (plain_tile(b, h, i0, rows, cols, all_visible) && tiles_plain()) {
+              query_block_plain(b, h, chunk, i0, rows, cols);
+              done = true;
+            }
+          break;
+        case step::general_tile:
+          if (!done) query_block(b, h, chunk, i0, rows, j0, cols, all_visible);
+          done = true;
+          break;
+        case step::tile_gradients:
+          tiles_.gradients(dp_.data(), lds_, cols, simd::padded<Acc>(cols), dq_rows(chunk, b, h, i0), ranges_.rows(),
+                           ranges_.keys());
+          break;
+        default:  // not a tile's step
+          break;
+      }
   }
 
   /// Where this query block's dQ rows add up (null for a path without query gradients).
@@ -155,15 +202,10 @@ class backward_worker {
     value_gradient(b, h, i0, rows, cols, s_.data());
     values_.product(cols, dp_.data(), lds_, kernel::every_column{},
                     kernel::softmax_grad_epilogue<Acc>{&io_.delta(b, h, i0), scale, s_.data() - dp_.data()});
-    tiles_.gradients(dp_.data(), lds_, cols, cols, dq_rows(chunk, b, h, i0), ranges_.rows(), ranges_.keys());
   }
 
   void query_block(std::size_t b, std::size_t h, std::size_t chunk, std::size_t i0, std::size_t rows, std::size_t j0,
                    std::size_t cols, bool all_visible) {
-    tiles_.load_queries(b, h, i0, rows, chunk);
-    if constexpr (Path::plain_products)
-      if (plain_tile(b, h, i0, rows, cols, all_visible) && tiles_plain())
-        return query_block_plain(b, h, chunk, i0, rows, cols);
     const std::size_t colsp = simd::padded<Acc>(cols);
     if (all_visible)
       ranges_.whole(rows);
@@ -209,7 +251,6 @@ class backward_worker {
         kernel::scale_row(dp, colsp, scale);
       }
     }
-    tiles_.gradients(dp_.data(), lds_, cols, colsp, dq_rows(chunk, b, h, i0), ranges_.rows(), ranges_.keys());
   }
 
   const Plan& p_;

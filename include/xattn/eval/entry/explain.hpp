@@ -9,8 +9,10 @@
 // (explanation::forward_ops and backward_ops list them; a run records a subset of them).
 #include "../../cache/format.hpp"
 #include "../../kernel/trace.hpp"
+#include "../backward/backward.hpp"
 #include "../forward/fused_worker.hpp"
 #include "../paths/select.hpp"
+#include "../plan/program.hpp"
 #include "../plan/resolve.hpp"
 #include "plumbing.hpp"
 
@@ -131,9 +133,11 @@ inline std::vector<kernel::tile_op> in_text_order(const std::vector<kernel::tile
 class nest {
  public:
   nest(std::vector<kernel::tile_op>& ops, std::vector<stage>& stages) : ops_(ops), stages_(stages) {}
-  nest& line(int depth, const std::string& text) { return add(depth, false, text); }
-  /// A loop: the lines deeper than it that follow are its body.
-  nest& loop(int depth, const std::string& text) { return add(depth, true, text); }
+  /// A line; a loop's body is the lines deeper than it that follow.
+  nest& add(int depth, bool loop, const std::string& text) {
+    stages_.push_back({depth, loop, text, in_text_order(ops_, text)});  // every op a line names went through op()
+    return *this;
+  }
   /// The name of op, recorded as one the run may execute.
   std::string op(kernel::tile_op o) {
     if (std::find(ops_.begin(), ops_.end(), o) == ops_.end()) ops_.push_back(o);
@@ -154,11 +158,6 @@ class nest {
   }
 
  private:
-  nest& add(int depth, bool loop, const std::string& text) {
-    stages_.push_back({depth, loop, text, in_text_order(ops_, text)});  // every op a line names went through op()
-    return *this;
-  }
-
   std::vector<kernel::tile_op>& ops_;
   std::vector<stage>& stages_;
 };
@@ -225,125 +224,124 @@ void describe_plan(std::ostream& os, const Plan& p, const Ops& ops, const Masks&
   os << "\n";
 }
 
-/// The forward loop nest: the key preparation, the tasks, one task's loop; value_op adds P·V
-/// (value_reader::op).
+/// The forward loop nest, a line per step of forward_program (what the run executes); value_op
+/// adds P·V (value_reader::op).
 template <class Path, class Acc>
 std::string forward_nest(const explanation& x, bool dropout, kernel::tile_op value_op,
                          std::vector<kernel::tile_op>& ops, std::vector<stage>& stages) {
   const problem& pr = x.sizes;
   const forward_schedule& fs = x.schedule.forward;
   const std::size_t blocks = (pr.kv_len + fs.block_k - 1) / fs.block_k;
-  nest n(ops, stages);
-  n.line(0, "loop nest");
-  if (!Path::key_work.empty())
-    n.loop(1, "parallel for (b, kv head, key) in " + std::to_string(pr.batch) + " x " + std::to_string(pr.kv_heads) +
-                  " x " + std::to_string(pr.kv_len) + ": " + std::string(Path::key_work) +
-                  (Path::key_ops.empty() ? "" : " (" + n.ops(Path::key_ops) + ")"));
-  if (fs.keys == key_reads::panels)
-    n.loop(1, "parallel for (b, kv head, key block) in " + std::to_string(pr.batch) + " x " +
-                  std::to_string(pr.kv_heads) + " x " + std::to_string(blocks) + ": pack into panels of " +
-                  std::to_string(fs.block_k) + " keys (" + n.op(Path::key_pack_op) + ")");
-  const std::string chunks = fs.key_chunks > 1 ? " x " + std::to_string(fs.key_chunks) : "";
-  const std::string on = " on " + std::to_string(fs.threads) + " thread" + (fs.threads == 1 ? "" : "s") +
-                         " (contiguous ranges, then stealing)";
-  if (fs.group_rows > 0)
-    n.loop(1, "parallel for (b, kv head" + std::string(fs.key_chunks > 1 ? ", key chunk" : "") + ") in " +
-                  std::to_string(pr.batch) + " x " + std::to_string(pr.kv_heads) + chunks + " = " +
-                  std::to_string(fs.tasks) + " tasks, each the " + std::to_string(fs.group_rows) +
-                  " query heads of the group as rows," + on);
-  else
-    n.loop(1, "parallel for (b, h, query block" + std::string(fs.key_chunks > 1 ? ", key chunk" : "") + ") in " +
-                  std::to_string(pr.batch) + " x " + std::to_string(pr.q_heads) + " x " + std::to_string(fs.q_blocks) +
-                  chunks + " = " + std::to_string(fs.tasks) + " tasks" + on);
-  if (fs.keys == key_reads::per_head)
-    n.line(2, "on a new (b, kv head): pack its key blocks into panels of " + std::to_string(fs.block_k) +
-                  " keys as they are first needed, in this thread (" + n.op(Path::key_pack_op) + ")");
-  if (fs.prefetch_next)
-    n.line(2,
-           "prefetch the next task's query and output rows, and on a new (b, kv head) the next head's keys and "
-           "values, a few lines per row of the softmax and finalization");
-  const bool attention = fs.kind == pass_kind::attention;
-  if (attention && fs.values == value_reads::strips)
-    n.line(2, "on a new (b, kv head): pack its value blocks into strips as they are first needed (" +
-                  n.op(kernel::op_on<Acc>(kernel::operation::pack_strips)) + ")");
-  if (attention && fs.values == value_reads::bf16_pairs)
-    n.line(2, "on a new (b, kv head): pack its bfloat16 value blocks in key pairs as they are first needed (" +
-                  n.op({kernel::operation::pack_strips, kernel::bf16_pairs}) + ")");
-  if (attention && fs.values == value_reads::widened_per_head)
-    n.line(2, "on a new (b, kv head): widen its value blocks as they are first needed");
-  const kernel::tile_op score_op = Path::score_op(fs);
-  if (score_op != kernel::tile_op{kernel::operation::tensor_scores})
-    n.line(2,
-           std::string(Path::query_ops.empty() ? "gather " : "gather and project (" + n.ops(Path::query_ops) + ") ") +
-               std::to_string(fs.block_q) + " query rows" + (fs.keys != key_reads::none ? ", scale folded in" : ""));
+  const std::string bq = std::to_string(fs.block_q), bk = std::to_string(fs.block_k);
   const std::size_t span = fs.key_chunks > 1 ? fs.chunk_keys : pr.kv_len;
-  const std::string where = fs.keys == key_reads::in_place ? " on keys in place"
-                            : fs.keys == key_reads::none   ? ""
-                                                           : " on the panel";
-  const auto block_loop = [&](const char* pass) {
-    n.loop(2, "for key block in [0, " + std::to_string(span) + ") step " + std::to_string(fs.block_k) +
-                  ": classify, skip hidden blocks" + pass);
-    n.line(3,
-           "scores " + std::to_string(fs.block_q) + " x " + std::to_string(fs.block_k) + ": " + n.op(score_op) + where);
-    n.line(3, std::string("modifiers; masks on partial blocks") + (x.folds_log2e ? "" : "; x log2 e"));
+  const kernel::tile_op score_op = Path::score_op(fs);
+  nest n(ops, stages);
+  const auto text = [&](const program_step& s) -> std::string {
+    switch (s.kind) {
+      case step::heading:
+        return "loop nest";
+      case step::prepare_keys: {
+        std::string t = !Path::key_work.empty() ? "parallel for (b, kv head, key) in " + std::to_string(pr.batch) +
+                                                      " x " + std::to_string(pr.kv_heads) + " x " +
+                                                      std::to_string(pr.kv_len) + ": " + std::string(Path::key_work) +
+                                                      (Path::key_ops.empty() ? "" : " (" + n.ops(Path::key_ops) + ")")
+                                                : "";
+        if (fs.keys == key_reads::panels)
+          t += (t.empty() ? "parallel for (b, kv head, key block) in " : "; then by (b, kv head, key block) in ") +
+               std::to_string(pr.batch) + " x " + std::to_string(pr.kv_heads) + " x " + std::to_string(blocks) +
+               ": pack into panels of " + bk + " keys (" + n.op(Path::key_pack_op) + ")";
+        return t;
+      }
+      case step::tasks: {
+        const std::string chunks = fs.key_chunks > 1 ? " x " + std::to_string(fs.key_chunks) : "";
+        const std::string on = " on " + std::to_string(fs.threads) + " thread" + (fs.threads == 1 ? "" : "s") +
+                               " (contiguous ranges, then stealing)";
+        if (fs.group_rows > 0)
+          return "parallel for (b, kv head" + std::string(fs.key_chunks > 1 ? ", key chunk" : "") + ") in " +
+                 std::to_string(pr.batch) + " x " + std::to_string(pr.kv_heads) + chunks + " = " +
+                 std::to_string(fs.tasks) + " tasks, each the " + std::to_string(fs.group_rows) +
+                 " query heads of the group as rows," + on;
+        return "parallel for (b, h, query block" + std::string(fs.key_chunks > 1 ? ", key chunk" : "") + ") in " +
+               std::to_string(pr.batch) + " x " + std::to_string(pr.q_heads) + " x " + std::to_string(fs.q_blocks) +
+               chunks + " = " + std::to_string(fs.tasks) + " tasks" + on;
+      }
+      case step::prefetch_next:
+        return "prefetch the next task's query and output rows, and on a new (b, kv head) the next head's keys and "
+               "values, a few lines per row of the softmax and finalization";
+      case step::start_rows:
+        return (score_op == kernel::tile_op{kernel::operation::tensor_scores}
+                    ? std::string("start ")
+                    : std::string(Path::query_ops.empty() ? "gather "
+                                                          : "gather and project (" + n.ops(Path::query_ops) + ") ") +
+                          bq + " query rows" + (fs.keys != key_reads::none ? ", scale folded in" : "") + "; start ") +
+               "each row's softmax" + (fs.kind == pass_kind::scores ? " (unused: scores only)" : "");
+      case step::key_blocks:
+        return "for key block in [0, " + std::to_string(s.pass == block_pass::output ? span : pr.kv_len) + ") step " +
+               bk + ": classify, skip hidden blocks" +
+               (s.pass == block_pass::state     ? " (pass 1: max and sum)"
+                : s.pass == block_pass::weights ? " (pass 2: weights; hidden keys written 0)"
+                : s.pass == block_pass::scores  ? " (hidden blocks written -inf)"
+                                                : "");
+      case step::scores: {
+        const std::string packs =
+            fs.keys == key_reads::per_head
+                ? n.op(Path::key_pack_op) + " as a (b, kv head)'s panels are first needed, in this thread; "
+                : "";
+        return "scores " + bq + " x " + bk + ": " + packs + n.op(score_op) +
+               (fs.keys == key_reads::in_place ? " on keys in place"
+                : fs.keys == key_reads::none   ? ""
+                                               : " on the panel");
+      }
+      case step::modify_mask:
+        return "modifiers; masks on partial blocks";
+      case step::online_softmax:
+        return std::string("online softmax (base 2") + (x.folds_log2e ? "" : "; scores x log2 e first") + ")" +
+               (dropout ? "; dropout" : "");
+      case step::softmax_state:
+        return std::string("online softmax state only") + (x.folds_log2e ? "" : " (scores x log2 e first)");
+      case step::write_weights:
+        return "2^(s - m) / l" + std::string(dropout ? "; dropout" : "") + "; write " + bq + " x " + bk;
+      case step::write_scores:
+        return "write " + bq + " x " + bk;
+      case step::values: {
+        const std::string packs =
+            fs.values == value_reads::strips ? n.op(kernel::op_on<Acc>(kernel::operation::pack_strips)) +
+                                                   " as a (b, kv head)'s value blocks are first needed; "
+            : fs.values == value_reads::bf16_pairs
+                ? n.op({kernel::operation::pack_strips, kernel::bf16_pairs}) +
+                      " as a (b, kv head)'s bfloat16 value blocks are first needed (key pairs); "
+            : fs.values == value_reads::widened_per_head ? "a (b, kv head)'s value blocks widened as first needed; "
+                                                         : "";
+        return "P·V " + bq + " x " + bk + " x " + std::to_string(pr.v_dim) + ": " + packs + n.op(value_op) +
+               (fs.values == value_reads::in_place ? " on values in place"
+                : fs.values == value_reads::widened_per_head || fs.values == value_reads::copied_per_task
+                    ? " on converted values"
+                    : "");
+      }
+      case step::finalize:
+        return std::string("finalize rows: O / l") + (fs.key_chunks > 1 ? " into chunk scratch" : "");
+      case step::merge_chunks:
+        return "parallel for (b, h, query): merge " + std::to_string(fs.key_chunks) + " chunks by log-sum-exp (" +
+               n.op(kernel::tile_op{kernel::operation::merge_row}) + ")";
+      default:
+        return "";
+    }
   };
-  if (attention) {
-    block_loop("");
-    n.line(3, std::string("online softmax (base 2)") + (dropout ? "; dropout" : ""));
-    const std::string values =
-        n.op(value_op) + (fs.values == value_reads::in_place ? " on values in place"
-                          : fs.values == value_reads::widened_per_head || fs.values == value_reads::copied_per_task
-                              ? " on converted values"
-                              : "");
-    n.line(3, "P·V " + std::to_string(fs.block_q) + " x " + std::to_string(fs.block_k) + " x " +
-                  std::to_string(pr.v_dim) + ": " + values);
-    n.line(2, std::string("finalize rows: O / l") + (fs.key_chunks > 1 ? " into chunk scratch" : ""));
-    if (fs.key_chunks > 1)
-      n.loop(1, "for each row: merge " + std::to_string(fs.key_chunks) + " chunks by log-sum-exp (" +
-                    n.op(kernel::tile_op{kernel::operation::merge_row}) + ")");
-  } else if (fs.kind == pass_kind::weights) {
-    block_loop(" (pass 1: max and sum)");
-    n.line(3, "online softmax state only");
-    block_loop(" (pass 2: weights)");
-    n.line(3, "2^(s - m) / l" + std::string(dropout ? "; dropout" : "") + "; write " + std::to_string(fs.block_q) +
-                  " x " + std::to_string(fs.block_k));
-  } else {
-    n.loop(2, "for key block in [0, " + std::to_string(pr.kv_len) + ") step " + std::to_string(fs.block_k) +
-                  ": scores (" + n.op(score_op) + "), modifiers, masks; write " + std::to_string(fs.block_q) + " x " +
-                  std::to_string(fs.block_k));
-  }
+  for (const program_step& s : forward_program(fs, !Path::key_work.empty())) n.add(s.depth, s.loop, text(s));
   return n.str();
 }
 
-/// The backward loop nest: the path's preparation, the key-block tasks, one tile's steps;
-/// value_pairs: dP and dV on vdpbf16ps (bfloat16 values).
+/// The backward loop nest, a line per step of backward_program (explained for rows whose
+/// log-sum-exp is finite and their own; a run adds the general tile for others).
 template <class Path, class Acc>
-std::string backward_nest(const explanation& x, std::size_t lanes, bool masked, bool modified, bool dropout,
-                          bool value_pairs, std::vector<kernel::tile_op>& ops, std::vector<stage>& stages) {
+std::string backward_nest(const explanation& x, bool masked, bool modified, bool dropout, bool value_pairs,
+                          std::vector<kernel::tile_op>& ops, std::vector<stage>& stages) {
   using kernel::operation;
   using kernel::tile_op;
   const problem& pr = x.sizes;
   const backward_schedule& bs = x.schedule.backward;
   const std::size_t per_chunk = bs.chunk_keys / std::max<std::size_t>(bs.block_k, 1);
   nest n(ops, stages);
-  n.line(0, "backward");
-  n.line(1, "schedule    block_q " + std::to_string(bs.block_q) + ", block_k " + std::to_string(bs.block_k) + ", " +
-                threads_text(bs.threads, bs.threads_reason, bs.flop) +
-                (bs.key_chunks > 1 ? ", keys split into " + std::to_string(bs.key_chunks) + " chunks of " +
-                                         std::to_string(bs.chunk_keys)
-                                   : "") +
-                (bs.dq_in_place ? "; dQ accumulated in place" : "; dQ partials per chunk"));
-  n.line(0, "loop nest");
-  n.loop(1, "parallel for (b, h, query): delta = rowsum(dO ∘ O); rows beyond |lse| " + number(large_lse) +
-                " take exact statistics from a scores pass");
-  if (!Path::backward_ops.prepare.empty())
-    n.loop(1, "parallel for (b, head, row): queries and keys to their features (" + n.ops(Path::backward_ops.prepare) +
-                  ")");
-  n.loop(1, "parallel for (b, kv head, key chunk, key block) in " + std::to_string(pr.batch) + " x " +
-                std::to_string(pr.kv_heads) + " x " + std::to_string(bs.key_chunks) + " x " +
-                std::to_string(per_chunk) + " = " + std::to_string(bs.tasks) + " tasks on " +
-                std::to_string(bs.threads) + " thread" + (bs.threads == 1 ? "" : "s") + " (streams in groups of " +
-                std::to_string(bs.group) + ")");
   // the value side: V in the keys' place of a product of rows, dO in the queries'
   const auto on = [&](operation op) { return value_pairs ? tile_op{op, kernel::bf16_pairs} : kernel::op_on<Acc>(op); };
   const tile_op v_pack = on(operation::pack_kt), dp_op = on(operation::qk_tile);
@@ -351,33 +349,71 @@ std::string backward_nest(const explanation& x, std::size_t lanes, bool masked, 
                          n.op(value_pairs ? tile_op{operation::pv_tile_strips, kernel::bf16_pairs}
                                           : kernel::op_on<Acc>(operation::pv_tile_transposed_strips)) +
                          ")";
-  n.line(2, "values into a panel (" + n.op(v_pack) + ")" +
-                (Path::backward_ops.keys.empty() ? "" : "; keys (" + n.ops(Path::backward_ops.keys) + ")") +
-                "; zero dK, dV");
-  n.loop(2, "for query head of the group, query block in [0, " + std::to_string(pr.q_len) + ") step " +
-                std::to_string(bs.block_q) + ", after the chunk's earlier key blocks:");
-  n.line(3, "classify, trim to the visible part, skip hidden tiles");
-  const bool plain = bs.fused_epilogues;
-  // tiles that are not plain: with a mask hiding part of them, a last block of part of a batch,
-  // or without the epilogues at all (rows of an exact rescan are not plain either)
-  const bool general = !plain || masked || pr.kv_len % lanes != 0;
-  if (plain) {
-    n.line(3, std::string(general ? "a tile nothing hides, of whole batches: " : "") +
-                  "S and P: " + n.ops(Path::backward_ops.scores) + " with " + n.op({operation::probs_epilogue}) + "; " +
-                  dv + "; dP and dS: " + n.op(dp_op) + " with " + n.op({operation::softmax_grad_epilogue}));
-  }
-  if (general) {
-    n.line(3, std::string(plain ? "any other tile: " : "") + "S: " + n.ops(Path::backward_ops.scores) +
-                  (modified ? "; modifiers" : "") + "; masks; P: " + n.op({operation::probs_row}) +
-                  (dropout ? "; dropout" : "") + "; " + dv + "; dP: " + n.op(dp_op) +
-                  "; dS: " + n.op({operation::softmax_grad_row}) + (modified ? ", back through the modifiers" : ""));
-  }
-  n.line(3, "from dS: " + n.ops(Path::backward_ops.gradients));
-  n.line(2, "write dK, dV rows");
-  if (!bs.dq_in_place && bs.tasks > 0) n.loop(1, "parallel for (b, h, query): dQ partials summed in chunk order");
-  if (!Path::backward_ops.finish.empty())
-    n.loop(1, "for (b, head, row): the gradients at the features back to the rows (" +
-                  n.ops(Path::backward_ops.finish) + ")");
+  const program prog = backward_program_of<Acc, Path>(bs, pr, masked, true);
+  int headings = 0;
+  const auto text = [&](const program_step& s) -> std::string {
+    switch (s.kind) {
+      case step::heading:
+        switch (headings++) {
+          case 0:
+            return "backward";
+          case 1:
+            return "schedule    block_q " + std::to_string(bs.block_q) + ", block_k " + std::to_string(bs.block_k) +
+                   ", " + threads_text(bs.threads, bs.threads_reason, bs.flop) +
+                   (bs.key_chunks > 1 ? ", keys split into " + std::to_string(bs.key_chunks) + " chunks of " +
+                                            std::to_string(bs.chunk_keys)
+                                      : "") +
+                   (bs.dq_in_place ? "; dQ accumulated in place" : "; dQ partials per chunk");
+          default:
+            return "loop nest";
+        }
+      case step::row_deltas:
+        return "parallel for (b, h, query): delta = rowsum(dO ∘ O); rows beyond |lse| " + number(large_lse) +
+               " take exact statistics from a scores pass";
+      case step::prepare_rows:
+        return "parallel for (b, head, row): queries and keys to the score path's rows" +
+               (Path::backward_ops.prepare.empty() ? "" : " (" + n.ops(Path::backward_ops.prepare) + ")");
+      case step::tasks:
+        return "parallel for (b, kv head, key chunk, key block) in " + std::to_string(pr.batch) + " x " +
+               std::to_string(pr.kv_heads) + " x " + std::to_string(bs.key_chunks) + " x " + std::to_string(per_chunk) +
+               " = " + std::to_string(bs.tasks) + " tasks on " + std::to_string(bs.threads) + " thread" +
+               (bs.threads == 1 ? "" : "s") + " (streams in groups of " + std::to_string(bs.group) + ")";
+      case step::load_block:
+        return "values into a panel (" + n.op(v_pack) + ")" +
+               (Path::backward_ops.keys.empty() ? "" : "; keys (" + n.ops(Path::backward_ops.keys) + ")") +
+               "; zero dK, dV";
+      case step::query_blocks:
+        return "for query head of the group, query block in [0, " + std::to_string(pr.q_len) + ") step " +
+               std::to_string(bs.block_q) +
+               ", after the chunk's earlier key blocks: classify, trim to the visible part, skip hidden tiles";
+      case step::plain_tile:
+        return std::string(prog.has(step::general_tile) ? "a tile nothing hides, of whole batches: " : "") +
+               "S and P: " + n.ops(Path::backward_ops.scores) + " with " + n.op({operation::probs_epilogue}) + "; " +
+               dv + "; dP and dS: " + n.op(dp_op) + " with " + n.op({operation::softmax_grad_epilogue});
+      case step::general_tile:
+        return std::string(prog.has(step::plain_tile) ? "any other tile: " : "") +
+               "S: " + n.ops(Path::backward_ops.scores) + (modified ? "; modifiers" : "") +
+               "; masks; P: " + n.op({operation::probs_row}) + (dropout ? "; dropout" : "") + "; " + dv +
+               "; dP: " + n.op(dp_op) + "; dS: " + n.op({operation::softmax_grad_row}) +
+               (modified ? ", back through the modifiers" : "");
+      case step::tile_gradients:
+        return "from dS: " + n.ops(Path::backward_ops.gradients);
+      case step::store_block:
+        return "write dK, dV rows";
+      case step::reduce_rows:
+        return std::string("parallel for (b, h, query): ") +
+               (bs.dq_in_place ? "the score path's row partials summed in chunk order"
+                               : "dQ partials, and the score path's row partials, summed in chunk order");
+      case step::finish_rows:
+        return Path::backward_ops.finish.empty()
+                   ? "the score path's last step (its parameters' gradients, if any)"
+                   : "for (b, head, row): the gradients at the features back to the rows (" +
+                         n.ops(Path::backward_ops.finish) + ")";
+      default:
+        return "";
+    }
+  };
+  for (const program_step& s : prog) n.add(s.depth, s.loop, text(s));
   return n.str();
 }
 
@@ -405,10 +441,9 @@ explanation explain_impl(const E& e, const schedule& sch, const machine& m) {
                                   x.forward_ops, x.forward_stages);
     if constexpr (Backward) {
       if constexpr (check_backward<P>())
-        os << backward_nest<Path, Acc>(x, simd::width<Acc>, !decltype(hana::is_empty(masks))::value,
-                                       !decltype(hana::is_empty(ops))::value, p.drop.p > 0,
-                                       takes_value_pairs_v<Acc, typename decltype(p.v)::value_type>, x.backward_ops,
-                                       x.backward_stages);
+        os << backward_nest<Path, Acc>(
+            x, !decltype(hana::is_empty(masks))::value, !decltype(hana::is_empty(ops))::value, p.drop.p > 0,
+            takes_value_pairs_v<Acc, typename decltype(p.v)::value_type>, x.backward_ops, x.backward_stages);
     }
     x.text = os.str();
   }

@@ -1,9 +1,10 @@
 #pragma once
-// The fused evaluator: bind the policies, build the keys of the score path once (projected,
-// packed), then run every task of the forward schedule -- in parallel when OpenMP is on, each
-// thread through its own contiguous range and then stealing (task_ranges), because causal tasks
-// are uneven. How many threads, which blocks, packed or in place, split or not: all decided
-// beforehand by resolve_schedule.
+// The fused evaluator: bind the policies, then run the forward program's steps -- the keys of the
+// score path built once (projected, packed), every task of the forward schedule (in parallel when
+// OpenMP is on, each thread through its own contiguous range and then stealing (task_ranges),
+// because causal tasks are uneven), a decoding split's chunks merged. How many threads, which
+// blocks, packed or in place, split or not: all decided beforehand by resolve_schedule; which
+// steps, in which order: forward_program (plan/program.hpp).
 #include "../../kernel/merge.hpp"
 #include "../paths/select.hpp"
 #include "../plan/resolve.hpp"
@@ -23,10 +24,18 @@ namespace xattn {
 
 namespace detail {
 
-/// Binds the plan's policies, builds the path's keys, and calls task(worker, t) for every
-/// t < fs.tasks, on fs.threads threads.
-template <class Acc, class Plan, class Task>
-void run_tasks(const Plan& p, const problem& pr, const forward_schedule& fs, Task&& task) {
+/// Whether the score path of Plan prepares its keys before the tasks (forward_program's fact).
+template <class Acc, class Plan>
+inline constexpr bool prepares_keys_v =
+    !path_t<Acc, std::decay_t<decltype(std::declval<const Plan&>().base)>>::key_work.empty();
+
+/// Runs prog's top-level steps on fs.threads threads: the score path's keys (prepare_keys), the
+/// tasks (every thread's worker calls task(worker, t, first, last) for its tasks t, [first, last)
+/// being the task's steps), and the driver's own steps (other(kind) on every thread, after the
+/// tasks: merge_chunks).
+template <class Acc, class Plan, class Task, class Other>
+void run_program(const Plan& p, const problem& pr, const forward_schedule& fs, const program& prog, Task&& task,
+                 Other&& other) {
   using Path = path_t<Acc, std::decay_t<decltype(p.base)>>;
   const auto ops = bind_all(p.ops, pr);
   const auto masks = bind_all(p.masks, pr);
@@ -36,86 +45,106 @@ void run_tasks(const Plan& p, const problem& pr, const forward_schedule& fs, Tas
 #ifdef _OPENMP
   task_ranges queue{fs.tasks, std::size_t(fs.threads)};
 #pragma omp parallel num_threads(fs.threads) if (fs.threads > 1)
-  {
-    keys.build(p.base, pr);  // orphaned omp fors: their barrier ends before any task reads the keys
-    worker_t wk(p, pr, ops, masks, keys, fs, fold);
-    while (const auto t = queue.next(std::size_t(omp_get_thread_num()))) task(wk, *t);
-  }
-#else
-  keys.build(p.base, pr);
-  worker_t wk(p, pr, ops, masks, keys, fs, fold);
-  for (std::size_t t = 0; t < fs.tasks; ++t) task(wk, t);
 #endif
+  {
+    for (std::size_t at = 0; at < prog.size(); ++at) switch (prog[at].kind) {
+        case step::prepare_keys:
+          keys.build(p.base, pr);  // orphaned omp fors: their barrier ends before any task reads the keys
+          break;
+        case step::tasks: {
+          const std::size_t body = prog.body_end(at);
+          worker_t wk(p, pr, ops, masks, keys, fs, fold);
+#ifdef _OPENMP
+          while (const auto t = queue.next(std::size_t(omp_get_thread_num()))) task(wk, *t, at + 1, body);
+#pragma omp barrier
+#else
+          for (std::size_t t = 0; t < fs.tasks; ++t) task(wk, t, at + 1, body);
+#endif
+          at = body - 1;
+          break;
+        }
+        default:
+          other(prog[at].kind);
+          break;
+      }
+  }
 }
 
 }  // namespace detail
 
-/// softmax(...) * V into out (B, Hq, Sq, Dv) and, when lse has data, each row's log-sum-exp.
+/// softmax(...) * V into out (B, Hq, Sq, Dv) and, when lse has data, each row's log-sum-exp, by
+/// the steps of prog (forward_program of fs).
+template <class Acc, class Plan, class Out>
+void run_fused(const Plan& p, const problem& pr, const forward_schedule& fs, const program& prog,
+               const strided_view<Out>& out, const strided_view<Acc, 3>& lse = {}) {
+  // prefetch_next: a thread mostly runs t + 1 after t; a kv head's tasks are group · q_blocks in a row
+  const std::size_t group = std::max<std::size_t>(pr.q_heads / std::max<std::size_t>(pr.kv_heads, 1), 1),
+                    per_head = group * fs.q_blocks;
+  // A decoding split: each chunk's output and log-sum-exp go to scratch, (B, H, Sq, chunks, Dv) and
+  // (B, H, Sq, chunks), merged in chunk order by the merge_chunks step.
+  const std::size_t chunks = fs.key_chunks;
+  const bool split = chunks > 1;
+  const layout<5> part_at = layout<5>::row_major({pr.batch, pr.q_heads, pr.q_len, split ? chunks : 0, pr.v_dim});
+  const layout<4> lse_at = layout<4>::row_major({pr.batch, pr.q_heads, pr.q_len, split ? chunks : 0});
+  std::vector<Acc> part_out(part_at.size()), part_lse(lse_at.size());
+  const std::size_t rows = pr.batch * pr.q_heads * pr.q_len;
+  detail::run_program<Acc>(
+      p, pr, fs, prog,
+      [&](auto& wk, std::size_t t, std::size_t first, std::size_t last) {
+        const forward_task c = forward_task_at(t, pr, fs);
+        const auto [m, n] = wk.task_rows(c, fs.group_rows);
+        if (!split)
+          return wk.run_task(prog, first, last, c.b, m, n, 0, pr.kv_len, out, lse, [&] {
+            if (t + 1 >= fs.tasks) return;
+            if (t % per_head == 0 && t + per_head < fs.tasks) {
+              const forward_task h = forward_task_at(t + per_head, pr, fs);
+              wk.prefetch_head(h.b, h.h);
+            }
+            const forward_task next = forward_task_at(t + 1, pr, fs);
+            wk.prefetch_task(next.b, next.h, next.i0, out);
+          });
+        const strided_view<Acc> o{part_out.data() + part_at(0, 0, 0, c.chunk, 0),
+                                  {{pr.batch, pr.q_heads, pr.q_len, pr.v_dim},
+                                   {part_at.stride[0], part_at.stride[1], part_at.stride[2], part_at.stride[4]}}};
+        const strided_view<Acc, 3> l{
+            part_lse.data() + lse_at(0, 0, 0, c.chunk),
+            {{pr.batch, pr.q_heads, pr.q_len}, {lse_at.stride[0], lse_at.stride[1], lse_at.stride[2]}}};
+        const std::size_t k0 = c.chunk * fs.chunk_keys, k1 = std::min(pr.kv_len, (c.chunk + 1) * fs.chunk_keys);
+        wk.run_task(prog, first, last, c.b, m, n, k0, k1, o, l, [] {});
+      },
+      [&](step k) {
+        if (k != step::merge_chunks || !split) return;
+#pragma omp for schedule(static)
+        for (std::size_t r = 0; r < rows; ++r) {
+          const std::size_t b = r / pr.q_len / pr.q_heads, h = r / pr.q_len % pr.q_heads, i = r % pr.q_len;
+          const Acc merged = kernel::merge_row<Acc>(
+              chunks, [&](std::size_t c) { return part_lse[std::size_t(lse_at(b, h, i, c))]; },
+              [&](std::size_t c) { return part_out.data() + part_at(b, h, i, c, 0); }, pr.v_dim, out.row(b, h, i),
+              out.inner_stride());
+          if (lse.data) lse(b, h, i) = merged;
+        }
+      });
+}
+
+/// The same, by the forward program of fs.
 template <class Acc, class Plan, class Out>
 void run_fused(const Plan& p, const problem& pr, const forward_schedule& fs, const strided_view<Out>& out,
                const strided_view<Acc, 3>& lse = {}) {
-  if (fs.key_chunks == 1) {
-    // prefetch_next: a thread mostly runs t + 1 after t; a kv head's tasks are group · q_blocks in a row
-    const std::size_t group = std::max<std::size_t>(pr.q_heads / std::max<std::size_t>(pr.kv_heads, 1), 1),
-                      per_head = group * fs.q_blocks;
-    detail::run_tasks<Acc>(p, pr, fs, [&](auto& wk, std::size_t t) {
-      const forward_task c = forward_task_at(t, pr, fs);
-      if (fs.prefetch_next && t + 1 < fs.tasks) {
-        if (t % per_head == 0 && t + per_head < fs.tasks) {
-          const forward_task n = forward_task_at(t + per_head, pr, fs);
-          wk.prefetch_head(n.b, n.h);
-        }
-        const forward_task n = forward_task_at(t + 1, pr, fs);
-        wk.prefetch_task(n.b, n.h, n.i0, out);
-      }
-      if (fs.group_rows > 0)
-        wk.run_group(c.b, c.h / fs.group_rows, fs.group_rows, 0, pr.kv_len, out, lse);
-      else
-        wk.run(c.b, c.h, c.i0, 0, pr.kv_len, out, lse);
-    });
-    return;
-  }
-  // Decoding split: each chunk's output and log-sum-exp go to scratch, (B, H, Sq, chunks, Dv) and
-  // (B, H, Sq, chunks), merged below in chunk order.
-  const std::size_t chunks = fs.key_chunks;
-  const layout<5> part_at = layout<5>::row_major({pr.batch, pr.q_heads, pr.q_len, chunks, pr.v_dim});
-  const layout<4> lse_at = layout<4>::row_major({pr.batch, pr.q_heads, pr.q_len, chunks});
-  std::vector<Acc> part_out(part_at.size()), part_lse(lse_at.size());
-  detail::run_tasks<Acc>(p, pr, fs, [&](auto& wk, std::size_t t) {
-    const forward_task c = forward_task_at(t, pr, fs);
-    const strided_view<Acc> o{part_out.data() + part_at(0, 0, 0, c.chunk, 0),
-                              {{pr.batch, pr.q_heads, pr.q_len, pr.v_dim},
-                               {part_at.stride[0], part_at.stride[1], part_at.stride[2], part_at.stride[4]}}};
-    const strided_view<Acc, 3> l{
-        part_lse.data() + lse_at(0, 0, 0, c.chunk),
-        {{pr.batch, pr.q_heads, pr.q_len}, {lse_at.stride[0], lse_at.stride[1], lse_at.stride[2]}}};
-    const std::size_t k0 = c.chunk * fs.chunk_keys, k1 = std::min(pr.kv_len, (c.chunk + 1) * fs.chunk_keys);
-    if (fs.group_rows > 0)
-      wk.run_group(c.b, c.h / fs.group_rows, fs.group_rows, k0, k1, o, l);
-    else
-      wk.run(c.b, c.h, c.i0, k0, k1, o, l);
-  });
-  for (std::size_t b = 0; b < pr.batch; ++b)
-    for (std::size_t h = 0; h < pr.q_heads; ++h)
-      for (std::size_t i = 0; i < pr.q_len; ++i) {
-        const Acc merged = kernel::merge_row<Acc>(
-            chunks, [&](std::size_t c) { return part_lse[std::size_t(lse_at(b, h, i, c))]; },
-            [&](std::size_t c) { return part_out.data() + part_at(b, h, i, c, 0); }, pr.v_dim, out.row(b, h, i),
-            out.inner_stride());
-        if (lse.data) lse(b, h, i) = merged;
-      }
+  run_fused<Acc>(p, pr, fs, forward_program(fs, detail::prepares_keys_v<Acc, Plan>), out, lse);
 }
 
 /// The weights (kind weights) or the scores (kind scores) of a plan into out (B, Hq, Sq, Skv).
 template <class Acc, class Plan, class Out>
 void run_materialised(const Plan& p, const problem& pr, const forward_schedule& fs, const strided_view<Out>& out) {
-  detail::run_tasks<Acc>(p, pr, fs, [&](auto& wk, std::size_t t) {
-    const forward_task c = forward_task_at(t, pr, fs);
-    if (fs.kind == pass_kind::weights)
-      wk.run_weights(c.b, c.h, c.i0, out);
-    else
-      wk.run_scores(c.b, c.h, c.i0, out);
-  });
+  const program prog = forward_program(fs, detail::prepares_keys_v<Acc, Plan>);
+  detail::run_program<Acc>(
+      p, pr, fs, prog,
+      [&](auto& wk, std::size_t t, std::size_t first, std::size_t last) {
+        const forward_task c = forward_task_at(t, pr, fs);
+        const auto [m, n] = wk.task_rows(c, 0);
+        wk.run_task(prog, first, last, c.b, m, n, 0, pr.kv_len, out, strided_view<Acc, 3>{}, [] {});
+      },
+      [](step) {});
 }
 
 /// Beyond this a float log-sum-exp cannot resolve a probability to 1e-4 (its ulp is 1.2e-4): rows
@@ -129,11 +158,15 @@ template <class Acc, class Plan, class Needed>
 void run_row_stats(const Plan& p, const problem& pr, const forward_schedule& fs, std::pair<Acc, Acc>* stats,
                    Needed&& needed) {
   const layout<3> rows_at = layout<3>::row_major({pr.batch, pr.q_heads, pr.q_len});
-  detail::run_tasks<Acc>(p, pr, fs, [&](auto& wk, std::size_t t) {
-    const forward_task c = forward_task_at(t, pr, fs);
-    if (needed(c.b, c.h, c.i0, std::min(fs.block_q, pr.q_len - c.i0)))
-      wk.run_row_stats(c.b, c.h, c.i0, stats + rows_at(c.b, c.h, c.i0));
-  });
+  // the scores pass's preparation and tasks; each task's steps are run_row_stats's
+  detail::run_program<Acc>(
+      p, pr, fs, forward_program(fs, detail::prepares_keys_v<Acc, Plan>),
+      [&](auto& wk, std::size_t t, std::size_t, std::size_t) {
+        const forward_task c = forward_task_at(t, pr, fs);
+        if (needed(c.b, c.h, c.i0, std::min(fs.block_q, pr.q_len - c.i0)))
+          wk.run_row_stats(c.b, c.h, c.i0, stats + rows_at(c.b, c.h, c.i0));
+      },
+      [](step) {});
 }
 
 }  // namespace xattn

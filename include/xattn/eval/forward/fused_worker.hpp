@@ -1,9 +1,10 @@
 #pragma once
-// One worker of the fused pass: for a (batch, query head, query block) it streams key blocks through
-// score tile -> modifiers -> masks -> online softmax -> P·V, keeping only tiles of size
-// block_q x block_k. Nothing of size Sq x Skv is ever allocated. The score path (Path::tiles)
-// fills the score tile and the value reader (values/reader.hpp) adds P·V: the worker knows neither
-// how the scores are computed nor how V is stored.
+// One worker of the fused pass: it runs a task's steps of the forward program (plan/program.hpp)
+// for a (batch, query head, query block) -- for an attention, key blocks streamed through score
+// tile -> modifiers -> masks -> online softmax -> P·V -- keeping only tiles of size block_q x
+// block_k. Nothing of size Sq x Skv is ever allocated. The score path (Path::tiles) fills the score
+// tile and the value reader (values/reader.hpp) adds P·V: the worker knows neither how the scores
+// are computed nor how V is stored, and the program says which steps run in which order.
 #include "../../hana.hpp"
 #include "../../kernel/aligned.hpp"
 #include "../../kernel/blocking.hpp"
@@ -13,9 +14,11 @@
 #include "../../layout.hpp"
 #include "../../random/philox_dropout.hpp"
 #include "../operands/head_rows.hpp"
+#include "../plan/program.hpp"
 #include "../plan/schedule.hpp"
 #include "../tiling/apply_modifiers.hpp"
 #include "../tiling/mask_eval.hpp"
+#include "../tiling/tasks.hpp"
 #include "../tiling/tile_extent.hpp"
 #include "../values/reader.hpp"
 
@@ -68,20 +71,45 @@ class fused_worker {
         values_(p.v, pr, fs),
         st_(bq_) {}
 
-  /// Queries [i0, i0 + block_q) against keys [k0, k1) (block_k-aligned k0): the attention output
-  /// rows into out and, when lse has data, each row's log-sum-exp.
-  template <class Out>
-  void run(std::size_t b, std::size_t h, std::size_t i0, std::size_t k0, std::size_t k1, const strided_view<Out>& out,
-           const strided_view<Acc, 3>& lse) {
-    run_rows(b, row_map{h, i0, 0}, std::min(bq_, pr_.q_len - i0), k0, k1, out, lse);
+  /// The rows of task c: a query block of one head, or every query of a GQA group's heads stacked
+  /// (group x Sq <= block_q rows, each key then loaded once for the whole group).
+  std::pair<row_map, std::size_t> task_rows(const forward_task& c, std::size_t group_rows) const {
+    if (group_rows > 0) return {row_map{c.h / group_rows * group_rows, 0, pr_.q_len}, group_rows * pr_.q_len};
+    return {row_map{c.h, c.i0, 0}, std::min(bq_, pr_.q_len - c.i0)};
   }
 
-  /// Every query of the query heads of kv head hk (a GQA group; group x Sq <= block_q rows) against
-  /// keys [k0, k1), as one tile.
-  template <class Out>
-  void run_group(std::size_t b, std::size_t hk, std::size_t group, std::size_t k0, std::size_t k1,
-                 const strided_view<Out>& out, const strided_view<Acc, 3>& lse) {
-    run_rows(b, row_map{hk * group, 0, pr_.q_len}, group * pr_.q_len, k0, k1, out, lse);
+  /// Runs the steps [first, last) of prog (a task's body) for rows m against keys [k0, k1)
+  /// (block_k-aligned k0), writing into out (the output, the weights or the scores) and, when lse
+  /// has data, each row's log-sum-exp; prefetch() is the prefetch_next step.
+  template <class Out, class Prefetch>
+  void run_task(const program& prog, std::size_t first, std::size_t last, std::size_t b, const row_map& m,
+                std::size_t rows, std::size_t k0, std::size_t k1, const strided_view<Out>& out,
+                const strided_view<Acc, 3>& lse, Prefetch&& prefetch) {
+    for (std::size_t at = first; at < last; ++at) switch (prog[at].kind) {
+        case step::prefetch_next:
+          prefetch();
+          break;
+        case step::start_rows:
+          start(b, m, rows, k0 == 0);
+          break;
+        case step::key_blocks: {
+          const std::size_t body = prog.body_end(at);
+          for (std::size_t j0 = k0; j0 < k1; j0 += bk_)
+            key_block(prog, at, body, b, m, rows, j0, std::min(bk_, k1 - j0), out);
+          at = body - 1;
+          break;
+        }
+        case step::finalize:
+          for (std::size_t r = 0; r < rows; ++r) {
+            ahead_.issue(ahead_rate_);
+            kernel::finalize_row(o_.data() + r * dvp_, pr_.v_dim, st_[r].l, out.row(b, m.h(r), m.i(r)),
+                                 out.inner_stride());
+            if (lse.data) lse(b, m.h(r), m.i(r)) = kernel::row_lse(st_[r]);
+          }
+          break;
+        default:  // not a task's step
+          break;
+      }
   }
 
   /// Queues the query and output rows of task (b, h, i0) (forward_schedule::prefetch_next), to be
@@ -98,53 +126,6 @@ class fused_worker {
     const std::size_t hk = kv_head(h);
     if constexpr (requires { p_.base.k.view; }) queue_head_rows(ahead_, p_.base.k.view, b, hk, 0, pr_.kv_len, false);
     values_.queue_head(ahead_, b, hk, pr_.kv_len);
-  }
-
-  /// The softmax weights of queries [i0, i0 + block_q) against every key, into out (B, H, Sq, Skv):
-  /// a first pass over the key blocks for each row's max and sum, a second writing normalised tiles.
-  template <class Out>
-  void run_weights(std::size_t b, std::size_t h, std::size_t i0, const strided_view<Out>& out) {
-    const std::size_t rows = std::min(bq_, pr_.q_len - i0);
-    const row_map m{h, i0, 0};
-    start(b, m, rows, true);
-    for (std::size_t j0 = 0; j0 < pr_.kv_len; j0 += bk_)
-      block_probabilities(b, m, rows, j0, std::min(bk_, pr_.kv_len - j0), false);
-    for (std::size_t j0 = 0; j0 < pr_.kv_len; j0 += bk_) {
-      const std::size_t all = std::min(bk_, pr_.kv_len - j0);
-      const tile_extent p = block_part(b, m, rows, j0, all);
-      if (p.cols > 0) block_scores(b, m, p, j0);
-      for (std::size_t r = 0; r < rows; ++r) {
-        Acc* s = s_.data() + r * lds_;
-        const std::size_t cols = r >= p.r0 && r < p.r1 ? p.cols : 0;
-        if (cols > 0) {
-          if (!fold_log2e_) kernel::to_base2_row(s, simd::padded<Acc>(cols));
-          kernel::weights_row(s, simd::padded<Acc>(cols), st_[r]);
-          if (p_.drop.p > 0)
-            random::scale_row(p_.drop, std::uint32_t(b), std::uint32_t(h), std::uint32_t(i0 + r), std::uint32_t(j0),
-                              cols, s);
-        }
-        std::fill(s + cols, s + all, Acc(0));  // hidden keys, and keys no row of the block can see
-        write_row(s, all, out, b, h, i0 + r, j0);
-      }
-    }
-  }
-
-  /// The scores after modifiers and masks (natural units; -inf where excluded) of queries
-  /// [i0, i0 + block_q) against every key, into out (B, H, Sq, Skv).
-  template <class Out>
-  void run_scores(std::size_t b, std::size_t h, std::size_t i0, const strided_view<Out>& out) {
-    const std::size_t rows = std::min(bq_, pr_.q_len - i0);
-    tiles_.load_queries(b, h, i0, rows, sc_);
-    for (std::size_t j0 = 0; j0 < pr_.kv_len; j0 += bk_) {
-      const std::size_t cols = std::min(bk_, pr_.kv_len - j0);
-      const block_verdict v = classify_block(masks_, b, h, i0, i0 + rows, j0, j0 + cols);
-      if (!v.skip) block_scores(b, row_map{h, i0, 0}, tile_extent{cols, 0, rows, v.all_visible}, j0);
-      for (std::size_t r = 0; r < rows; ++r) {
-        Acc* s = s_.data() + r * lds_;
-        if (v.skip) std::fill(s, s + cols, -std::numeric_limits<Acc>::infinity());  // exclusion wins
-        write_row(s, cols, out, b, h, i0 + r, j0);
-      }
-    }
   }
 
   /// Each row's maximum final score m and ln Σ_j e^(s_j - m) over every key, for queries
@@ -164,7 +145,10 @@ class fused_worker {
       const std::size_t cols = std::min(bk_, pr_.kv_len - j0);
       const block_verdict v = classify_block(masks_, b, h, i0, i0 + rows, j0, j0 + cols);
       if (v.skip) continue;  // every key excluded: nothing to add
-      block_scores(b, row_map{h, i0, 0}, tile_extent{cols, 0, rows, v.all_visible}, j0);
+      const row_map at{h, i0, 0};
+      const tile_extent p{cols, 0, rows, v.all_visible};
+      block_tile(b, at, p, j0);
+      modify_mask(b, at, p, j0);
       for (std::size_t r = 0; r < rows; ++r) {
         const Acc* s = s_.data() + r * lds_;
         double top = m[r];
@@ -181,44 +165,100 @@ class fused_worker {
  private:
   std::size_t kv_head(std::size_t h) const { return h / (pr_.q_heads / pr_.kv_heads); }
 
+  /// One key block [j0, j0 + all) of a task: the loop step prog[loop] classifies it, the steps
+  /// (loop, last) of its body run on the part that takes part (none: each step does nothing, but
+  /// the passes that write every block still write it).
   template <class Out>
-  void run_rows(std::size_t b, const row_map& m, std::size_t rows, std::size_t k0, std::size_t k1,
-                const strided_view<Out>& out, const strided_view<Acc, 3>& lse) {
-    start(b, m, rows, k0 == 0);
-    std::fill(o_.begin(), o_.begin() + rows * dvp_, Acc(0));
-    ahead_rate_ = (ahead_.pending() + 2 * rows - 1) / (2 * rows);  // all of it by the end of the task
-    const std::size_t hk = kv_head(m.h0);
-    for (std::size_t j0 = k0; j0 < k1; j0 += bk_) {
-      const tile_extent p = block_probabilities_prefetching(b, m, rows, j0, std::min(bk_, k1 - j0), hk);
-      if (p.cols == 0) continue;
-      values_.accumulate(b, hk, j0, p.cols, s_.data() + p.r0 * lds_, lds_, p.r1 - p.r0, o_.data() + p.r0 * dvp_, dvp_);
+  void key_block(const program& prog, std::size_t loop, std::size_t last, std::size_t b, const row_map& m,
+                 std::size_t rows, std::size_t j0, std::size_t all, const strided_view<Out>& out) {
+    const block_pass pass = prog[loop].pass;
+    tile_extent p;
+    if (pass == block_pass::scores) {  // every row, in natural units: a filled block is written, not skipped
+      const block_verdict v = classify_block(masks_, b, m.h0, m.i0, m.i0 + rows, j0, j0 + all);
+      if (!v.skip) p = tile_extent{all, 0, rows, v.all_visible};
+    } else {
+      p = block_part(b, m, rows, j0, all);
     }
-    for (std::size_t r = 0; r < rows; ++r) {
-      ahead_.issue(ahead_rate_);
-      kernel::finalize_row(o_.data() + r * dvp_, pr_.v_dim, st_[r].l, out.row(b, m.h(r), m.i(r)), out.inner_stride());
-      if (lse.data) lse(b, m.h(r), m.i(r)) = kernel::row_lse(st_[r]);
-    }
-  }
-
-  /// block_probabilities for the output, with the block's value rows prefetched as its keys are
-  /// read where the value reader asks for it (a cache's pages).
-  tile_extent block_probabilities_prefetching(std::size_t b, const row_map& m, std::size_t rows, std::size_t j0,
-                                              std::size_t all, std::size_t hk) {
-    if constexpr (requires { tiles_.prefetch_with_keys(kernel::row_prefetch{}); }) {
-      tile_extent p;
-      if (values_.with_prefetch(b, hk, j0, [&](kernel::row_prefetch also) {
+    if (p.cols == 0 && (pass == block_pass::output || pass == block_pass::state)) return;  // adds exactly nothing
+    const auto body = [&] {
+      for (std::size_t at = loop + 1; at < last; ++at) block_step(prog[at].kind, b, m, rows, j0, all, p, out);
+    };
+    // a cache's value rows prefetched as the block's keys are read, where the value reader asks for it
+    if constexpr (requires { tiles_.prefetch_with_keys(kernel::row_prefetch{}); })
+      if (pass == block_pass::output && values_.with_prefetch(b, kv_head(m.h0), j0, [&](kernel::row_prefetch also) {
             tiles_.prefetch_with_keys(also);
-            p = block_probabilities(b, m, rows, j0, all, true);
+            body();
             tiles_.prefetch_with_keys({});
           }))
-        return p;
+        return;
+    body();
+  }
+
+  /// One step of a key block's body on its part p (cols 0: no part).
+  template <class Out>
+  void block_step(step k, std::size_t b, const row_map& m, std::size_t rows, std::size_t j0, std::size_t all,
+                  const tile_extent& p, const strided_view<Out>& out) {
+    const std::size_t colsp = simd::padded<Acc>(p.cols);
+    switch (k) {
+      case step::scores:
+        if (p.cols > 0) block_tile(b, m, p, j0);
+        break;
+      case step::modify_mask:
+        if (p.cols > 0) modify_mask(b, m, p, j0);
+        break;
+      case step::online_softmax:
+      case step::softmax_state:
+        for (std::size_t r = p.r0; r < p.r1 && p.cols > 0; ++r) {
+          const bool to_output = k == step::online_softmax;
+          Acc* s = s_.data() + r * lds_;
+          if (!fold_log2e_) kernel::to_base2_row(s, colsp);  // padding is overwritten next
+          std::fill(s + p.cols, s + colsp, -std::numeric_limits<Acc>::infinity());
+          kernel::online_softmax_row(s, colsp, st_[r], to_output ? o_.data() + r * dvp_ : nullptr, dvp_);
+          ahead_.issue(ahead_rate_);
+          if (to_output && p_.drop.p > 0)  // after the running sum: dropout rescales what reaches V, not the normaliser
+            random::scale_row(p_.drop, std::uint32_t(b), std::uint32_t(m.h(r)), std::uint32_t(m.i(r)),
+                              std::uint32_t(j0), p.cols, s);
+        }
+        break;
+      case step::values:
+        if constexpr (requires { values_.accumulate(b, b, j0, all, s_.data(), lds_, rows, o_.data(), dvp_); })
+          if (p.cols > 0)
+            values_.accumulate(b, kv_head(m.h0), j0, p.cols, s_.data() + p.r0 * lds_, lds_, p.r1 - p.r0,
+                               o_.data() + p.r0 * dvp_, dvp_);
+        break;
+      case step::write_weights:
+        for (std::size_t r = 0; r < rows; ++r) {
+          Acc* s = s_.data() + r * lds_;
+          const std::size_t cols = r >= p.r0 && r < p.r1 ? p.cols : 0;
+          if (cols > 0) {
+            if (!fold_log2e_) kernel::to_base2_row(s, simd::padded<Acc>(cols));
+            kernel::weights_row(s, simd::padded<Acc>(cols), st_[r]);
+            if (p_.drop.p > 0)
+              random::scale_row(p_.drop, std::uint32_t(b), std::uint32_t(m.h(r)), std::uint32_t(m.i(r)),
+                                std::uint32_t(j0), cols, s);
+          }
+          std::fill(s + cols, s + all, Acc(0));  // hidden keys, and keys no row of the block can see
+          write_row(s, all, out, b, m.h(r), m.i(r), j0);
+        }
+        break;
+      case step::write_scores:
+        for (std::size_t r = 0; r < rows; ++r) {
+          Acc* s = s_.data() + r * lds_;
+          if (p.cols == 0) std::fill(s, s + all, -std::numeric_limits<Acc>::infinity());  // exclusion wins
+          write_row(s, all, out, b, m.h(r), m.i(r), j0);
+        }
+        break;
+      default:  // not a key block's step
+        break;
     }
-    return block_probabilities(b, m, rows, j0, all, true);
   }
 
   /// Loads the rows' queries and starts their running softmax: from the softmax term when the keys
-  /// begin at 0 (a decoding split adds each row's term once, in its first chunk).
+  /// begin at 0 (a decoding split adds each row's term once, in its first chunk), the accumulators
+  /// at 0.
   void start(std::size_t b, const row_map& m, std::size_t rows, bool first_keys) {
+    std::fill(o_.begin(), o_.begin() + rows * dvp_, Acc(0));
+    ahead_rate_ = (ahead_.pending() + 2 * rows - 1) / (2 * rows);  // all of it by the end of the task
     if (m.per_head == 0)
       tiles_.load_queries(b, m.h0, m.i0, rows, sc_);
     else
@@ -252,40 +292,21 @@ class fused_worker {
     return extent_of(masks_, b, m.h0, m.i0, rows, j0, all, kernel::blocking<Acc>::rows, underflows);
   }
 
-  /// The score tile of key block [j0, j0 + cols) for rows [p.r0, p.r1), with modifiers and masks
-  /// applied (masks only if some mask hides something in it), in natural units unless log2 e is
-  /// folded into the scale.
-  void block_scores(std::size_t b, const row_map& m, const tile_extent& p, std::size_t j0) {
+  /// The score tile of key block [j0, j0 + cols) for rows [p.r0, p.r1), in natural units unless
+  /// log2 e is folded into the scale.
+  void block_tile(std::size_t b, const row_map& m, const tile_extent& p, std::size_t j0) {
     // the tile's rows: queries i0 + r of one head, or rows of the stacked heads (loaded from row 0)
     tiles_.scores(b, m.h(p.r0), kv_head(m.h0), m.per_head ? p.r0 : m.i0 + p.r0, p.r1 - p.r0, j0, p.cols,
                   simd::padded<Acc>(p.cols), s_.data() + p.r0 * lds_, lds_);
+  }
+
+  /// The modifiers and masks on the score tile (masks only if some mask hides something in it).
+  void modify_mask(std::size_t b, const row_map& m, const tile_extent& p, std::size_t j0) {
     for (std::size_t r = p.r0; r < p.r1; ++r) {
       Acc* s = s_.data() + r * lds_;
       apply_ops(s, p.cols, b, m.h(r), m.i(r), j0);
       if (!p.all_visible) apply_masks(masks_, s, p.cols, b, m.h(r), m.i(r), j0);
     }
-  }
-
-  /// Scores of one key block turned into probabilities relative to each row's running max, the
-  /// rows' states updated (and, for the attention output, the accumulators rescaled and the
-  /// probabilities dropped out). Returns the part that takes part (cols 0: skipped).
-  tile_extent block_probabilities(std::size_t b, const row_map& m, std::size_t rows, std::size_t j0, std::size_t all,
-                                  bool to_output) {
-    const tile_extent p = block_part(b, m, rows, j0, all);
-    if (p.cols == 0) return p;
-    const std::size_t colsp = simd::padded<Acc>(p.cols);
-    block_scores(b, m, p, j0);
-    for (std::size_t r = p.r0; r < p.r1; ++r) {
-      Acc* s = s_.data() + r * lds_;
-      if (!fold_log2e_) kernel::to_base2_row(s, colsp);  // padding is overwritten next
-      std::fill(s + p.cols, s + colsp, -std::numeric_limits<Acc>::infinity());
-      kernel::online_softmax_row(s, colsp, st_[r], to_output ? o_.data() + r * dvp_ : nullptr, dvp_);
-      ahead_.issue(ahead_rate_);
-      if (to_output && p_.drop.p > 0)  // after the running sum: dropout rescales what reaches V, not the normaliser
-        random::scale_row(p_.drop, std::uint32_t(b), std::uint32_t(m.h(r)), std::uint32_t(m.i(r)), std::uint32_t(j0),
-                          p.cols, s);
-    }
-    return p;
   }
 
   void apply_ops(Acc* s, std::size_t cols, std::size_t b, std::size_t h, std::size_t i, std::size_t j0) const {

@@ -109,6 +109,10 @@ class value_reader<Acc, no_values> {
   template <class... A>
   explicit value_reader(const A&...) {}
   static constexpr kernel::tile_op op(value_reads) { return {}; }
+  template <class F>
+  bool with_prefetch(std::size_t, std::size_t, std::size_t, F&&) const {
+    return false;
+  }
   void queue_head(kernel::prefetch_queue&, std::size_t, std::size_t, std::size_t) const {}
 };
 
