@@ -57,11 +57,12 @@ struct probs_epilogue {
       batch<Acc> sum = e->sums[r0 + i];
       // forced inline: with the exponential inside, GCC may leave the per-batch step out of line
       // in a large caller, spilling the microkernel's accumulators
-      detail::each<C>([&](auto k) __attribute__((always_inline)) {
-        const batch<Acc> p = exp2_nonpositive(xsimd::fms(acc[k], c, t));
-        simd::store(dst + k * simd::width<Acc>, p);
-        sum += p;
-      });
+      detail::each(
+          detail::upto<C>, [&](auto k) __attribute__((always_inline)) {
+            const batch<Acc> p = exp2_nonpositive(xsimd::fms(acc[k], c, t));
+            simd::store(dst + k * simd::width<Acc>, p);
+            sum += p;
+          });
       e->sums[r0 + i] = sum;
     }
   };
@@ -83,10 +84,11 @@ struct softmax_grad_epilogue {
     template <std::size_t C>
     [[gnu::always_inline]] void operator()(std::size_t i, const batch<Acc> (&acc)[C], Acc* dst) const {
       const batch<Acc> d(e->delta[r0 + i]), c(e->c);
-      detail::each<C>([&](auto k) __attribute__((always_inline)) {
-        Acc* at = dst + k * simd::width<Acc>;
-        simd::store(at, c * simd::load(at + e->p_offset) * (acc[k] - d));
-      });
+      detail::each(
+          detail::upto<C>, [&](auto k) __attribute__((always_inline)) {
+            Acc* at = dst + k * simd::width<Acc>;
+            simd::store(at, c * simd::load(at + e->p_offset) * (acc[k] - d));
+          });
     }
   };
   bound at(std::size_t r, std::size_t) const noexcept { return {this, r}; }

@@ -89,18 +89,19 @@ struct strided_rows {
 
 namespace detail {
 
-template <class F, std::size_t... I>
-[[gnu::always_inline]] inline void each_of(F& f, std::index_sequence<I...>) {
-  (f(std::integral_constant<std::size_t, I>{}), ...);
-}
+/// The indices 0, ..., N - 1 for each().
+template <std::size_t N>
+inline constexpr std::make_index_sequence<N> upto{};
 
-/// f(0), ..., f(N - 1) with compile-time indices: the register blocks are unrolled by the language,
-/// not left to the optimiser (at -O2 GCC keeps loop-indexed accumulator arrays in memory). Always
-/// inlined: GCC otherwise may call a microkernel's epilogue out of line, the accumulators passed
-/// through the stack, as it does when the microkernel has callers in several tile operations.
-template <std::size_t N, class F>
-[[gnu::always_inline]] inline void each(F&& f) {
-  each_of(f, std::make_index_sequence<N>{});
+/// each(upto<N>, f): f(0), ..., f(N - 1) with compile-time indices: the register blocks are
+/// unrolled by the language, not left to the optimiser (at -O2 GCC keeps loop-indexed accumulator
+/// arrays in memory). One function template (not a wrapper over a second), as it is instantiated
+/// once per register block of every microkernel. Always inlined: GCC otherwise may call a
+/// microkernel's epilogue out of line, the accumulators passed through the stack, as it does when
+/// the microkernel has callers in several tile operations.
+template <std::size_t... I, class F>
+[[gnu::always_inline]] inline void each(std::index_sequence<I...>, F&& f) {
+  (f(std::integral_constant<std::size_t, I>{}), ...);
 }
 
 /// f(R, r) over rows in register blocks of blocking::rows, then one smaller block for the rest.

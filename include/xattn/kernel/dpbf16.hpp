@@ -231,20 +231,20 @@ inline void qk_pairs_micro(const bfloat16* q, std::size_t ldq, const bfloat16* k
                            float* s, std::size_t lds, const Epi& epi) {
   using B = typename lanes16<Epi>::type;
   B acc[R][C];
-  each<R * C>([&](auto i) { acc[i / C][i % C] = _mm512_setzero_ps(); });
+  each(upto<R * C>, [&](auto i) { acc[i / C][i % C] = _mm512_setzero_ps(); });
   for (std::size_t p = 0; p < n2; ++p) {
     __m512i k[C];
-    each<C>([&](auto c) { k[c] = _mm512_loadu_si512(kt + p * 2 * pair_strip + c * 32); });
-    each<R>([&](auto r) {
+    each(upto<C>, [&](auto c) { k[c] = _mm512_loadu_si512(kt + p * 2 * pair_strip + c * 32); });
+    each(upto<R>, [&](auto r) {
       const __m512i qv = _mm512_set1_epi32(pair_bits(q + r * ldq + 2 * p));
-      each<C>([&](auto c) { acc[r][c] = dpbf16(__m512(acc[r][c]), qv, k[c]); });
+      each(upto<C>, [&](auto c) { acc[r][c] = dpbf16(__m512(acc[r][c]), qv, k[c]); });
     });
   }
   if (scale != 1.0f) {
     const B sc(scale);
-    each<R * C>([&](auto i) { acc[i / C][i % C] *= sc; });
+    each(upto<R * C>, [&](auto i) { acc[i / C][i % C] *= sc; });
   }
-  each<R>([&](auto r) { epi(r, acc[r], s + r * lds); });
+  each(upto<R>, [&](auto r) { epi(r, acc[r], s + r * lds); });
 }
 
 }  // namespace detail
@@ -282,14 +282,14 @@ template <std::size_t R, class B = batch<float>>
 inline void qk_direct_pairs_micro(const bfloat16* q, std::size_t ldq, const bfloat16* const* k, std::size_t n,
                                   float scale, float* s, std::size_t lds, std::size_t kept) {
   B acc[R][4];
-  each<R * 4>([&](auto i) { acc[i / 4][i % 4] = B(0.0f); });
+  each(upto<R * 4>, [&](auto i) { acc[i / 4][i % 4] = B(0.0f); });
   for (std::size_t d = 0; d < n; d += 32) {
     const __mmask32 m = n - d >= 32 ? ~__mmask32(0) : __mmask32((1u << (n - d)) - 1);
     __m512i kv[4];
-    each<4>([&](auto c) { kv[c] = _mm512_maskz_loadu_epi16(m, k[c] + d); });
-    each<R>([&](auto r) {
+    each(upto<4>, [&](auto c) { kv[c] = _mm512_maskz_loadu_epi16(m, k[c] + d); });
+    each(upto<R>, [&](auto r) {
       const __m512i qv = _mm512_maskz_loadu_epi16(m, q + r * ldq + d);
-      each<4>([&](auto c) { acc[r][c] = dpbf16(acc[r][c], qv, kv[c]); });
+      each(upto<4>, [&](auto c) { acc[r][c] = dpbf16(acc[r][c], qv, kv[c]); });
     });
   }
   store_sums<R>(
@@ -324,24 +324,24 @@ template <std::size_t R, std::size_t CC>
 inline unsigned pv_pairs_micro(const bfloat16* p, std::size_t ldp, std::size_t ldt, const bfloat16* vp, std::size_t ldv,
                                std::size_t pairs, float* o, std::size_t ldo) {
   __m512 acc[R][CC];
-  each<R * CC>([&](auto i) { acc[i / CC][i % CC] = _mm512_setzero_ps(); });
+  each(upto<R * CC>, [&](auto i) { acc[i / CC][i % CC] = _mm512_setzero_ps(); });
   for (std::size_t t = 0; t < pairs; ++t) {
     __m512i vv[CC];
-    each<CC>([&](auto c) { vv[c] = _mm512_loadu_si512(vp + t * ldv + c * 32); });
-    each<R>([&](auto r) {
+    each(upto<CC>, [&](auto c) { vv[c] = _mm512_loadu_si512(vp + t * ldv + c * 32); });
+    each(upto<R>, [&](auto r) {
       const __m512i pr = _mm512_set1_epi32(pair_bits(p + r * ldp + t * ldt));
-      each<CC>([&](auto c) { acc[r][c] = dpbf16(acc[r][c], pr, vv[c]); });
+      each(upto<CC>, [&](auto c) { acc[r][c] = dpbf16(acc[r][c], pr, vv[c]); });
     });
   }
   unsigned flagged = 0;
-  each<R>([&](auto r) {
+  each(upto<R>, [&](auto r) {
     __m512 probe = _mm512_setzero_ps();  // x - x is 0 for finite x and NaN otherwise
-    each<CC>([&](auto c) { probe = _mm512_add_ps(probe, _mm512_sub_ps(acc[r][c], acc[r][c])); });
+    each(upto<CC>, [&](auto c) { probe = _mm512_add_ps(probe, _mm512_sub_ps(acc[r][c], acc[r][c])); });
     if (_mm512_cmp_ps_mask(probe, probe, _CMP_UNORD_Q) != 0) {
       flagged |= 1u << r;
       return;
     }
-    each<CC>([&](auto c) {
+    each(upto<CC>, [&](auto c) {
       float* at = o + r * ldo + c * 16;
       _mm512_storeu_ps(at, _mm512_add_ps(_mm512_loadu_ps(at), acc[r][c]));
     });

@@ -28,13 +28,14 @@ inline void load_row_as(const Row& row, batch<Acc> (&out)[CC]) noexcept {
   if constexpr (std::is_same_v<Row, q8_row> && q8_widens<Acc>)
     if (row.col % w == 0) {
       const std::int8_t* codes = row.q + row.col;
-      each<CC>([&](auto c) { out[c] = q8_batch<Acc>(codes + c * w, row.scale[(row.col + c * w) / q8_row::group]); });
+      each(upto<CC>,
+           [&](auto c) { out[c] = q8_batch<Acc>(codes + c * w, row.scale[(row.col + c * w) / q8_row::group]); });
       return;
     }
   if constexpr (InRegister)
-    each<CC>([&](auto c) { out[c] = simd::in_register(simd::load_as<Acc>(row + c * w)); });
+    each(upto<CC>, [&](auto c) { out[c] = simd::in_register(simd::load_as<Acc>(row + c * w)); });
   else
-    each<CC>([&](auto c) { out[c] = simd::load_as<Acc>(row + c * w); });
+    each(upto<CC>, [&](auto c) { out[c] = simd::load_as<Acc>(row + c * w); });
 }
 
 /// f(j, v(j)) for j in [0, keys), in order. Rows that name the extent of their page (a cache's:
@@ -73,26 +74,26 @@ inline unsigned pv_micro(const Acc* p, std::size_t ldp, const Rows& v, std::size
   using V = typename Rows::element;
   constexpr std::size_t w = simd::width<Acc>;
   batch<Acc> acc[R][CC];
-  each<R * CC>([&](auto i) { acc[i / CC][i % CC] = batch<Acc>(Acc(0)); });
+  each(upto<R * CC>, [&](auto i) { acc[i / CC][i % CC] = batch<Acc>(Acc(0)); });
   for_each_row(v, keys, [&](std::size_t j, auto row) {
     if constexpr (R <= 4)  // few rows (decoding): values stream from memory, ask for those 16 keys ahead
       if (j + 16 < keys) prefetch_row(v(j + 16), CC * w * sizeof(V));
     batch<Acc> vv[CC];
     load_row_as<false>(row, vv);
-    each<R>([&](auto r) {
+    each(upto<R>, [&](auto r) {
       const batch<Acc> pr(p[p_at<PT>(r, j, ldp)]);
-      each<CC>([&](auto c) { acc[r][c] = xsimd::fma(pr, vv[c], acc[r][c]); });
+      each(upto<CC>, [&](auto c) { acc[r][c] = xsimd::fma(pr, vv[c], acc[r][c]); });
     });
   });
   unsigned flagged = 0;
-  each<R>([&](auto r) {
+  each(upto<R>, [&](auto r) {
     batch<Acc> probe(Acc(0));  // x - x is 0 for finite x and NaN otherwise
-    each<CC>([&](auto c) { probe += acc[r][c] - acc[r][c]; });
+    each(upto<CC>, [&](auto c) { probe += acc[r][c] - acc[r][c]; });
     if (xsimd::any(xsimd::isnan(probe))) {
       flagged |= 1u << r;
       return;
     }
-    each<CC>([&](auto c) { simd::store(o + r * ldo + c * w, simd::load(o + r * ldo + c * w) + acc[r][c]); });
+    each(upto<CC>, [&](auto c) { simd::store(o + r * ldo + c * w, simd::load(o + r * ldo + c * w) + acc[r][c]); });
   });
   return flagged;
 }
@@ -133,17 +134,17 @@ inline void pv_micro_continue(const Acc* p, std::size_t ldp, const Rows& v, std:
                               std::size_t ldpart, std::size_t ahead_keys, std::size_t ahead_bytes) {
   constexpr std::size_t w = simd::width<Acc>;
   batch<Acc> acc[R][CC];
-  each<R * CC>([&](auto i) { acc[i / CC][i % CC] = simd::load(part + i / CC * ldpart + i % CC * w); });
+  each(upto<R * CC>, [&](auto i) { acc[i / CC][i % CC] = simd::load(part + i / CC * ldpart + i % CC * w); });
   for_each_row(v, keys, [&](std::size_t j, auto row) {
     if (ahead_bytes != 0) prefetch_row<1>(v(j + ahead_keys), ahead_bytes);  // 0: that row may not exist
     batch<Acc> vv[CC];
     load_row_as<true>(row, vv);
-    each<R>([&](auto r) {
+    each(upto<R>, [&](auto r) {
       const batch<Acc> pr(p[p_at<PT>(r, j, ldp)]);
-      each<CC>([&](auto c) { acc[r][c] = xsimd::fma(pr, vv[c], acc[r][c]); });
+      each(upto<CC>, [&](auto c) { acc[r][c] = xsimd::fma(pr, vv[c], acc[r][c]); });
     });
   });
-  each<R * CC>([&](auto i) { simd::store(part + i / CC * ldpart + i % CC * w, acc[i / CC][i % CC]); });
+  each(upto<R * CC>, [&](auto i) { simd::store(part + i / CC * ldpart + i % CC * w, acc[i / CC][i % CC]); });
 }
 
 /// Keys per piece, and output columns per pass, of pv_streaming_rows.
@@ -178,11 +179,11 @@ inline void pv_streaming_rows(const Acc* p, std::size_t ldp, const Rows& v, std:
         const Acc* sums = part + r * stream_cols + c;
         Acc* out = o + r * ldo + c0 + c;
         batch<Acc> probe(Acc(0));
-        each<CC>([&](auto i) { probe += simd::load(sums + i * w) - simd::load(sums + i * w); });
+        each(upto<CC>, [&](auto i) { probe += simd::load(sums + i * w) - simd::load(sums + i * w); });
         if (xsimd::any(xsimd::isnan(probe)))
           pv_exact_row(p + p_at<PT>(r, 0, ldp), PT ? ldp : 1, v.at(0, c0 + c), keys, out, CC * w);
         else
-          each<CC>([&](auto i) { simd::store(out + i * w, simd::load(out + i * w) + simd::load(sums + i * w)); });
+          each(upto<CC>, [&](auto i) { simd::store(out + i * w, simd::load(out + i * w) + simd::load(sums + i * w)); });
       }
     });
   }

@@ -98,20 +98,20 @@ inline void qk_q8_micro(const std::int16_t* q, std::size_t ldq, const float* qs,
                         float* s, std::size_t lds, std::size_t kept) {
   using B = simd::batch<float>;
   B acc[R][4];
-  each<R * 4>([&](auto i) { acc[i / 4][i % 4] = B(0.0f); });
+  each(upto<R * 4>, [&](auto i) { acc[i / 4][i % 4] = B(0.0f); });
   const std::int8_t* codes[4];
   const float* scales[4];
-  each<4>([&](auto c) {
+  each(upto<4>, [&](auto c) {
     codes[c] = k[c].q + k[c].col;
     scales[c] = k[c].scale + k[c].col / q8_row::group;
   });
   for (std::size_t g = 0, d = 0; d < n; ++g, d += q8_row::group)
-    each<4>([&](auto c) {
+    each(upto<4>, [&](auto c) {
       const B scale(scales[c][g]);
-      each<R>(
-          [&](auto r) { acc[r][c] = xsimd::fma(group_products<B>(q + r * ldq + d, codes[c] + d), scale, acc[r][c]); });
+      each(upto<R>,
+           [&](auto r) { acc[r][c] = xsimd::fma(group_products<B>(q + r * ldq + d, codes[c] + d), scale, acc[r][c]); });
     });
-  each<R * 4>([&](auto i) { acc[i / 4][i % 4] *= B(qs[i / 4]); });
+  each(upto<R * 4>, [&](auto i) { acc[i / 4][i % 4] *= B(qs[i / 4]); });
   store_sums<R>(
       acc, 1.0f, false, [](std::size_t, float sum) { return sum; }, s, lds, kept);
 }
@@ -175,32 +175,33 @@ inline void qk_q8_pairs(const std::int16_t* q, std::size_t ldq, const float* qs,
   const float* scales = k0.scale_at(k0.col);
   const std::size_t ps = 2 * k0.page_rows, ss = k0.page_rows;
   B f[R][halves];
-  each<R * halves>([&](auto i) { f[i / halves][i % halves] = B(0.0f); });
+  each(upto<R * halves>, [&](auto i) { f[i / halves][i % halves] = B(0.0f); });
   for (std::size_t g = 0; g < n / q8_row::group; ++g) {
     I acc[R][halves][chains];
-    each<R * halves * chains>([&](auto i) { acc[i / (halves * chains)][i / chains % halves][i % chains] = L::zero(); });
+    each(upto<R * halves * chains>,
+         [&](auto i) { acc[i / (halves * chains)][i / chains % halves][i % chains] = L::zero(); });
     for (std::size_t p = 0; p < q8_row::group / 2; p += chains)
-      each<chains>([&](auto u) {
+      each(upto<chains>, [&](auto u) {
         const std::size_t pair = g * q8_row::group / 2 + p + u;
-        each<halves>([&](auto h) {
+        each(upto<halves>, [&](auto h) {
           const I k = L::widen(codes + pair * ps + h * 2 * lanes);
-          each<R>([&](auto r) {
+          each(upto<R>, [&](auto r) {
             std::int32_t qp;
             std::memcpy(&qp, q + r * ldq + 2 * pair, sizeof qp);
             acc[r][h][u] = L::products(acc[r][h][u], k, qp);
           });
         });
       });
-    each<R * halves>([&](auto i) {
+    each(upto<R * halves>, [&](auto i) {
       constexpr std::size_t r = decltype(i)::value / halves, h = decltype(i)::value % halves;
       I sum = acc[r][h][0];
-      each<chains - 1>([&](auto u) { sum = L::add(sum, acc[r][h][u + 1]); });
+      each(upto<chains - 1>, [&](auto u) { sum = L::add(sum, acc[r][h][u + 1]); });
       f[r][h] = B(L::fmadd(L::to_float(sum), simd::load(scales + g * ss + h * lanes), f[r][h]));
     });
   }
-  each<R>([&](auto r) {
+  each(upto<R>, [&](auto r) {
     alignas(64) float out[pair_block];
-    each<halves>([&](auto h) { (f[r][h] * B(qs[r])).store_aligned(out + h * lanes); });
+    each(upto<halves>, [&](auto h) { (f[r][h] * B(qs[r])).store_aligned(out + h * lanes); });
     std::copy(out, out + kept, s + r * lds);
   });
 }

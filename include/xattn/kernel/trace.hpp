@@ -5,14 +5,17 @@
 // must agree); otherwise note() is an empty inline function and costs nothing.
 #include "tile_format.hpp"
 
-#include <algorithm>
 #include <cstddef>
-#include <map>
-#include <mutex>
 #include <string>
 #include <string_view>
+
+#ifdef XATTN_TRACE_TILE_OPS
+#include <algorithm>
+#include <map>
+#include <mutex>
 #include <thread>
 #include <vector>
+#endif
 
 namespace xattn::kernel {
 
@@ -96,6 +99,7 @@ inline constexpr bool tracing = false;
 
 namespace trace {
 
+#ifdef XATTN_TRACE_TILE_OPS
 struct record {
   std::mutex m;
   std::map<std::thread::id, std::vector<tile_op>> by_thread;  // in order; a repeat of the last op not kept
@@ -105,14 +109,12 @@ inline record& recording() {
   return r;
 }
 
-/// Records that op ran (any thread; nothing when tracing is off).
+/// Records that op ran (any thread).
 inline void note(tile_op op) {
-  if constexpr (tracing) {
-    record& r = recording();
-    const std::lock_guard<std::mutex> lock(r.m);
-    auto& mine = r.by_thread[std::this_thread::get_id()];
-    if (mine.empty() || mine.back() != op) mine.push_back(op);
-  }
+  record& r = recording();
+  const std::lock_guard<std::mutex> lock(r.m);
+  auto& mine = r.by_thread[std::this_thread::get_id()];
+  if (mine.empty() || mine.back() != op) mine.push_back(op);
 }
 
 /// Forgets everything recorded.
@@ -142,6 +144,10 @@ inline std::vector<std::vector<tile_op>> sequences() {
   for (const auto& [id, ops] : r.by_thread) v.push_back(ops);
   return v;
 }
+#else
+/// Nothing: the recording is compiled only where XATTN_TRACE_TILE_OPS is defined.
+inline void note(tile_op) {}
+#endif
 
 }  // namespace trace
 

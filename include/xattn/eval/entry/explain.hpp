@@ -112,9 +112,11 @@ std::string mask_caps(const M& m) {
 
 /// The operations of `named` in the order text names them (a name counts where no longer name
 /// goes on: pair_program is not named by pair_program_gradients).
-inline std::vector<kernel::tile_op> in_text_order(const std::vector<kernel::tile_op>& named, const std::string& text) {
-  std::vector<std::pair<std::size_t, kernel::tile_op>> at;
-  for (kernel::tile_op o : named) {
+/// (A template, as the rest of explain: nothing of it is compiled into a program that does not call it.)
+template <class Op = kernel::tile_op>
+std::vector<Op> in_text_order(const std::vector<Op>& named, const std::string& text) {
+  std::vector<std::pair<std::size_t, Op>> at;
+  for (Op o : named) {
     const std::string name = kernel::name_of(o);
     for (std::size_t p = text.find(name); p != std::string::npos; p = text.find(name, p + 1)) {
       const std::size_t end = p + name.size();
@@ -124,17 +126,18 @@ inline std::vector<kernel::tile_op> in_text_order(const std::vector<kernel::tile
     }
   }
   std::sort(at.begin(), at.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-  std::vector<kernel::tile_op> ops;
+  std::vector<Op> ops;
   for (const auto& [p, o] : at) ops.push_back(o);
   return ops;
 }
 
 /// A loop nest being written: its lines (stages) and the tile operations they name.
-class nest {
+template <class Op = kernel::tile_op>
+class basic_nest {
  public:
-  nest(std::vector<kernel::tile_op>& ops, std::vector<stage>& stages) : ops_(ops), stages_(stages) {}
+  basic_nest(std::vector<Op>& ops, std::vector<stage>& stages) : ops_(ops), stages_(stages) {}
   /// A line; a loop's body is the lines deeper than it that follow.
-  nest& add(int depth, bool loop, const std::string& text) {
+  basic_nest& add(int depth, bool loop, const std::string& text) {
     stages_.push_back({depth, loop, text, in_text_order(ops_, text)});  // every op a line names went through op()
     return *this;
   }
@@ -158,7 +161,7 @@ class nest {
   }
 
  private:
-  std::vector<kernel::tile_op>& ops_;
+  std::vector<Op>& ops_;
   std::vector<stage>& stages_;
 };
 
@@ -235,7 +238,7 @@ std::string forward_nest(const explanation& x, bool dropout, kernel::tile_op val
   const std::string bq = std::to_string(fs.block_q), bk = std::to_string(fs.block_k);
   const std::size_t span = fs.key_chunks > 1 ? fs.chunk_keys : pr.kv_len;
   const kernel::tile_op score_op = Path::score_op(fs);
-  nest n(ops, stages);
+  basic_nest<> n(ops, stages);
   const auto text = [&](const program_step& s) -> std::string {
     switch (s.kind) {
       case step::heading:
@@ -341,7 +344,7 @@ std::string backward_nest(const explanation& x, bool masked, bool modified, bool
   const problem& pr = x.sizes;
   const backward_schedule& bs = x.schedule.backward;
   const std::size_t per_chunk = bs.chunk_keys / std::max<std::size_t>(bs.block_k, 1);
-  nest n(ops, stages);
+  basic_nest<> n(ops, stages);
   // the value side: V in the keys' place of a product of rows, dO in the queries'
   const auto on = [&](operation op) { return value_pairs ? tile_op{op, kernel::bf16_pairs} : kernel::op_on<Acc>(op); };
   const tile_op v_pack = on(operation::pack_kt), dp_op = on(operation::qk_tile);
