@@ -21,8 +21,8 @@ enum class step : std::uint8_t {
   start_rows,      // the task's queries gathered (projected, scale folded), each row's softmax started
   key_blocks,      // loop: the task's key blocks, classified, hidden ones skipped
   scores,          // the block's score tile, by the score path
-  modify_mask,     // modifiers; masks on partial blocks; to base 2 when log2 e is not folded
-  online_softmax,  // the rows' running max and sum, accumulators rescaled; dropout after the sum
+  modify_mask,     // modifiers; masks on partial blocks
+  online_softmax,  // to base 2 (unless folded), running max and sum, accumulators rescaled; dropout after
   softmax_state,   // the running max and sum only (the weights' first pass)
   write_weights,   // 2^(s − m) / l, dropout, written (the weights' second pass)
   write_scores,    // the block's scores written, −inf where excluded
