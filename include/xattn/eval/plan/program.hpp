@@ -133,8 +133,9 @@ inline program forward_program(const forward_schedule& fs, bool key_work) {
 inline program backward_program(const backward_schedule& bs, bool prepare_rows, bool general_tiles) {
   program g;
   g.add(step::heading, 0).add(step::heading, 1).add(step::heading, 0);
-  g.add(step::row_deltas, 1, true);
+  // the path's rows first: the deltas' loop ends in a barrier, after which every task may read them
   if (prepare_rows) g.add(step::prepare_rows, 1, true);
+  g.add(step::row_deltas, 1, true);
   g.add(step::tasks, 1, true).add(step::load_block, 2).add(step::query_blocks, 2, true);
   if (bs.fused_epilogues) g.add(step::plain_tile, 3);
   if (general_tiles || !bs.fused_epilogues) g.add(step::general_tile, 3);
