@@ -58,7 +58,7 @@ struct probs_epilogue {
       // forced inline: with the exponential inside, GCC may leave the per-batch step out of line
       // in a large caller, spilling the microkernel's accumulators
       detail::each(
-          detail::upto<C>, [&](auto k) __attribute__((always_inline)) {
+          detail::upto<C>, [&](std::size_t k) __attribute__((always_inline)) {
             const batch<Acc> p = exp2_nonpositive(xsimd::fms(acc[k], c, t));
             simd::store(dst + k * simd::width<Acc>, p);
             sum += p;
@@ -85,7 +85,7 @@ struct softmax_grad_epilogue {
     [[gnu::always_inline]] void operator()(std::size_t i, const batch<Acc> (&acc)[C], Acc* dst) const {
       const batch<Acc> d(e->delta[r0 + i]), c(e->c);
       detail::each(
-          detail::upto<C>, [&](auto k) __attribute__((always_inline)) {
+          detail::upto<C>, [&](std::size_t k) __attribute__((always_inline)) {
             Acc* at = dst + k * simd::width<Acc>;
             simd::store(at, c * simd::load(at + e->p_offset) * (acc[k] - d));
           });

@@ -93,12 +93,16 @@ namespace detail {
 template <std::size_t N>
 inline constexpr std::make_index_sequence<N> upto{};
 
-/// each(upto<N>, f): f(0), ..., f(N - 1) with compile-time indices: the register blocks are
-/// unrolled by the language, not left to the optimiser (at -O2 GCC keeps loop-indexed accumulator
-/// arrays in memory). One function template (not a wrapper over a second), as it is instantiated
-/// once per register block of every microkernel. Always inlined: GCC otherwise may call a
-/// microkernel's epilogue out of line, the accumulators passed through the stack, as it does when
-/// the microkernel has callers in several tile operations.
+/// each(upto<N>, f): f(0), ..., f(N - 1) with constant indices: the register blocks are unrolled
+/// by the language, not left to the optimiser (at -O2 GCC keeps loop-indexed accumulator arrays in
+/// memory). f takes a std::size_t, not `auto`, and is marked always_inline: a generic f is a new
+/// function per index (a microkernel's instantiations were mostly these), and a plain function
+/// called N times is not inlined unless forced, which leaves the accumulators on the stack. The
+/// row loads of the 16-bit and int8 formats (load_row_as, dpbf16.hpp, qk_q8.hpp) keep a generic f:
+/// forced there, the changed inlining made GCC spill an accumulator of P·V's loop over int8 pages.
+/// each is always inlined too: GCC otherwise may call a microkernel's epilogue out of line, the
+/// accumulators passed through the stack, when the microkernel has callers in several tile
+/// operations.
 template <std::size_t... I, class F>
 [[gnu::always_inline]] inline void each(std::index_sequence<I...>, F&& f) {
   (f(std::integral_constant<std::size_t, I>{}), ...);

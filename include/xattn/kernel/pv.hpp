@@ -74,27 +74,36 @@ inline unsigned pv_micro(const Acc* p, std::size_t ldp, const Rows& v, std::size
   using V = typename Rows::element;
   constexpr std::size_t w = simd::width<Acc>;
   batch<Acc> acc[R][CC];
-  each(upto<R * CC>, [&](auto i) { acc[i / CC][i % CC] = batch<Acc>(Acc(0)); });
+  each(
+      upto<R * CC>, [&](std::size_t i) __attribute__((always_inline)) { acc[i / CC][i % CC] = batch<Acc>(Acc(0)); });
   for_each_row(v, keys, [&](std::size_t j, auto row) {
     if constexpr (R <= 4)  // few rows (decoding): values stream from memory, ask for those 16 keys ahead
       if (j + 16 < keys) prefetch_row(v(j + 16), CC * w * sizeof(V));
     batch<Acc> vv[CC];
     load_row_as<false>(row, vv);
-    each(upto<R>, [&](auto r) {
-      const batch<Acc> pr(p[p_at<PT>(r, j, ldp)]);
-      each(upto<CC>, [&](auto c) { acc[r][c] = xsimd::fma(pr, vv[c], acc[r][c]); });
-    });
+    each(
+        upto<R>, [&](std::size_t r) __attribute__((always_inline)) {
+          const batch<Acc> pr(p[p_at<PT>(r, j, ldp)]);
+          each(
+              upto<CC>, [&](std::size_t c)
+                            __attribute__((always_inline)) { acc[r][c] = xsimd::fma(pr, vv[c], acc[r][c]); });
+        });
   });
   unsigned flagged = 0;
-  each(upto<R>, [&](auto r) {
-    batch<Acc> probe(Acc(0));  // x - x is 0 for finite x and NaN otherwise
-    each(upto<CC>, [&](auto c) { probe += acc[r][c] - acc[r][c]; });
-    if (xsimd::any(xsimd::isnan(probe))) {
-      flagged |= 1u << r;
-      return;
-    }
-    each(upto<CC>, [&](auto c) { simd::store(o + r * ldo + c * w, simd::load(o + r * ldo + c * w) + acc[r][c]); });
-  });
+  each(
+      upto<R>, [&](std::size_t r) __attribute__((always_inline)) {
+        batch<Acc> probe(Acc(0));  // x - x is 0 for finite x and NaN otherwise
+        each(
+            upto<CC>, [&](std::size_t c) __attribute__((always_inline)) { probe += acc[r][c] - acc[r][c]; });
+        if (xsimd::any(xsimd::isnan(probe))) {
+          flagged |= 1u << r;
+          return;
+        }
+        each(
+            upto<CC>, [&](std::size_t c) __attribute__((always_inline)) {
+              simd::store(o + r * ldo + c * w, simd::load(o + r * ldo + c * w) + acc[r][c]);
+            });
+      });
   return flagged;
 }
 
@@ -134,17 +143,26 @@ inline void pv_micro_continue(const Acc* p, std::size_t ldp, const Rows& v, std:
                               std::size_t ldpart, std::size_t ahead_keys, std::size_t ahead_bytes) {
   constexpr std::size_t w = simd::width<Acc>;
   batch<Acc> acc[R][CC];
-  each(upto<R * CC>, [&](auto i) { acc[i / CC][i % CC] = simd::load(part + i / CC * ldpart + i % CC * w); });
+  each(
+      upto<R * CC>, [&](std::size_t i) __attribute__((always_inline)) {
+        acc[i / CC][i % CC] = simd::load(part + i / CC * ldpart + i % CC * w);
+      });
   for_each_row(v, keys, [&](std::size_t j, auto row) {
     if (ahead_bytes != 0) prefetch_row<1>(v(j + ahead_keys), ahead_bytes);  // 0: that row may not exist
     batch<Acc> vv[CC];
     load_row_as<true>(row, vv);
-    each(upto<R>, [&](auto r) {
-      const batch<Acc> pr(p[p_at<PT>(r, j, ldp)]);
-      each(upto<CC>, [&](auto c) { acc[r][c] = xsimd::fma(pr, vv[c], acc[r][c]); });
-    });
+    each(
+        upto<R>, [&](std::size_t r) __attribute__((always_inline)) {
+          const batch<Acc> pr(p[p_at<PT>(r, j, ldp)]);
+          each(
+              upto<CC>, [&](std::size_t c)
+                            __attribute__((always_inline)) { acc[r][c] = xsimd::fma(pr, vv[c], acc[r][c]); });
+        });
   });
-  each(upto<R * CC>, [&](auto i) { simd::store(part + i / CC * ldpart + i % CC * w, acc[i / CC][i % CC]); });
+  each(
+      upto<R * CC>, [&](std::size_t i) __attribute__((always_inline)) {
+        simd::store(part + i / CC * ldpart + i % CC * w, acc[i / CC][i % CC]);
+      });
 }
 
 /// Keys per piece, and output columns per pass, of pv_streaming_rows.
@@ -179,11 +197,17 @@ inline void pv_streaming_rows(const Acc* p, std::size_t ldp, const Rows& v, std:
         const Acc* sums = part + r * stream_cols + c;
         Acc* out = o + r * ldo + c0 + c;
         batch<Acc> probe(Acc(0));
-        each(upto<CC>, [&](auto i) { probe += simd::load(sums + i * w) - simd::load(sums + i * w); });
+        each(
+            upto<CC>, [&](std::size_t i) __attribute__((always_inline)) {
+              probe += simd::load(sums + i * w) - simd::load(sums + i * w);
+            });
         if (xsimd::any(xsimd::isnan(probe)))
           pv_exact_row(p + p_at<PT>(r, 0, ldp), PT ? ldp : 1, v.at(0, c0 + c), keys, out, CC * w);
         else
-          each(upto<CC>, [&](auto i) { simd::store(out + i * w, simd::load(out + i * w) + simd::load(sums + i * w)); });
+          each(
+              upto<CC>, [&](std::size_t i) __attribute__((always_inline)) {
+                simd::store(out + i * w, simd::load(out + i * w) + simd::load(sums + i * w));
+              });
       }
     });
   }

@@ -25,7 +25,9 @@ struct plain_epilogue {
   struct bound {
     template <class Acc, std::size_t C>
     [[gnu::always_inline]] void operator()(std::size_t, const batch<Acc> (&acc)[C], Acc* dst) const {
-      detail::each(detail::upto<C>, [&](auto c) { simd::store(dst + c * simd::width<Acc>, acc[c]); });
+      detail::each(
+          detail::upto<C>, [&](std::size_t c)
+                               __attribute__((always_inline)) { simd::store(dst + c * simd::width<Acc>, acc[c]); });
     }
   };
   constexpr bound at(std::size_t, std::size_t) const noexcept { return {}; }
@@ -41,16 +43,23 @@ inline void qk_micro(const Acc* q, std::size_t ldq, const P* kt, std::size_t ldk
                      std::size_t lds, const Epi& epi = {}) {
   constexpr std::size_t w = simd::width<Acc>;
   batch<Acc> acc[R][C];
-  each(upto<R * C>, [&](auto i) { acc[i / C][i % C] = batch<Acc>(Acc(0)); });
+  each(
+      upto<R * C>, [&](std::size_t i) __attribute__((always_inline)) { acc[i / C][i % C] = batch<Acc>(Acc(0)); });
   for (std::size_t d = 0; d < n; ++d) {
     batch<Acc> k[C];
-    each(upto<C>, [&](auto c) { k[c] = simd::load_as<Acc>(kt + d * ldk + c * w); });
-    each(upto<R>, [&](auto r) {
-      const batch<Acc> qv(q[r * ldq + d]);
-      each(upto<C>, [&](auto c) { acc[r][c] = xsimd::fma(qv, k[c], acc[r][c]); });
-    });
+    each(
+        upto<C>, [&](std::size_t c)
+                     __attribute__((always_inline)) { k[c] = simd::load_as<Acc>(kt + d * ldk + c * w); });
+    each(
+        upto<R>, [&](std::size_t r) __attribute__((always_inline)) {
+          const batch<Acc> qv(q[r * ldq + d]);
+          each(
+              upto<C>, [&](std::size_t c)
+                           __attribute__((always_inline)) { acc[r][c] = xsimd::fma(qv, k[c], acc[r][c]); });
+        });
   }
-  each(upto<R>, [&](auto r) { epi(r, acc[r], s + r * lds); });
+  each(
+      upto<R>, [&](std::size_t r) __attribute__((always_inline)) { epi(r, acc[r], s + r * lds); });
 }
 
 }  // namespace detail
@@ -118,7 +127,8 @@ inline void store_sums(const batch<Acc> (&acc)[R][4], Acc scale, bool has_tail, 
   alignas(64) Acc out[R * 4];
   if constexpr (R == 4 && std::is_same_v<Acc, float> && sizeof(batch<Acc>) == 64) {
     batch<Acc> flat[16];
-    each(upto<16>, [&](auto i) { flat[i] = acc[i / 4][i % 4]; });
+    each(
+        upto<16>, [&](std::size_t i) __attribute__((always_inline)) { flat[i] = acc[i / 4][i % 4]; });
     const batch<Acc> sums = lane_sums16(flat);
     if (kept == 4 && !has_tail) {
       const __m512 scaled = sums * batch<Acc>(scale);
@@ -127,7 +137,8 @@ inline void store_sums(const batch<Acc> (&acc)[R][4], Acc scale, bool has_tail, 
     }
     simd::store(out, sums);
   } else {
-    each(upto<R * 4>, [&](auto i) { out[i] = simd::hsum(acc[i / 4][i % 4]); });
+    each(
+        upto<R * 4>, [&](std::size_t i) __attribute__((always_inline)) { out[i] = simd::hsum(acc[i / 4][i % 4]); });
   }
   for (std::size_t i = 0; i < R * 4; ++i)
     if (i % 4 < kept) s[i / 4 * lds + i % 4] = tail(i, out[i]) * scale;
@@ -142,15 +153,21 @@ inline void qk_direct_micro(const Acc* q, std::size_t ldq, const K* k, std::size
                             std::size_t kept) {
   constexpr std::size_t w = simd::width<Acc>;
   batch<Acc> acc[R][4];
-  each(upto<R * 4>, [&](auto i) { acc[i / 4][i % 4] = batch<Acc>(Acc(0)); });
+  each(
+      upto<R * 4>, [&](std::size_t i) __attribute__((always_inline)) { acc[i / 4][i % 4] = batch<Acc>(Acc(0)); });
   std::size_t d = 0;
   for (; d + w <= n; d += w) {
     batch<Acc> kv[4];
-    each(upto<4>, [&](auto c) { kv[c] = simd::in_register(simd::load_as<Acc>(k[c] + d)); });
-    each(upto<R>, [&](auto r) {
-      const batch<Acc> qv = simd::in_register(simd::load(q + r * ldq + d));
-      each(upto<4>, [&](auto c) { acc[r][c] = xsimd::fma(qv, kv[c], acc[r][c]); });
-    });
+    each(
+        upto<4>, [&](std::size_t c)
+                     __attribute__((always_inline)) { kv[c] = simd::in_register(simd::load_as<Acc>(k[c] + d)); });
+    each(
+        upto<R>, [&](std::size_t r) __attribute__((always_inline)) {
+          const batch<Acc> qv = simd::in_register(simd::load(q + r * ldq + d));
+          each(
+              upto<4>, [&](std::size_t c)
+                           __attribute__((always_inline)) { acc[r][c] = xsimd::fma(qv, kv[c], acc[r][c]); });
+        });
   }
   const auto tail = [&](std::size_t i, Acc sum) {
     for (std::size_t t = d; t < n; ++t) sum += q[i / 4 * ldq + t] * Acc(k[i % 4][t]);

@@ -26,10 +26,14 @@ template <class T>
 T row_max(const T* s, std::size_t n) {
   constexpr std::size_t w = simd::width<T>;
   batch<T> m[4];
-  detail::each(detail::upto<4>, [&](auto i) { m[i] = batch<T>(-std::numeric_limits<T>::infinity()); });
+  detail::each(
+      detail::upto<4>, [&](std::size_t i)
+                           __attribute__((always_inline)) { m[i] = batch<T>(-std::numeric_limits<T>::infinity()); });
   std::size_t j = 0;
   for (; j + 4 * w <= n; j += 4 * w)
-    detail::each(detail::upto<4>, [&](auto i) { m[i] = xsimd::max(m[i], simd::load(s + j + i * w)); });
+    detail::each(
+        detail::upto<4>, [&](std::size_t i)
+                             __attribute__((always_inline)) { m[i] = xsimd::max(m[i], simd::load(s + j + i * w)); });
   for (; j < n; j += w) m[0] = xsimd::max(m[0], simd::load(s + j));
   return simd::hmax(xsimd::max(xsimd::max(m[0], m[1]), xsimd::max(m[2], m[3])));
 }
