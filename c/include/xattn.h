@@ -176,6 +176,10 @@ XATTN_API xattn_status xattn_cache_append(xattn_kv_cache* cache, xattn_sequence 
 XATTN_API xattn_status xattn_cache_fork(xattn_kv_cache* cache, xattn_sequence id, xattn_sequence* fork);
 /* Its pages go back to the pool (those no fork holds); the id is invalid from now on. */
 XATTN_API xattn_status xattn_cache_release(xattn_kv_cache* cache, xattn_sequence id);
+/* Keeps id's first `length` tokens (speculative decoding's rollback): the pages past them go back to
+ * the pool, those a fork holds stay with it. A length beyond id's is XATTN_INVALID_ARGUMENT and
+ * changes nothing. */
+XATTN_API xattn_status xattn_cache_truncate(xattn_kv_cache* cache, xattn_sequence id, int64_t length);
 XATTN_API xattn_status xattn_cache_length(const xattn_kv_cache* cache, xattn_sequence id, int64_t* length);
 /* Allocates the pool's memory for `tokens` tokens now (otherwise it grows as pages are used). */
 XATTN_API xattn_status xattn_cache_reserve(xattn_kv_cache* cache, int64_t tokens);

@@ -156,6 +156,15 @@ xattn_status xattn_cache_release(xattn_kv_cache* cache, xattn_sequence id) {
   return cache_guarded(who, [&] { impl_of(cache, who).release(c_api::from_c(id)); });
 }
 
+xattn_status xattn_cache_truncate(xattn_kv_cache* cache, xattn_sequence id, int64_t length) {
+  const char* who = "xattn_cache_truncate";
+  return cache_guarded(who, [&] {
+    auto& c = impl_of(cache, who);
+    if (length < 0) fail(who, ": length is ", length, "; it must be >= 0");
+    c.truncate(c_api::from_c(id), std::size_t(length));
+  });
+}
+
 xattn_status xattn_cache_length(const xattn_kv_cache* cache, xattn_sequence id, int64_t* length) {
   const char* who = "xattn_cache_length";
   return cache_guarded(who, [&] {

@@ -184,6 +184,35 @@ def test_bad_input_raises_and_leaves_the_cache_as_it_was():
     unchanged()
 
 
+def test_truncate_rolls_back_a_draft_and_leaves_a_fork_its_tokens():
+    torch.manual_seed(12)
+    cache = xattn.KVCache(kv_heads=2, head_dim=32, dtype="bfloat16", page_size=4, max_tokens=64)
+    direct = xattn.KVCache(kv_heads=2, head_dim=32, dtype="bfloat16", page_size=4, max_tokens=64)
+    prompt, draft, accepted = torch.randn(2, 7, 32), torch.randn(2, 5, 32), torch.randn(2, 2, 32)
+    a = cache.add_sequence()
+    cache.append(a, prompt, prompt)
+    b = cache.fork(a)
+    cache.append(a, draft, draft)
+    qb = torch.randn(1, 4, 1, 32)
+    before_b = cache.attention(qb, [b])
+    cache.truncate(a, 8)  # the draft's first token accepted, the other four rejected
+    cache.append(a, accepted, accepted)
+    d = direct.add_sequence()
+    for x in (prompt, draft[:, :1], accepted):
+        direct.append(d, x, x)
+    assert cache.length(a) == 10 and cache.length(b) == 7
+    q = torch.randn(1, 4, 3, 32)
+    assert torch.equal(cache.attention(q, [a], causal=True), direct.attention(q, [d], causal=True))
+    with pytest.raises(ValueError, match="xattn_cache_truncate: length 11 is beyond the sequence's 10 tokens"):
+        cache.truncate(a, 11)
+    with pytest.raises(ValueError, match="length is -1"):
+        cache.truncate(a, -1)
+    with pytest.raises(TypeError, match="length is 2.5"):
+        cache.truncate(a, 2.5)
+    assert cache.length(a) == 10
+    assert torch.equal(cache.attention(qb, [b]), before_b)  # the fork kept its pages and tokens
+
+
 def test_the_documented_example():
     # [snippet kvcache]
     cache = xattn.KVCache(kv_heads=2, head_dim=64, dtype="int8", page_size=16, max_tokens=1 << 16)

@@ -85,6 +85,13 @@ class KVCache:
         """Returns seq's pages to the pool (those no fork holds); seq is invalid afterwards."""
         _c.check(_c.lib.xattn_cache_release(self._handle, _id(seq)))
 
+    def truncate(self, seq, length):
+        """Keeps seq's first `length` tokens (speculative decoding's rollback of rejected draft
+        tokens): the pages past them go back to the pool, those a fork holds stay with it."""
+        if isinstance(length, bool) or not isinstance(length, int):
+            raise TypeError("KVCache.truncate: length is %r; it must be an int" % (length,))
+        _c.check(_c.lib.xattn_cache_truncate(self._handle, _id(seq), length))
+
     def length(self, seq):
         out = ctypes.c_int64()
         _c.check(_c.lib.xattn_cache_length(self._handle, _id(seq), ctypes.byref(out)))

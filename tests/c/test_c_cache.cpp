@@ -172,6 +172,48 @@ TEST_CASE("xattn_cache_attention: the C++ kv_cache's attention, for pairs of for
   same_as_cpp<bfloat16, float16>(7);
 }
 
+TEST_CASE("xattn_cache_truncate: a draft's rejected tokens dropped, then the accepted ones appended", "[c][cache]") {
+  rng g(31);
+  xattn_cache_options o = xattn_cache_defaults();
+  o.kv_heads = 2, o.head_dim = 32, o.page_size = 4, o.max_tokens = 64, o.key_dtype = XATTN_Q8_0;
+  cache_ptr c(xattn_cache_create(&o)), direct(xattn_cache_create(&o));
+  REQUIRE(c);
+  REQUIRE(direct);
+  xt::xtensor<float, 3> prompt = g.tensor<float>({2, 7, 32}), draft = g.tensor<float>({2, 5, 32}),
+                        accepted = g.tensor<float>({2, 2, 32});
+  const auto append = [](xattn_kv_cache* to, xattn_sequence s, xt::xtensor<float, 3>& x) {
+    xattn_tensor t = c_of(x.data(), {2, std::int64_t(x.shape()[1]), 32});
+    REQUIRE(xattn_cache_append(to, s, &t, &t) == XATTN_OK);
+  };
+  xattn_sequence a = 0, f = 0, d = 0;
+  REQUIRE(xattn_cache_add_sequence(c.get(), &a) == XATTN_OK);
+  append(c.get(), a, prompt);
+  REQUIRE(xattn_cache_fork(c.get(), a, &f) == XATTN_OK);  // another continuation shares the prompt
+  append(c.get(), a, draft);
+  REQUIRE(xattn_cache_truncate(c.get(), a, 8) == XATTN_OK);  // the draft's first token accepted
+  append(c.get(), a, accepted);
+  REQUIRE(xattn_cache_add_sequence(direct.get(), &d) == XATTN_OK);
+  append(direct.get(), d, prompt);
+  xt::xtensor<float, 3> first = xt::view(draft, xt::all(), xt::range(0, 1), xt::all());
+  append(direct.get(), d, first);
+  append(direct.get(), d, accepted);
+  std::int64_t n = 0;
+  REQUIRE(xattn_cache_length(c.get(), a, &n) == XATTN_OK);
+  CHECK(n == 10);
+  REQUIRE(xattn_cache_length(c.get(), f, &n) == XATTN_OK);
+  CHECK(n == 7);
+  // the same attention, bit for bit, as over a cache that never held the rejected tokens
+  xt::xtensor<float, 4> q = g.tensor<float>({1, 4, 3, 32});
+  std::vector<float> out_c(4 * 3 * 32, -1.0f), out_d(4 * 3 * 32, -2.0f);
+  xattn_tensor qc = c_of(q.data(), {1, 4, 3, 32}), oc = c_of(out_c.data(), {1, 4, 3, 32}),
+               od = c_of(out_d.data(), {1, 4, 3, 32});
+  xattn_attention_desc desc = xattn_attention_defaults();
+  desc.causal = XATTN_CAUSAL_BOTTOM_RIGHT;
+  REQUIRE(xattn_cache_attention(c.get(), &a, 1, &qc, &desc, &oc, nullptr) == XATTN_OK);
+  REQUIRE(xattn_cache_attention(direct.get(), &d, 1, &qc, &desc, &od, nullptr) == XATTN_OK);
+  CHECK(out_c == out_d);
+}
+
 TEST_CASE("xattn_kv_cache: bad input returns a status and a message, and changes nothing", "[c][cache]") {
   xattn_cache_options o = xattn_cache_defaults();
   CHECK(xattn_cache_create(&o) == nullptr);  // kv_heads 0
@@ -213,6 +255,10 @@ TEST_CASE("xattn_kv_cache: bad input returns a status and a message, and changes
   refused(xattn_cache_append(c.get(), gone, &kc, &vc), XATTN_INVALID_ARGUMENT,
           "xattn_cache_append: sequence 1 (generation 0) is not in this cache or was released");
   refused(xattn_cache_release(c.get(), gone), XATTN_INVALID_ARGUMENT, "xattn_cache_release: sequence");
+  refused(xattn_cache_truncate(c.get(), a, 11), XATTN_INVALID_ARGUMENT,
+          "xattn_cache_truncate: length 11 is beyond the sequence's 10 tokens");
+  refused(xattn_cache_truncate(c.get(), a, -1), XATTN_INVALID_ARGUMENT, "xattn_cache_truncate: length is -1");
+  refused(xattn_cache_truncate(c.get(), gone, 0), XATTN_INVALID_ARGUMENT, "xattn_cache_truncate: sequence 1");
   refused(xattn_cache_reserve(c.get(), 1000), XATTN_INVALID_ARGUMENT,
           "xattn_cache_reserve: 1000 tokens need 250 pages but the pool holds 4");
 

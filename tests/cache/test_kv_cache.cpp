@@ -159,6 +159,59 @@ TEST_CASE("kv_cache: a fork shares full pages and copies the partial one on its 
   CHECK(c.free_pages() == c.max_pages());
 }
 
+TEMPLATE_TEST_CASE("kv_cache: truncate drops the newest tokens; a fork keeps them, and appends after it copy on write",
+                   "[cache]", float, bfloat16, std::int8_t) {
+  testing::rng r(8);
+  const kv_cache_options o{.kv_heads = 2, .head_dim = 32, .page_size = 4, .max_tokens = 40};
+  kv_cache<TestType> c(o);
+  const auto a = c.add_sequence();
+  const xt::xtensor<float, 3> k = r.tensor<float>({2, 11, 32}), v = r.tensor<float>({2, 11, 32});
+  c.append(a, k, v);  // 3 pages, the last holding 3 tokens
+  const auto f = c.fork(a);
+  const auto whole = snapshot(c, f);
+  const std::size_t free0 = c.free_pages();
+  c.truncate(a, 6);  // keeps 2 pages; the third is still f's
+  CHECK(c.length(a) == 6);
+  CHECK(c.pages(a).size() == 2);
+  CHECK(c.free_pages() == free0);
+  CHECK(same(c.stored_keys(a), tokens(std::get<2>(whole), 0, 6)));
+  CHECK(same(c.stored_values(a), tokens(std::get<3>(whole), 0, 6)));
+  // the accepted draft: 3 new tokens into a's partial page, which f shares: copied, then a new page
+  const xt::xtensor<float, 3> y = r.tensor<float>({2, 3, 32}), w = r.tensor<float>({2, 3, 32});
+  c.append(a, y, w);
+  CHECK(c.free_pages() == free0 - 2);
+  CHECK(c.pages(a)[0] == c.pages(f)[0]);
+  CHECK(c.pages(a)[1] != c.pages(f)[1]);
+  CHECK(snapshot(c, f) == whole);
+  // bit for bit what a cache holds that never saw the rejected tokens
+  kv_cache<TestType> direct(o);
+  const auto d = direct.add_sequence();
+  direct.append(d, xt::xtensor<float, 3>(tokens(k, 0, 6)), xt::xtensor<float, 3>(tokens(v, 0, 6)));
+  direct.append(d, y, w);
+  CHECK(same(c.stored_keys(a), direct.stored_keys(d)));
+  CHECK(same(c.stored_values(a), direct.stored_values(d)));
+  // a length beyond the sequence's is named and changes nothing
+  const auto before = snapshot(c, a);
+  const std::size_t free1 = c.free_pages();
+  CHECK_THROWS_AS(c.truncate(a, 10), std::invalid_argument);
+  CHECK_THROWS_WITH(c.truncate(a, 10), "xattn: kv_cache.truncate: length 10 is beyond the sequence's 9 tokens");
+  CHECK(snapshot(c, a) == before);
+  CHECK(c.free_pages() == free1);
+  c.truncate(a, 9);  // its own length: nothing changes
+  CHECK(snapshot(c, a) == before);
+  // pages no fork holds go back to the pool
+  c.truncate(a, 1);
+  CHECK(c.free_pages() == free1 + 2);
+  CHECK(same(c.stored_keys(a), tokens(std::get<2>(whole), 0, 1)));
+  c.truncate(a, 0);
+  CHECK(c.pages(a).empty());
+  c.release(f);
+  CHECK(c.free_pages() == c.max_pages());
+  c.append(a, y, w);  // an emptied sequence is an empty sequence
+  CHECK(same(c.stored_keys(a), tokens(direct.stored_keys(d), 6, 9)));
+  CHECK_THROWS_WITH(c.truncate(f, 0), Catch::Contains("kv_cache.truncate: sequence") && Catch::Contains("released"));
+}
+
 TEST_CASE("kv_cache: bad input is named and leaves the cache as it was") {
   testing::rng r(7);
   kv_cache<std::int8_t, bfloat16> c({.kv_heads = 2, .head_dim = 8, .page_size = 4, .max_tokens = 12});

@@ -89,6 +89,22 @@ class kv_cache {
     return slots_[a.slot].length;
   }
 
+  /// Keeps a's first `length` tokens (speculative decoding's rollback of rejected draft tokens):
+  /// the pages past them go back to the pool, those a fork still holds stay with it, and a shared
+  /// page that keeps some of a's tokens is copied by a's next append (copy on write, as after
+  /// fork). A length beyond a's throws and changes nothing. Like release, it ends the use of a
+  /// keys()/values() snapshot of a: the next append may overwrite rows that snapshot reads.
+  void truncate(sequence_id a, std::size_t length) {
+    check(a, "kv_cache.truncate");
+    slot& s = slots_[a.slot];
+    if (length > s.length)
+      fail("kv_cache.truncate: length ", length, " is beyond the sequence's ", s.length, " tokens");
+    const std::size_t keep = (length + opt_.page_size - 1) / opt_.page_size;
+    for (std::size_t p = keep; p < s.pages.size(); ++p) pool_.release(s.pages[p]);
+    s.pages.resize(keep);
+    s.length = length;
+  }
+
   /// Appends n tokens: k_rows (kv_heads, n, head_dim) and v_rows likewise, converted (or
   /// quantized) as they are written. On any error nothing changes.
   template <class KR, class VR>
