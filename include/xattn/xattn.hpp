@@ -20,6 +20,7 @@
 #include "policy/masks/lengths.hpp"
 #include "policy/masks/maybe.hpp"
 #include "policy/masks/predicate.hpp"
+#include "policy/masks/tree.hpp"
 #include "policy/masks/window.hpp"
 #include "schedule.hpp"
 #include "select.hpp"
