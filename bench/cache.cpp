@@ -6,6 +6,10 @@
 // "cache_decode/<type>/<B>/<Hq>/<Hkv>/<Skv>/<D>/<threads>": one decoding step (a query per head)
 // over B sequences of Skv tokens read from the cache's pages; Skv "ragged" is 16 sequences of
 // seeded lengths in [128, 4096]. Counters gflops and gbytes_per_s (the key and value bytes stored).
+// "cache_verify/<mask>/<type>/<B>/<Hq>/<Hkv>/<n>/<Skv>/<D>/<threads>": speculative decoding's
+// verification, n queries (the draft's tokens, the newest n of Skv + n cached) with mask = tree (a
+// binary tree of n tokens, tree_mask) or causal (causal(align::bottom_right), the chain of n tokens).
+// Counter gbytes_per_s as cache_decode's.
 // "decode_loop/<how>/<type>/<Hq>/<Hkv>/<steps>/<D>/1": a whole token-by-token loop of one sequence
 // (append a token's keys and values, attend it), how = onnx (onnx::attention with past_key /
 // past_value, its present outputs fed back), onnx_shared (the same with share_past_present_buffer:
@@ -23,6 +27,7 @@
 #include <cmath>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace xattn_bench {
@@ -143,6 +148,66 @@ void register_decodes(const char* type) {
   register_decode<T>(type, {16, 32, 8, 0, 128});     // a ragged batch
 }
 
+/// A binary tree of n draft tokens in breadth-first order: token t's parent is (t - 1) / 2, the root's the prefix.
+xt::xtensor<int, 1> binary_tree(std::size_t n) {
+  xt::xtensor<int, 1> parents = xt::xtensor<int, 1>::from_shape({n});
+  for (std::size_t t = 0; t < n; ++t) parents(t) = int(t) - 1 < 0 ? -1 : (int(t) - 1) / 2;
+  return parents;
+}
+
+template <class T>
+void cache_verify(benchmark::State& state, bool tree, const decode_shape& s, std::size_t n, int threads) {
+  set_threads(threads);
+  const std::size_t tokens = s.seq_kv + n;
+  constexpr std::size_t ps = 16;
+  xattn::kv_cache<T> cache(
+      {.kv_heads = s.kv_heads, .head_dim = s.head_dim, .page_size = ps, .max_tokens = tokens + ps});
+  xt::xtensor<float, 3> k = xt::xtensor<float, 3>::from_shape({s.kv_heads, tokens, s.head_dim}), v = k;
+  fill_uniform({k.data(), k.size()}, 10);
+  fill_uniform({v.data(), v.size()}, 100);
+  const auto id = cache.add_sequence();
+  cache.append(id, k, v);
+  xt::xtensor<float, 4> q = xt::xtensor<float, 4>::from_shape({1, s.q_heads, n, s.head_dim});
+  fill_uniform({q.data(), q.size()}, 1);
+  xt::xtensor<float, 4> o = xt::zeros<float>({std::size_t(1), s.q_heads, n, s.head_dim});
+  const float scale = 1.0f / std::sqrt(float(s.head_dim));
+  const auto parents = binary_tree(n);
+  const xattn::schedule sch{.threads = threads};
+  const auto run = [&](const auto& e) {
+    const double flop = 4.0 * double(s.q_heads * n * tokens * s.head_dim);
+    const double seconds = run_timed(state, flop, [&] { xattn::eval_into(e, o, sch); });
+    state.counters["gbytes_per_s"] = 2.0 * double(tokens * s.kv_heads * row_bytes<T>(s.head_dim)) / seconds / 1e9;
+    const auto want = xattn::reference(e).output;
+    double worst = 0;
+    for (std::size_t i = 0; i < o.size(); ++i) worst = std::max(worst, std::abs(double(o.data()[i]) - want.data()[i]));
+    // several queries on bfloat16 pages take vdpbf16ps, whose probabilities are rounded to bf16 (2^-9 of max|V|)
+    const double tol = std::is_same_v<T, xattn::bfloat16> ? 2e-3 : 1e-5;
+    if (!(worst < tol)) state.SkipWithError(("output differs from reference by " + std::to_string(worst)).c_str());
+  };
+  const auto K = cache.keys({id});
+  const auto V = cache.values({id});
+  if (tree)
+    run(softmax(mask(xattn::ref(q) * trans(K) * scale, xattn::tree_mask(parents))) * V);
+  else
+    run(softmax(mask(xattn::ref(q) * trans(K) * scale, xattn::causal(xattn::align::bottom_right))) * V);
+}
+
+template <class T>
+void register_verify(const char* type) {
+  const decode_shape s{1, 32, 8, 4096, 128};
+  const std::size_t n = 16;
+  for (int threads : thread_counts)
+    for (const bool tree : {true, false}) {
+      std::string name = std::string("cache_verify/") + (tree ? "tree/" : "causal/") + type;
+      for (std::size_t x : {s.batch, s.q_heads, s.kv_heads, n, s.seq_kv, s.head_dim}) name += '/' + std::to_string(x);
+      name += '/' + std::to_string(threads);
+      benchmark::RegisterBenchmark(name.c_str(),
+                                   [=](benchmark::State& st) { cache_verify<T>(st, tree, s, n, threads); })
+          ->UseRealTime()
+          ->Unit(benchmark::kMillisecond);
+    }
+}
+
 enum class loop_kind { onnx, onnx_shared, hand, cache };
 
 template <class T>
@@ -248,6 +313,9 @@ void register_cache() {
   register_decodes<xattn::bfloat16>("bfloat16");
   register_decodes<std::int8_t>("int8");
   register_decodes<xattn::float8_e4m3>("float8_e4m3");
+  register_verify<float>("float");
+  register_verify<xattn::bfloat16>("bfloat16");
+  register_verify<std::int8_t>("int8");
   register_loops<float>("float");
   register_loops<xattn::bfloat16>("bfloat16");
 }
