@@ -37,7 +37,8 @@ namespace {
 /// Bytes a cache stores per token and head, of keys or values: the row, and a quantized format's scales.
 template <class T>
 constexpr std::size_t row_bytes(std::size_t dim) {
-  return dim * sizeof(T) + (xattn::is_quantized_v<T> ? (dim + 31) / 32 * sizeof(float) : 0);
+  constexpr std::size_t packs = xattn::features_per_code<xattn::cache_format<T>>;  // 4-bit codes: 2 per byte
+  return (dim + packs - 1) / packs * sizeof(T) + (xattn::is_quantized_v<T> ? (dim + 31) / 32 * sizeof(float) : 0);
 }
 
 template <class T>
@@ -312,7 +313,8 @@ void register_cache() {
   register_decodes<float>("float");
   register_decodes<xattn::bfloat16>("bfloat16");
   register_decodes<std::int8_t>("int8");
-  register_decodes<xattn::float8_e4m3>("float8_e4m3");
+  register_decodes<xattn::float8_e4m3>("fp8");
+  register_decodes<xattn::q4>("q4");
   register_verify<float>("float");
   register_verify<xattn::bfloat16>("bfloat16");
   register_verify<std::int8_t>("int8");

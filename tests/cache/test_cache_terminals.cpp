@@ -110,7 +110,7 @@ TEST_CASE("cache terminals: the issue's decode step compiles and runs as written
 }
 
 TEMPLATE_TEST_CASE("cache terminals: a ragged batch is bit for bit the padded tensor with its lengths as masks",
-                   "[cache]", float, bfloat16, float16, std::int8_t, float8_e4m3) {
+                   "[cache]", float, bfloat16, float16, std::int8_t, float8_e4m3, q4) {
   // quantized pages against float tensors of the dequantized values; int8 keys are multiplied on
   // int16 query codes (kernel/qk_q8.hpp), so the two agree to the queries' rounding, and int8
   // pages of any size agree bit for bit with one page per sequence

@@ -2,6 +2,7 @@
 // pages shared by forks and copied on write, released to the pool, and every failed call leaving
 // the cache as it was.
 #include "support/float8_reference.hpp"
+#include "support/q4_reference.hpp"
 #include "support/random.hpp"
 
 #include <catch2/catch.hpp>
@@ -56,7 +57,7 @@ xt::xtensor<float, 3> tokens(const xt::xtensor<float, 3>& x, std::size_t lo, std
 }  // namespace
 
 TEMPLATE_TEST_CASE("kv_cache: rows appended in pieces read back as one sequence", "[cache]", float, bfloat16, float16,
-                   std::int8_t, float8_e4m3) {
+                   std::int8_t, float8_e4m3, q4) {
   testing::rng r(5);
   const std::size_t heads = 3, dim = 40;  // 40: a full and a partial quantization group
   kv_cache<TestType, float> c({.kv_heads = heads, .head_dim = dim, .page_size = 4, .max_tokens = 64});
@@ -71,9 +72,16 @@ TEMPLATE_TEST_CASE("kv_cache: rows appended in pieces read back as one sequence"
   }
   REQUIRE(c.length(a) == 11);
   CHECK(c.pages(a).size() == 3);
-  const xt::xtensor<float, 3> want = std::is_same_v<TestType, std::int8_t>   ? q8_0(k)
-                                     : std::is_same_v<TestType, float8_e4m3> ? testing::e4m3_rows(k)
-                                                                             : rounded<TestType>(k);
+  const xt::xtensor<float, 3> want = [&] {
+    if constexpr (std::is_same_v<TestType, std::int8_t>)
+      return q8_0(k);
+    else if constexpr (std::is_same_v<TestType, float8_e4m3>)
+      return testing::e4m3_rows(k);
+    else if constexpr (std::is_same_v<TestType, q4>)
+      return testing::q4_0_rows(k);
+    else
+      return rounded<TestType>(k);
+  }();
   CHECK(same(c.stored_keys(a), want));
   CHECK(same(c.stored_keys(b), want));
   CHECK(same(c.stored_values(a), v));
@@ -160,7 +168,7 @@ TEST_CASE("kv_cache: a fork shares full pages and copies the partial one on its 
 }
 
 TEMPLATE_TEST_CASE("kv_cache: truncate drops the newest tokens; a fork keeps them, and appends after it copy on write",
-                   "[cache]", float, bfloat16, std::int8_t) {
+                   "[cache]", float, bfloat16, std::int8_t, q4) {
   testing::rng r(8);
   const kv_cache_options o{.kv_heads = 2, .head_dim = 32, .page_size = 4, .max_tokens = 40};
   kv_cache<TestType> c(o);
@@ -284,7 +292,7 @@ TEST_CASE("kv_cache: rows from ref(ptr, shape, strides), strided views and bfloa
 }
 
 TEMPLATE_TEST_CASE("kv_cache: a head's rows stepped through a page are the rows looked up one by one", "[cache]", float,
-                   std::int8_t, float8_e4m3) {
+                   std::int8_t, float8_e4m3, q4) {
   testing::rng r(41);
   const std::size_t ps = GENERATE(4, 6, 16), dim = 64, len = 53;
   kv_cache<TestType> cache({.kv_heads = 2, .head_dim = dim, .page_size = ps, .max_tokens = 256});

@@ -129,6 +129,22 @@ struct sinks_window {
   }
 };
 
+/// A speculative-decoding draft tree over the newest Sq keys of each row (make_case keeps Sq within
+/// every row's keys): random parents in breadth-first order, some tokens hanging from the prefix,
+/// one tree for the batch or one per row; its blocks are skipped past each row block's last token.
+struct draft_tree {
+  auto operator()(auto s, const testing::case_sizes& z, testing::rng& r) const {
+    const bool per_row = r.coin();
+    xt::xarray<std::int64_t> p = xt::xarray<std::int64_t>::from_shape(per_row ? std::vector<std::size_t>{z.B, z.Sq}
+                                                                              : std::vector<std::size_t>{z.Sq});
+    for (std::size_t k = 0; k < p.size(); ++k) {
+      const std::size_t t = k % z.Sq;
+      p.data()[k] = t == 0 || r.coin(0.15) ? -1 : std::int64_t(r.size(0, t - 1));
+    }
+    return mask(s, tree_mask(p));
+  }
+};
+
 template <class F>
 concept takes_sinks = F::softmax_sinks;
 

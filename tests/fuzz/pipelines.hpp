@@ -29,8 +29,8 @@ inline constexpr auto mask_families =
     hana::make_tuple(testing::no_mask{}, testing::lengths_1d{}, testing::lengths_2d_zero{}, testing::causal_any{},
                      testing::window_any{}, testing::bool_mask_broadcast{}, testing::softcap_bias{},
                      testing::alibi_lengths_causal{}, testing::predicate_offsets{}, dead_rows{}, inf_bias_fill{},
-                     window_rows_zero{}, testing::documents_causal{}, sinks_window{});
-inline constexpr std::array<std::string_view, 14> mask_names{"none",
+                     window_rows_zero{}, testing::documents_causal{}, sinks_window{}, draft_tree{});
+inline constexpr std::array<std::string_view, 15> mask_names{"none",
                                                              "lengths-1d",
                                                              "lengths-2d-zero",
                                                              "causal",
@@ -43,7 +43,8 @@ inline constexpr std::array<std::string_view, 14> mask_names{"none",
                                                              "inf-bias+fill",
                                                              "window+lengths-zero",
                                                              "documents+causal",
-                                                             "sinks+window-sink-tokens"};
+                                                             "sinks+window-sink-tokens",
+                                                             "draft-tree"};
 
 static_assert(hana::length(scorers) == scorer_names.size() && hana::length(mask_families) == mask_names.size());
 
@@ -51,7 +52,7 @@ inline constexpr std::size_t dot = 0, tensor = 7, rotary = 8, summed = 9;
 
 /// The scorers on rotated rows: their operands need at least one pair of features.
 constexpr bool rotates_rows(std::size_t s) { return s == rotary || s == summed; }
-inline constexpr std::size_t no_masks = 0, lengths_2d = 2, causal_masks = 3, softcap_bias = 6, dead = 9;
+inline constexpr std::size_t no_masks = 0, lengths_2d = 2, causal_masks = 3, softcap_bias = 6, dead = 9, tree = 14;
 
 enum class terminal { rank0, raw, packed, cache };
 

@@ -3,6 +3,7 @@
 // (padding, skipped steps) holds NaN, so a kernel that reads outside a view poisons its output.
 #include "fuzz_case.hpp"
 #include "support/float8_reference.hpp"
+#include "support/q4_reference.hpp"
 
 #include <xattn/cache.hpp>
 
@@ -138,12 +139,14 @@ auto packed_operand(std::size_t batch, std::size_t heads_n, std::size_t seq, std
 /// as a fork of the first (sharing its pages, the partial one copied on its first append). Every
 /// element the terminals show is checked against what was appended, rounded to the page type:
 /// the reference reads the same pages, so a wrong page index would otherwise go unseen.
-/// float8_e4m3 pages hold what the specification's nearest codes give (support/float8_reference.hpp).
+/// float8_e4m3 pages hold what the specification's nearest codes give (support/float8_reference.hpp),
+/// q4 pages q4_0's values (support/q4_reference.hpp). Every sequence holds at least min_len tokens.
 template <class TK, class TV>
-auto cache_operands(const testing::case_sizes& z, testing::rng& r, std::vector<std::shared_ptr<const void>>& keep) {
+auto cache_operands(const testing::case_sizes& z, testing::rng& r, std::vector<std::shared_ptr<const void>>& keep,
+                    std::size_t min_len) {
   const std::size_t page_size = std::array<std::size_t, 5>{1, 3, 4, 16, 64}[r.size(0, 4)], dim = z.Dk;
   std::vector<std::size_t> lens(z.B);
-  for (auto& l : lens) l = r.size(1, z.Skv);
+  for (auto& l : lens) l = r.size(std::max<std::size_t>(1, min_len), z.Skv);
   lens[r.size(0, z.B - 1)] = z.Skv;
   std::size_t tokens = 0;
   for (auto l : lens) tokens += l + 2 * page_size;  // a fork's copied page, and partial last pages
@@ -182,6 +185,8 @@ auto cache_operands(const testing::case_sizes& z, testing::rng& r, std::vector<s
     using T = decltype(type);
     if constexpr (std::is_same_v<T, float8_e4m3>) {
       return testing::e4m3_rows(x);
+    } else if constexpr (std::is_same_v<T, q4>) {
+      return testing::q4_0_rows(x);
     } else {
       xt::xtensor<float, 3> y = x;
       for (auto& e : y) e = float(T(e));
@@ -224,7 +229,7 @@ auto operands(const fuzz_case& c, testing::rng& r) {
   } else if constexpr (Kind == terminal::cache) {
     operand_set<tensor_ref<TQ, 0>, cache_ref<TK>, cache_ref<TV>> o;
     o.q = rank0_operand<TQ>(storage::contiguous, logical_shape(z, z.Hq(), z.Sq, z.Dq), c.q_amplitude, r, o.keep);
-    std::tie(o.k, o.v) = cache_operands<TK, TV>(z, r, o.keep);
+    std::tie(o.k, o.v) = cache_operands<TK, TV>(z, r, o.keep, c.masks == tree ? z.Sq : 1);
     return o;
   } else {
     operand_set<tensor_ref<TQ, 3, true>, tensor_ref<TK, 3, true>, tensor_ref<TV, 3, true>> o;

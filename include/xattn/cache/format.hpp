@@ -10,7 +10,10 @@
 //   widens<A>, batch<A>(p, s) a batch of A decoded in registers (when widens<A>)
 // and optionally row(codes, scales, col, layout), a row handle of its own layout (int8's keys),
 // which names its format; otherwise its rows are kernel::scaled_row<cache_format<T>>, one after
-// the other, and `format` names it. The formats there are: cache/formats.hpp.
+// the other, and `format` names it. A format packing several features in a code (4 bits) says
+// features_per_code, and reads a feature from its row's codes instead: value_at(row, i, s) and
+// batch<A>(row, col, s); its quantize writes a group's group / features_per_code codes. The
+// formats there are: cache/formats.hpp.
 #include "../types.hpp"
 
 #include <cstddef>
@@ -43,6 +46,24 @@ requires(is_element_v<T> && !std::is_same_v<T, double>) struct cache_format<T> {
   static constexpr bool is_format = true;
   static constexpr bool quantized = false;
 };
+
+/// Features a stored code of format F holds (1 unless it packs them, as 4-bit codes do).
+template <class F>
+inline constexpr std::size_t features_per_code = [] {
+  if constexpr (requires { F::features_per_code; })
+    return F::features_per_code;
+  else
+    return std::size_t(1);
+}();
+
+/// Feature i of a row of format F whose codes start at row, with its group's scale.
+template <class F>
+float code_value(const typename F::code* row, std::size_t i, float scale) noexcept {
+  if constexpr (features_per_code<F> != 1)
+    return F::value_at(row, i, scale);
+  else
+    return F::value(row[i], scale);
+}
 
 template <class T>
 inline constexpr bool is_cache_element_v = cache_format<T>::is_format;

@@ -4,3 +4,4 @@
 #include "format.hpp"
 #include "formats/float8_e4m3.hpp"
 #include "formats/int8.hpp"
+#include "formats/q4.hpp"

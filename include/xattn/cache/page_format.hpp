@@ -23,7 +23,9 @@ struct page_rows {
   float scale(std::size_t r, std::size_t g) const noexcept { return scales[layout.scale(r, g)]; }
   /// Feature d of row r, dequantized.
   float at(std::size_t r, std::size_t d) const noexcept {
-    if constexpr (is_quantized_v<T>)
+    if constexpr (features_per_code<cache_format<T>> != 1)  // rows of packed codes, one after the other
+      return code_value<cache_format<T>>(rows + r * layout.row_step, d, scale(r, d / cache_format<T>::group));
+    else if constexpr (is_quantized_v<T>)
       return cache_format<T>::value(code(r, d), scale(r, d / cache_format<T>::group));
     else
       return float(code(r, d));
@@ -52,16 +54,19 @@ struct page_format {
     else
       return 0;
   }
+  static constexpr std::size_t packs = features_per_code<format>;
+  /// Codes of one row: a feature each, or a packing format's whole groups.
+  std::size_t row_codes() const noexcept {
+    if constexpr (packs != 1) return groups() * (format::group / packs);
+    return interleaved() ? (dim + 1) / 2 * 2 : dim;
+  }
   row_layout layout() const noexcept {
     if (interleaved()) return {2, 2 * page_size, 1, page_size};
-    return {dim, 2, groups(), 1};
+    return {row_codes(), 2, groups(), 1};
   }
   /// Bytes of one head's rows in a page, then of its scales, each rounded up to 64 (every head's
   /// rows and scales start on a cache line, so the scales are aligned floats).
-  std::size_t rows_bytes() const noexcept {
-    const std::size_t row = interleaved() ? (dim + 1) / 2 * 2 : dim;
-    return (page_size * row * sizeof(T) + 63) / 64 * 64;
-  }
+  std::size_t rows_bytes() const noexcept { return (page_size * row_codes() * sizeof(T) + 63) / 64 * 64; }
   std::size_t head_bytes() const noexcept {
     return rows_bytes() + (page_size * groups() * sizeof(float) + 63) / 64 * 64;
   }
@@ -81,7 +86,10 @@ struct page_format {
       for (std::size_t g = 0; g * format::group < dim; ++g) {
         const std::size_t lo = g * format::group, hi = std::min(dim, lo + format::group);
         scale[at.scale(r, g)] = format::quantize(x + std::ptrdiff_t(lo) * xs, xs, hi - lo, codes);
-        if (!interleaved()) {
+        if constexpr (packs != 1) {
+          constexpr std::size_t n = format::group / packs;  // a whole group's codes
+          std::copy(codes, codes + n, out + r * at.row_step + g * n);
+        } else if (!interleaved()) {
           std::copy(codes, codes + (hi - lo), out + at.code(r, lo));
         } else {
           for (std::size_t d = lo; d < hi; ++d) out[at.code(r, d)] = codes[d - lo];

@@ -4,7 +4,9 @@
 // handle with the operations they use on row pointers (+ d, [d]), load<T>() for simd::load_as and
 // prefetch<L>() for prefetch_row. The format F says what a code means:
 //   F::code, F::group (a multiple of every batch width), F::value(code, scale) -> float,
-//   F::widens<T> and F::batch<T>(codes, scale): a batch of T decoded in registers.
+//   F::widens<T> and F::batch<T>(codes, scale): a batch of T decoded in registers
+// (cache/format.hpp; a format packing features in its codes reads them from the row's codes).
+#include "../cache/format.hpp"
 #include "../simd/compat.hpp"
 #include "row_handle.hpp"
 
@@ -28,9 +30,11 @@ struct scaled_row {
   const float* scale = nullptr;  // the row's first scale
   std::size_t col = 0;           // the feature this handle starts at
 
+  static constexpr std::size_t packs = features_per_code<F>;
+
   float operator[](std::ptrdiff_t d) const noexcept {
     const std::size_t i = col + std::size_t(d);
-    return F::value(q[i], scale[i / F::group]);
+    return code_value<F>(q, i, scale[i / F::group]);
   }
   scaled_row operator+(std::size_t d) const noexcept { return {q, scale, col + d}; }
   /// The same feature of the row `codes` codes and `scales` scales further in its page.
@@ -42,17 +46,24 @@ struct scaled_row {
   simd::batch<T> load() const noexcept {
     constexpr std::size_t w = simd::width<T>;
     if constexpr (F::template widens<T>)
-      if (col % w == 0) return F::template batch<T>(q + col, scale[col / F::group]);
+      if (col % w == 0) {
+        if constexpr (packs != 1)
+          return F::template batch<T>(q, col, scale[col / F::group]);
+        else
+          return F::template batch<T>(q + col, scale[col / F::group]);
+      }
     alignas(64) std::array<T, w> lanes;
     for (std::size_t i = 0; i < w; ++i) lanes[i] = T((*this)[std::ptrdiff_t(i)]);
     return simd::batch<T>::load_aligned(lanes.data());
   }
 
-  /// The cache lines of `bytes` of codes and of their scales, which lie apart from them.
+  /// The cache lines of the codes of bytes / sizeof(element) features and of their scales, which
+  /// lie apart from them.
   template <int Locality>
   [[gnu::always_inline]] void prefetch(std::size_t bytes) const noexcept {  // see prefetch_row
-    prefetch_row<Locality>(q + col, bytes);
-    prefetch_row<Locality>(scale + col / F::group, (bytes / sizeof(element) + F::group - 1) / F::group * sizeof(float));
+    const std::size_t features = bytes / sizeof(element);
+    prefetch_row<Locality>(q + col / packs, (features + packs - 1) / packs * sizeof(element));
+    prefetch_row<Locality>(scale + col / F::group, (features + F::group - 1) / F::group * sizeof(float));
   }
 };
 

@@ -1,0 +1,81 @@
+#pragma once
+// 4-bit pages as llama.cpp's q4_0 stores them: per token and head, one scale per group of 32
+// features, d = m / -8 with m the group's feature of largest magnitude (its sign kept), each
+// feature min(15, floor(x / d + 8.5)), a value (code - 8) · d. A group's 32 codes are 16 bytes,
+// byte j holding feature j in its low nibble and feature j + 16 in its high one, so that 16 (or 8)
+// consecutive features are one nibble of 16 (8) consecutive bytes: one widening load decodes
+// them. The scale is a float (q4_0's is a float16): 20 bytes per 32 features against q4_0's 18.
+#include "../../simd/compat.hpp"
+#include "../format.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+#include <type_traits>
+
+namespace xattn {
+
+/// Two 4-bit codes in a byte (cache_format<q4> says which features).
+struct q4 {
+  std::uint8_t bits = 0;
+};
+
+template <>
+struct cache_format<q4> {
+  static constexpr bool is_format = true;
+  static constexpr bool quantized = true;
+  using code = q4;
+  static constexpr std::size_t group = 32;
+  static constexpr std::size_t features_per_code = 2;
+  static constexpr const char* name = "q4 (q4_0: 4 bits, scale per 32)";
+  static constexpr std::string_view format = "q4_0";
+
+  /// n <= 32 features (xs apart) into the group's 16 codes at out; features past n are code 8 (zero).
+  template <class X>
+  static float quantize(const X* x, std::ptrdiff_t xs, std::size_t n, q4* out) noexcept {
+    float amax = 0, m = 0;
+    for (std::size_t d = 0; d < n; ++d) {
+      const float v = float(x[std::ptrdiff_t(d) * xs]);
+      if (amax < std::abs(v)) amax = std::abs(v), m = v;
+    }
+    const float s = m / -8.0f, inv = s != 0 ? 1.0f / s : 0.0f;
+    const auto code = [&](std::size_t d) {
+      if (d >= n) return 8u;
+      return unsigned(std::min(15.0f, std::floor(float(x[std::ptrdiff_t(d) * xs]) * inv + 8.5f)));
+    };
+    for (std::size_t j = 0; j < group / 2; ++j) out[j].bits = std::uint8_t(code(j) | code(j + group / 2) << 4);
+    return s;
+  }
+
+  /// Feature i of a row whose codes start at row.
+  static float value_at(const q4* row, std::size_t i, float scale) noexcept {
+    const std::size_t o = i % group;
+    const unsigned c = (row[i / group * (group / 2) + o % (group / 2)].bits >> (o / (group / 2) * 4)) & 15u;
+    return float(int(c) - 8) * scale;
+  }
+
+  /// Features [col, col + width) decoded in registers (col a multiple of the width: one nibble of
+  /// consecutive bytes); c - 8 in integers, then one product, the one rounding value_at has.
+  template <class A>
+  static constexpr bool widens = std::is_same_v<A, float>&& simd::avx2_or_avx512;
+  template <class A>
+  static simd::batch<A> batch(const q4* row, std::size_t col, float scale) noexcept {
+    using B = simd::batch<A>;
+    const std::size_t o = col % group;
+    const auto* p = reinterpret_cast<const std::uint8_t*>(row) + col / group * (group / 2) + o % (group / 2);
+    const __m128i shift = _mm_cvtsi32_si128(int(o / (group / 2) * 4));
+    if constexpr (simd::width<A> == 16) {
+      const __m512i x = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+      const __m512i c = _mm512_and_si512(_mm512_srl_epi32(x, shift), _mm512_set1_epi32(15));
+      return B(_mm512_cvtepi32_ps(_mm512_sub_epi32(c, _mm512_set1_epi32(8)))) * B(scale);
+    } else {
+      const __m256i x = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+      const __m256i c = _mm256_and_si256(_mm256_srl_epi32(x, shift), _mm256_set1_epi32(15));
+      return B(_mm256_cvtepi32_ps(_mm256_sub_epi32(c, _mm256_set1_epi32(8)))) * B(scale);
+    }
+  }
+};
+
+}  // namespace xattn
