@@ -14,6 +14,7 @@
 #include "d2l_dot_product_attention.hpp"
 #include "d2l_masked_softmax.hpp"
 #include "decode_loop.hpp"
+#include "eviction.hpp"
 #include "modules/d2l_modules.hpp"
 #include "modules/equinox_mha.hpp"
 #include "modules/fused_vs_unfused.hpp"
@@ -204,6 +205,23 @@ int main(int argc, char** argv) {
           noise, steps, run.verifications, double(steps) / double(run.verifications), run.accepted,
           run.tokens == greedy.tokens ? "yes" : "NO");
     }
+  }
+
+  section("eviction within a budget: StreamingLLM and H2O against the full cache, 512 tokens, float");
+  {
+    using dsl::eviction::policy;
+    const auto m = dsl::decoding::make_toy_model(/*vocab*/ 64, /*q_heads*/ 8, /*kv_heads*/ 2, /*head_dim*/ 64, 3);
+    std::vector<int> tokens(512);
+    for (std::size_t i = 0; i < tokens.size(); ++i) tokens[i] = int((i * i * 7 + i * 3 + 1) % 64);
+    const auto full = dsl::eviction::run(m, tokens, policy::full, 0, 0);
+    std::printf("  %8s  %22s  %22s\n", "budget", "StreamingLLM drift", "H2O drift");
+    for (std::size_t budget : {64, 128, 256}) {
+      const auto s = dsl::eviction::run(m, tokens, policy::streaming, budget, 4, &full);
+      const auto h = dsl::eviction::run(m, tokens, policy::h2o, budget, 4, &full);
+      std::printf("  %8zu  %22.4f  %22.4f\n", budget, s.drift, h.drift);
+    }
+    std::cout << "(drift: each step's |out - out(full cache)| / |out(full cache)|, averaged over the steps;\n"
+                 " StreamingLLM keeps 4 sink tokens and the newest, H2O the newest half and the most attended)\n";
   }
 
   section("fused xattn vs unfused (sgemm, scalar-exp softmax, sgemm), (1, 8, S, 64), float, 2 threads each");

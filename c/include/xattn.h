@@ -180,6 +180,12 @@ XATTN_API xattn_status xattn_cache_release(xattn_kv_cache* cache, xattn_sequence
  * the pool, those a fork holds stay with it. A length beyond id's is XATTN_INVALID_ARGUMENT and
  * changes nothing. */
 XATTN_API xattn_status xattn_cache_truncate(xattn_kv_cache* cache, xattn_sequence id, int64_t length);
+/* Keeps only id's tokens at positions[0, n) (increasing, each below id's length), in that order
+ * (eviction: heavy hitters, attention sinks and a window). Rows move as stored; pages a fork shares
+ * are copied before they are written, the pages past the new length go back to the pool unless a
+ * fork holds them. Bad positions (XATTN_INVALID_ARGUMENT), a full pool (XATTN_OUT_OF_MEMORY) or a
+ * cache storing its keys rotated (options.rope) change nothing. positions may be NULL when n is 0. */
+XATTN_API xattn_status xattn_cache_keep(xattn_kv_cache* cache, xattn_sequence id, const int64_t* positions, int64_t n);
 XATTN_API xattn_status xattn_cache_length(const xattn_kv_cache* cache, xattn_sequence id, int64_t* length);
 /* Allocates the pool's memory for `tokens` tokens now (otherwise it grows as pages are used). */
 XATTN_API xattn_status xattn_cache_reserve(xattn_kv_cache* cache, int64_t tokens);

@@ -7,6 +7,7 @@
 #include <limits>
 #include <optional>
 #include <stdexcept>
+#include <vector>
 
 struct xattn_kv_cache {
   std::unique_ptr<xattn::c_api::any_cache> impl;
@@ -162,6 +163,21 @@ xattn_status xattn_cache_truncate(xattn_kv_cache* cache, xattn_sequence id, int6
     auto& c = impl_of(cache, who);
     if (length < 0) fail(who, ": length is ", length, "; it must be >= 0");
     c.truncate(c_api::from_c(id), std::size_t(length));
+  });
+}
+
+xattn_status xattn_cache_keep(xattn_kv_cache* cache, xattn_sequence id, const int64_t* positions, int64_t n) {
+  const char* who = "xattn_cache_keep";
+  return cache_guarded(who, [&] {
+    auto& c = impl_of(cache, who);
+    if (n < 0) fail(who, ": n is ", n, "; it must be >= 0");
+    if (n > 0 && positions == nullptr) fail(who, ": positions is NULL but n is ", n);
+    std::vector<std::size_t> kept(static_cast<std::size_t>(n));
+    for (std::int64_t i = 0; i < n; ++i) {
+      if (positions[i] < 0) fail(who, ": positions[", i, "] is ", positions[i], "; it must be >= 0");
+      kept[std::size_t(i)] = std::size_t(positions[i]);
+    }
+    c.keep(c_api::from_c(id), kept);
   });
 }
 

@@ -213,6 +213,39 @@ def test_truncate_rolls_back_a_draft_and_leaves_a_fork_its_tokens():
     assert torch.equal(cache.attention(qb, [b]), before_b)  # the fork kept its pages and tokens
 
 
+def test_keep_evicts_to_the_given_positions_and_leaves_a_fork_its_tokens():
+    torch.manual_seed(13)
+    cache = xattn.KVCache(kv_heads=2, head_dim=32, dtype="int8", page_size=4, max_tokens=64)
+    direct = xattn.KVCache(kv_heads=2, head_dim=32, dtype="int8", page_size=4, max_tokens=64)
+    k, v = torch.randn(2, 13, 32), torch.randn(2, 13, 32)
+    a = cache.add_sequence()
+    cache.append(a, k, v)
+    b = cache.fork(a)
+    qb = torch.randn(1, 4, 1, 32)
+    before_b = cache.attention(qb, [b])
+    kept = [0, 1, 5, 10, 11, 12]  # two sink tokens, a heavy hitter, the newest three
+    cache.keep(a, kept)
+    d = direct.add_sequence()
+    direct.append(d, k[:, kept], v[:, kept])
+    assert cache.length(a) == 6 and cache.length(b) == 13
+    q = torch.randn(1, 4, 2, 32)
+    assert torch.equal(cache.attention(q, [a], causal=True), direct.attention(q, [d], causal=True))
+    assert torch.equal(cache.attention(qb, [b]), before_b)  # the fork kept its pages and tokens
+    with pytest.raises(ValueError, match="xattn_cache_keep: positions must increase"):
+        cache.keep(a, [2, 1])
+    with pytest.raises(ValueError, match=r"positions\[1\] = 6 is not below the sequence's 6 tokens"):
+        cache.keep(a, [0, 6])
+    with pytest.raises(ValueError, match=r"positions\[0\] is -1"):
+        cache.keep(a, [-1])
+    with pytest.raises(TypeError, match="positions holds 1.5"):
+        cache.keep(a, [1.5])
+    with pytest.raises(TypeError, match="must be a sequence of ints"):
+        cache.keep(a, 3)
+    assert cache.length(a) == 6
+    cache.keep(a, torch.tensor([0, 5]))  # a tensor of positions too
+    assert cache.length(a) == 2
+
+
 def test_the_documented_example():
     # [snippet kvcache]
     cache = xattn.KVCache(kv_heads=2, head_dim=64, dtype="int8", page_size=16, max_tokens=1 << 16)

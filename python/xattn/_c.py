@@ -100,6 +100,7 @@ lib.xattn_cache_destroy.argtypes = [ctypes.c_void_p]
 for _name, _args in (("add_sequence", [ctypes.c_void_p, _Seq]), ("append", [ctypes.c_void_p, _S, _T, _T]),
                      ("fork", [ctypes.c_void_p, _S, _Seq]), ("release", [ctypes.c_void_p, _S]),
                      ("truncate", [ctypes.c_void_p, _S, ctypes.c_int64]),
+                     ("keep", [ctypes.c_void_p, _S, ctypes.POINTER(ctypes.c_int64), ctypes.c_int64]),
                      ("length", [ctypes.c_void_p, _S, ctypes.POINTER(ctypes.c_int64)]),
                      ("reserve", [ctypes.c_void_p, ctypes.c_int64]),
                      ("attention", [ctypes.c_void_p, _Seq, ctypes.c_int64, _T, ctypes.POINTER(Desc), _T, _T])):

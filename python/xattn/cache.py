@@ -92,6 +92,27 @@ class KVCache:
             raise TypeError("KVCache.truncate: length is %r; it must be an int" % (length,))
         _c.check(_c.lib.xattn_cache_truncate(self._handle, _id(seq), length))
 
+    def keep(self, seq, positions):
+        """Keeps only seq's tokens at `positions` (increasing ints, each below its length), in that
+        order (eviction: heavy hitters, attention sinks and a window): token positions[i] becomes
+        token i. Pages a fork shares are copied before they are written; bad positions raise
+        ValueError and change nothing."""
+        try:
+            given = list(positions)
+        except TypeError:
+            raise TypeError("KVCache.keep: positions is %r; it must be a sequence of ints" % (positions,)) from None
+        kept = []
+        for p in given:
+            try:
+                whole = not isinstance(p, bool) and int(p) == p
+            except (TypeError, ValueError):
+                whole = False
+            if not whole:
+                raise TypeError("KVCache.keep: positions holds %r; positions are ints" % (p,))
+            kept.append(int(p))
+        arr = (ctypes.c_int64 * max(1, len(kept)))(*kept)
+        _c.check(_c.lib.xattn_cache_keep(self._handle, _id(seq), arr, len(kept)))
+
     def length(self, seq):
         out = ctypes.c_int64()
         _c.check(_c.lib.xattn_cache_length(self._handle, _id(seq), ctypes.byref(out)))

@@ -214,6 +214,46 @@ TEST_CASE("xattn_cache_truncate: a draft's rejected tokens dropped, then the acc
   CHECK(out_c == out_d);
 }
 
+TEST_CASE("xattn_cache_keep: a sequence evicted to the given positions, a fork keeping its tokens", "[c][cache]") {
+  rng g(32);
+  xattn_cache_options o = xattn_cache_defaults();
+  o.kv_heads = 2, o.head_dim = 32, o.page_size = 4, o.max_tokens = 64, o.key_dtype = XATTN_Q8_0;
+  cache_ptr c(xattn_cache_create(&o)), direct(xattn_cache_create(&o));
+  REQUIRE(c);
+  REQUIRE(direct);
+  xt::xtensor<float, 3> k = g.tensor<float>({2, 13, 32}), v = g.tensor<float>({2, 13, 32});
+  const std::vector<std::int64_t> kept{0, 1, 5, 10, 11, 12};  // sinks, a heavy hitter, a window
+  xt::xtensor<float, 3> kk = xt::xtensor<float, 3>::from_shape({2, kept.size(), 32}), vk = kk;
+  for (std::size_t h = 0; h < 2; ++h)
+    for (std::size_t i = 0; i < kept.size(); ++i)
+      for (std::size_t d = 0; d < 32; ++d)
+        kk(h, i, d) = k(h, std::size_t(kept[i]), d), vk(h, i, d) = v(h, std::size_t(kept[i]), d);
+  xattn_tensor kc = c_of(k.data(), {2, 13, 32}), vc = c_of(v.data(), {2, 13, 32});
+  xattn_tensor kkc = c_of(kk.data(), {2, 6, 32}), vkc = c_of(vk.data(), {2, 6, 32});
+  xattn_sequence a = 0, f = 0, d = 0;
+  REQUIRE(xattn_cache_add_sequence(c.get(), &a) == XATTN_OK);
+  REQUIRE(xattn_cache_append(c.get(), a, &kc, &vc) == XATTN_OK);
+  REQUIRE(xattn_cache_fork(c.get(), a, &f) == XATTN_OK);
+  REQUIRE(xattn_cache_keep(c.get(), a, kept.data(), std::int64_t(kept.size())) == XATTN_OK);
+  REQUIRE(xattn_cache_add_sequence(direct.get(), &d) == XATTN_OK);
+  REQUIRE(xattn_cache_append(direct.get(), d, &kkc, &vkc) == XATTN_OK);
+  std::int64_t n = 0;
+  REQUIRE(xattn_cache_length(c.get(), a, &n) == XATTN_OK);
+  CHECK(n == 6);
+  REQUIRE(xattn_cache_length(c.get(), f, &n) == XATTN_OK);
+  CHECK(n == 13);
+  // the same attention, bit for bit, as over a cache holding only the kept tokens
+  xt::xtensor<float, 4> q = g.tensor<float>({1, 4, 2, 32});
+  std::vector<float> out_c(4 * 2 * 32, -1.0f), out_d(4 * 2 * 32, -2.0f);
+  xattn_tensor qc = c_of(q.data(), {1, 4, 2, 32}), oc = c_of(out_c.data(), {1, 4, 2, 32}),
+               od = c_of(out_d.data(), {1, 4, 2, 32});
+  xattn_attention_desc desc = xattn_attention_defaults();
+  desc.causal = XATTN_CAUSAL_BOTTOM_RIGHT;
+  REQUIRE(xattn_cache_attention(c.get(), &a, 1, &qc, &desc, &oc, nullptr) == XATTN_OK);
+  REQUIRE(xattn_cache_attention(direct.get(), &d, 1, &qc, &desc, &od, nullptr) == XATTN_OK);
+  CHECK(out_c == out_d);
+}
+
 TEST_CASE("xattn_kv_cache: bad input returns a status and a message, and changes nothing", "[c][cache]") {
   xattn_cache_options o = xattn_cache_defaults();
   CHECK(xattn_cache_create(&o) == nullptr);  // kv_heads 0
@@ -259,6 +299,16 @@ TEST_CASE("xattn_kv_cache: bad input returns a status and a message, and changes
           "xattn_cache_truncate: length 11 is beyond the sequence's 10 tokens");
   refused(xattn_cache_truncate(c.get(), a, -1), XATTN_INVALID_ARGUMENT, "xattn_cache_truncate: length is -1");
   refused(xattn_cache_truncate(c.get(), gone, 0), XATTN_INVALID_ARGUMENT, "xattn_cache_truncate: sequence 1");
+  const std::int64_t past[] = {0, 10}, negative[] = {-1}, unsorted[] = {3, 2};
+  refused(xattn_cache_keep(c.get(), a, past, 2), XATTN_INVALID_ARGUMENT,
+          "xattn_cache_keep: positions[1] = 10 is not below the sequence's 10 tokens");
+  refused(xattn_cache_keep(c.get(), a, negative, 1), XATTN_INVALID_ARGUMENT, "xattn_cache_keep: positions[0] is -1");
+  refused(xattn_cache_keep(c.get(), a, unsorted, 2), XATTN_INVALID_ARGUMENT,
+          "xattn_cache_keep: positions must increase: positions[0] = 3, positions[1] = 2");
+  refused(xattn_cache_keep(c.get(), a, nullptr, 2), XATTN_INVALID_ARGUMENT,
+          "xattn_cache_keep: positions is NULL but n is 2");
+  refused(xattn_cache_keep(c.get(), a, past, -1), XATTN_INVALID_ARGUMENT, "xattn_cache_keep: n is -1");
+  refused(xattn_cache_keep(c.get(), gone, nullptr, 0), XATTN_INVALID_ARGUMENT, "xattn_cache_keep: sequence 1");
   refused(xattn_cache_reserve(c.get(), 1000), XATTN_INVALID_ARGUMENT,
           "xattn_cache_reserve: 1000 tokens need 250 pages but the pool holds 4");
 

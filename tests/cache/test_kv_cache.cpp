@@ -7,6 +7,7 @@
 
 #include <catch2/catch.hpp>
 #include <xattn/cache.hpp>
+#include <xattn/xattn.hpp>
 #include <xtensor/xview.hpp>
 
 #include <cmath>
@@ -218,6 +219,96 @@ TEMPLATE_TEST_CASE("kv_cache: truncate drops the newest tokens; a fork keeps the
   c.append(a, y, w);  // an emptied sequence is an empty sequence
   CHECK(same(c.stored_keys(a), tokens(direct.stored_keys(d), 6, 9)));
   CHECK_THROWS_WITH(c.truncate(f, 0), Catch::Contains("kv_cache.truncate: sequence") && Catch::Contains("released"));
+}
+
+TEMPLATE_TEST_CASE("kv_cache: keep compacts a sequence to the given positions; forks keep theirs", "[cache]", float,
+                   bfloat16, std::int8_t, q4) {
+  testing::rng r(9);
+  const kv_cache_options o{.kv_heads = 2, .head_dim = 40, .page_size = 4, .max_tokens = 64};  // 40: a partial group
+  kv_cache<TestType> c(o);
+  const auto a = c.add_sequence();
+  const xt::xtensor<float, 3> k = r.tensor<float>({2, 13, 40}), v = r.tensor<float>({2, 13, 40});
+  c.append(a, k, v);  // 4 pages, the last holding 1 token
+  const auto f = c.fork(a);
+  const auto whole = snapshot(c, f);
+  const std::size_t free0 = c.free_pages();
+  // StreamingLLM's two sink tokens, one heavy hitter, and a window of the newest
+  const std::vector<std::size_t> kept{0, 1, 5, 10, 11, 12};
+  const auto rows_of = [&](const xt::xtensor<float, 3>& x) {
+    xt::xtensor<float, 3> y = xt::xtensor<float, 3>::from_shape({2, kept.size(), 40});
+    for (std::size_t h = 0; h < 2; ++h)
+      for (std::size_t i = 0; i < kept.size(); ++i)
+        for (std::size_t d = 0; d < 40; ++d) y(h, i, d) = x(h, kept[i], d);
+    return y;
+  };
+  c.keep(a, kept);
+  CHECK(c.length(a) == 6);
+  CHECK(c.pages(a).size() == 2);
+  CHECK(c.free_pages() == free0 - 2);  // both kept pages were shared with f and written: copied
+  CHECK(snapshot(c, f) == whole);
+  CHECK(same(c.stored_keys(a), rows_of(std::get<2>(whole))));
+  CHECK(same(c.stored_values(a), rows_of(std::get<3>(whole))));
+  // attention over the kept tokens is bit for bit a cache's built from them (rows move as stored)
+  kv_cache<TestType> direct(o);
+  const auto d = direct.add_sequence();
+  direct.append(d, rows_of(k), rows_of(v));
+  const xt::xtensor<float, 3> y = r.tensor<float>({2, 3, 40}), w = r.tensor<float>({2, 3, 40});
+  c.append(a, y, w);
+  direct.append(d, y, w);
+  CHECK(same(c.stored_keys(a), direct.stored_keys(d)));
+  const xt::xtensor<float, 4> q = r.tensor<float>({1, 4, 2, 40});
+  const auto attend = [&](const kv_cache<TestType>& cache, sequence_id s) {
+    return xt::xtensor<float, 4>(
+        eval(softmax(mask(ref(q) * trans(cache.keys({s})), causal(align::bottom_right))) * cache.values({s})));
+  };
+  const bool same_output = attend(c, a) == attend(direct, d);
+  CHECK(same_output);
+  // keeping every token changes nothing; a sequence no fork shares is compacted in place
+  const auto before = snapshot(c, a);
+  c.keep(a, {0, 1, 2, 3, 4, 5, 6, 7, 8});
+  CHECK(snapshot(c, a) == before);
+  const std::size_t free1 = c.free_pages();
+  c.keep(a, {3, 8});
+  CHECK(c.free_pages() == free1 + 2);
+  CHECK(same(c.stored_keys(a),
+             xt::xtensor<float, 3>(xt::view(direct.stored_keys(d), xt::all(), xt::keep(3, 8), xt::all()))));
+  c.keep(a, {});
+  CHECK(c.pages(a).empty());
+  CHECK(c.length(a) == 0);
+}
+
+TEST_CASE("kv_cache: keep refuses bad positions, a full pool and rotated keys, and changes nothing") {
+  testing::rng r(10);
+  kv_cache<std::int8_t, bfloat16> c({.kv_heads = 2, .head_dim = 32, .page_size = 4, .max_tokens = 16});
+  const auto a = c.add_sequence();
+  c.append(a, r.tensor<float>({2, 10, 32}), r.tensor<float>({2, 10, 32}));  // 3 of the pool's 4 pages
+  const auto f = c.fork(a);
+  const auto before = snapshot(c, a);
+  const std::size_t free0 = c.free_pages();
+  const auto unchanged = [&] {
+    CHECK(snapshot(c, a) == before);
+    CHECK(snapshot(c, f) == before);
+    CHECK(c.free_pages() == free0);
+  };
+  CHECK_THROWS_WITH(c.keep(a, {0, 10}),
+                    "xattn: kv_cache.keep: positions[1] = 10 is not below the sequence's 10 tokens");
+  unchanged();
+  CHECK_THROWS_WITH(c.keep(a, {0, 4, 4}),
+                    "xattn: kv_cache.keep: positions must increase: positions[1] = 4, positions[2] = 4");
+  unchanged();
+  CHECK_THROWS_AS(c.keep(a, {2, 1}), std::invalid_argument);
+  unchanged();
+  // moving rows into both kept pages, which f shares, needs 2 pages; 1 is free
+  CHECK_THROWS_WITH(c.keep(a, {0, 5, 6, 7, 9}), Catch::Contains("kv_cache.keep: needs 2 pages but 1 of the pool's 4"));
+  CHECK_THROWS_AS(c.keep(a, {0, 5, 6, 7, 9}), std::length_error);
+  unchanged();
+  c.release(f);
+  CHECK_THROWS_WITH(c.keep(f, {}), Catch::Contains("kv_cache.keep: sequence") && Catch::Contains("released"));
+  kv_cache<float> rotated({.kv_heads = 1, .head_dim = 8, .page_size = 4, .max_tokens = 16, .rope = rope_options{}});
+  const auto s = rotated.add_sequence();
+  rotated.append(s, r.tensor<float>({1, 5, 8}), r.tensor<float>({1, 5, 8}));
+  CHECK_THROWS_WITH(rotated.keep(s, {0, 4}), Catch::Contains("kv_cache.keep: the cache stores its keys rotated"));
+  CHECK(rotated.length(s) == 5);
 }
 
 TEST_CASE("kv_cache: bad input is named and leaves the cache as it was") {

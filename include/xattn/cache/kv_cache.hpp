@@ -105,6 +105,61 @@ class kv_cache {
     s.length = length;
   }
 
+  /// Keeps only a's tokens at `positions` (sorted, each below a's length), in that order: token
+  /// positions[i] becomes token i (eviction: H2O's heavy hitters, StreamingLLM's sinks and window).
+  /// Rows move within a's own pages, as stored (no requantization); a page a fork shares is copied
+  /// before it is written, and the pages past the new length go back to the pool unless a fork holds
+  /// them. Bad positions, a full pool, or a cache that stores its keys rotated (.rope: a kept key
+  /// would stay turned to its old position) throw and change nothing. Like truncate, it ends the use
+  /// of a keys()/values() snapshot of a.
+  void keep(sequence_id a, const std::vector<std::size_t>& positions) {
+    const char* who = "kv_cache.keep";
+    check(a, who);
+    slot& s = slots_[a.slot];
+    if (opt_.rope)
+      fail(who,
+           ": the cache stores its keys rotated at their positions (.rope), which keep would move; construct it "
+           "without .rope and turn keys and queries with rope() at the positions you keep");
+    for (std::size_t i = 0; i < positions.size(); ++i) {
+      if (positions[i] >= s.length)
+        fail(who, ": positions[", i, "] = ", positions[i], " is not below the sequence's ", s.length, " tokens");
+      if (i > 0 && positions[i] <= positions[i - 1])
+        fail(who, ": positions must increase: positions[", i - 1, "] = ", positions[i - 1], ", positions[", i,
+             "] = ", positions[i]);
+    }
+    const std::size_t ps = opt_.page_size, n = positions.size(), kept_pages = (n + ps - 1) / ps;
+    // the kept pages a fork shares and that a moved row would write: copied first (the only allocation)
+    std::vector<std::size_t> shared;
+    for (std::size_t p = 0; p < kept_pages; ++p) {
+      bool moves = false;
+      for (std::size_t i = p * ps; i < std::min(n, (p + 1) * ps) && !moves; ++i) moves = positions[i] != i;
+      if (moves && pool_.refs(s.pages[p]) > 1) shared.push_back(p);
+    }
+    auto got = pool_.acquire(shared.size(), who);  // the last call that can fail
+    for (std::size_t c = 0; c < shared.size(); ++c) {
+      const std::uint32_t old = s.pages[shared[c]], mine = got[c];
+      for (std::size_t h = 0; h < opt_.kv_heads; ++h) {
+        std::memcpy(key_head(mine, h), key_head(old, h), kf_.head_bytes());
+        std::memcpy(value_head(mine, h), value_head(old, h), vf_.head_bytes());
+      }
+      pool_.release(old);
+      s.pages[shared[c]] = mine;
+    }
+    // forward, in place: positions[i] >= i, so no row is overwritten before it is read
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::size_t from = positions[i];
+      if (from == i) continue;
+      const std::uint32_t src = s.pages[from / ps], dst = s.pages[i / ps];
+      for (std::size_t h = 0; h < opt_.kv_heads; ++h) {
+        kf_.copy_row(key_head(dst, h), i % ps, key_head(src, h), from % ps);
+        vf_.copy_row(value_head(dst, h), i % ps, value_head(src, h), from % ps);
+      }
+    }
+    for (std::size_t p = kept_pages; p < s.pages.size(); ++p) pool_.release(s.pages[p]);
+    s.pages.resize(kept_pages);
+    s.length = n;
+  }
+
   /// Appends n tokens: k_rows (kv_heads, n, head_dim) and v_rows likewise, converted (or
   /// quantized) as they are written. On any error nothing changes.
   template <class KR, class VR>

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 namespace xattn {
@@ -74,6 +75,22 @@ struct page_format {
     const T* rows = reinterpret_cast<const T*>(head);
     const float* scales = quantized ? reinterpret_cast<const float*>(head + rows_bytes()) : nullptr;
     return {rows, scales, layout()};
+  }
+  /// Row dr of the head at dst := row sr of the head at src, as stored (codes and scales).
+  void copy_row(std::byte* dst, std::size_t dr, const std::byte* src, std::size_t sr) const noexcept {
+    const row_layout at = layout();
+    T* to = reinterpret_cast<T*>(dst);
+    const T* from = reinterpret_cast<const T*>(src);
+    if (interleaved()) {
+      for (std::size_t d = 0; d < row_codes(); ++d) to[at.code(dr, d)] = from[at.code(sr, d)];
+    } else {
+      std::memcpy(to + at.code(dr, 0), from + at.code(sr, 0), row_codes() * sizeof(T));
+    }
+    if constexpr (quantized) {
+      float* scale = reinterpret_cast<float*>(dst + rows_bytes());
+      const float* given = reinterpret_cast<const float*>(src + rows_bytes());
+      for (std::size_t g = 0; g < groups(); ++g) scale[at.scale(dr, g)] = given[at.scale(sr, g)];
+    }
   }
   /// Row r of the head at `head` := x (dim values `xs` apart, any element type).
   template <class X>

@@ -33,6 +33,7 @@ class any_cache {
   virtual sequence_id fork(sequence_id a) = 0;
   virtual void release(sequence_id a) = 0;
   virtual void truncate(sequence_id a, std::size_t length) = 0;
+  virtual void keep(sequence_id a, const std::vector<std::size_t>& positions) = 0;
   virtual std::size_t length(sequence_id a) const = 0;
   virtual void reserve(std::size_t tokens) = 0;
   virtual std::size_t free_pages() const noexcept = 0;
@@ -70,6 +71,7 @@ class typed_cache final : public any_cache {
   sequence_id fork(sequence_id a) override { return c_.fork(a); }
   void release(sequence_id a) override { c_.release(a); }
   void truncate(sequence_id a, std::size_t length) override { c_.truncate(a, length); }
+  void keep(sequence_id a, const std::vector<std::size_t>& positions) override { c_.keep(a, positions); }
   std::size_t length(sequence_id a) const override { return c_.length(a); }
   void reserve(std::size_t tokens) override { c_.reserve(tokens); }
   std::size_t free_pages() const noexcept override { return c_.free_pages(); }
