@@ -343,6 +343,28 @@ def decode_bandwidth(results, benchmarks):
                       "|---|---:|---:|---:|---:|---:|", *lines]) + "\n"
 
 
+# llama.cpp's K/V type for each page type of the cache_decode rows (bench/ggml.sh's rows).
+GGML_TYPES = {"float": "f32", "bfloat16": "bf16", "float16": "f16", "int8": "q8_0", "q4": "q4_0"}
+
+
+def ggml_table(benchmarks):
+    """cache_decode rows beside llama.cpp's flash attention on the same shape and K/V type."""
+    ms = time_medians(benchmarks)
+    lines = []
+    for parts, t in ms.items():
+        if not cache_kind(parts) or parts[1] not in GGML_TYPES or parts[5] == "ragged":
+            continue
+        peer = ms.get(("ggml", GGML_TYPES[parts[1]], *parts[2:]))
+        if peer:
+            lines.append(f"| {'/'.join(parts[:-1])} | {parts[-1]} | {t:.2f} | {GGML_TYPES[parts[1]]} | {peer:.2f} | "
+                         f"{peer / t:.2f}× |")
+    if not lines:
+        return ""
+    return "\n".join(["", "## Decoding against llama.cpp (ggml_flash_attn_ext, bench/ggml.sh)", "",
+                      "| row | threads | xattn ms | llama.cpp K/V | llama.cpp ms | xattn speed ÷ llama.cpp |",
+                      "|---|---:|---:|---|---:|---:|", *lines]) + "\n"
+
+
 def seqlen_series(table, variants):
     """D = 64, non-causal, Sq == Skv rows: {seq: {(variant, threads): gflops}} (first shape per seq wins)."""
     points = {}
@@ -849,7 +871,7 @@ def main(argv):
     peaks, table, variants = split(results)
     md = (markdown(data.get("context", {}), peaks, table, variants) + backward_table(results, peaks, data.get("benchmarks", []))
           + sixteen_table(results, peaks) + modern_table(results) + other_measurements(data.get("benchmarks", []))
-          + decode_bandwidth(results, data.get("benchmarks", []))
+          + decode_bandwidth(results, data.get("benchmarks", [])) + ggml_table(data.get("benchmarks", []))
           + ring_table(results, data.get("benchmarks", [])))
     (out_dir / "results.md").write_text(md)
     print(md)

@@ -60,6 +60,8 @@ bash "$here/compile_probe.sh" --json "$out/compile.json" || echo "run.sh: compil
 
 # ONNX Runtime side by side, same machine, same run (skipped when its harness is not installed).
 bash "$here/ort.sh" "$out/ort.json" || echo "run.sh: ONNX Runtime comparison failed; continuing" >&2
+# llama.cpp's CPU flash attention on the cache_decode steps (skipped when its harness is not built).
+bash "$here/ggml.sh" "$out/ggml.json" || echo "run.sh: llama.cpp comparison failed; continuing" >&2
 
 /usr/bin/python3 "$here/torch_d2l.py" "$out/torch_d2l.json" || echo "run.sh: PyTorch comparison failed; continuing" >&2
 # The Python package against PyTorch on the same tensors, and its per-call cost (compare.md, compare.png).
@@ -67,7 +69,7 @@ bash "$here/ort.sh" "$out/ort.json" || echo "run.sh: ONNX Runtime comparison fai
 # Score and mask functions written in Python (xattn.flex) against the package's words and PyTorch eager.
 /usr/bin/python3 "$here/flex.py" "$build" "$out/flex.json" || echo "run.sh: flex comparison failed; continuing" >&2
 extras=("$out/compile.json" "$out/ort.json" "$out/torch_d2l.json" "$out/ring_single.json" "$out/ring_np2.json"
-        "$out/flex.json")
+        "$out/flex.json" "$out/ggml.json")
 python3 "$here/report.py" "$out/results.json" "$out" "${extras[@]}"
 # This CPU's summary table (bench/results/<cpu>-<date>/summary.md), from the same files.
 python3 "$here/report.py" --summary --out "$out/summary.md" "$out/results.json" "${extras[@]}"
