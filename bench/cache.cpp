@@ -6,6 +6,13 @@
 // "cache_decode/<type>/<B>/<Hq>/<Hkv>/<Skv>/<D>/<threads>": one decoding step (a query per head)
 // over B sequences of Skv tokens read from the cache's pages; Skv "ragged" is 16 sequences of
 // seeded lengths in [128, 4096]. Counters gflops and gbytes_per_s (the key and value bytes stored).
+// "cache_key_mass/<type>/<B>/<Hq>/<Hkv>/<Skv>/<D>/<threads>": the same step by eval_with_key_mass,
+// which also returns the attention each cached token received (eviction's input); counters as
+// cache_decode's.
+// "cache_select/<type>/<B>/<Hq>/<Hkv>/<Skv>/<D>/<k>/<threads>": top-k sparse attention, the decoding
+// step of cache_decode over k of the Skv tokens (seeded, distinct, in position order) per key head,
+// select(K, idx) and select(V, idx) reading them from the pages. Counter gbytes_per_s: the bytes of
+// the selected rows.
 // "cache_verify/<mask>/<type>/<B>/<Hq>/<Hkv>/<n>/<Skv>/<D>/<threads>": speculative decoding's
 // verification, n queries (the draft's tokens, the newest n of Skv + n cached) with mask = tree (a
 // binary tree of n tokens, tree_mask) or causal (causal(align::bottom_right), the chain of n tokens).
@@ -23,8 +30,10 @@
 #include <xattn/xattn.hpp>
 #include <xtensor/xtensor.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <numeric>
 #include <random>
 #include <string>
 #include <type_traits>
@@ -96,7 +105,7 @@ std::vector<std::size_t> lengths_of(const decode_shape& s) {
 }
 
 template <class T>
-void cache_decode(benchmark::State& state, const decode_shape& s, int threads) {
+void cache_decode(benchmark::State& state, const decode_shape& s, int threads, bool key_mass = false) {
   set_threads(threads);
   const auto lens = lengths_of(s);
   std::size_t tokens = 0;
@@ -121,11 +130,25 @@ void cache_decode(benchmark::State& state, const decode_shape& s, int threads) {
       softmax(xattn::ref(q) * trans(cache.keys(batch)) * (1.0f / std::sqrt(float(s.head_dim)))) * cache.values(batch);
   const xattn::schedule sch{.threads = threads};
   const double flop = 4.0 * double(s.q_heads * tokens * s.head_dim);
-  const double seconds = run_timed(state, flop, [&] { xattn::eval_into(e, o, sch); });
+  xt::xtensor<float, 3> mass;
+  const double seconds = run_timed(state, flop, [&] {
+    if (!key_mass) return xattn::eval_into(e, o, sch);
+    auto r = xattn::eval_with_key_mass(e, sch);
+    o = std::move(r.output), mass = std::move(r.key_mass);
+  });
   state.counters["gbytes_per_s"] = 2.0 * double(tokens * s.kv_heads * row_bytes<T>(s.head_dim)) / seconds / 1e9;
-  const auto want = xattn::reference(e).output;  // double, on the values as stored
+  const auto want = xattn::reference(e);  // double, on the values as stored
   double worst = 0;
-  for (std::size_t i = 0; i < o.size(); ++i) worst = std::max(worst, std::abs(double(o.data()[i]) - want.data()[i]));
+  for (std::size_t i = 0; i < o.size(); ++i)
+    worst = std::max(worst, std::abs(double(o.data()[i]) - want.output.data()[i]));
+  for (std::size_t b = 0; key_mass && b < s.batch; ++b)  // each key's weights over the query heads of its key head
+    for (std::size_t hk = 0; hk < s.kv_heads; ++hk)
+      for (std::size_t j = 0; j < lens[b]; ++j) {
+        double sum = 0;
+        for (std::size_t h = hk * (s.q_heads / s.kv_heads); h < (hk + 1) * (s.q_heads / s.kv_heads); ++h)
+          sum += want.weights(b, h, 0, j);
+        worst = std::max(worst, std::abs(double(mass(b, hk, j)) - sum));
+      }
   if (!(worst < 1e-5)) state.SkipWithError(("output differs from reference by " + std::to_string(worst)).c_str());
 }
 
@@ -143,10 +166,81 @@ void register_decode(const char* type, const decode_shape& s) {
 }
 
 template <class T>
+void register_key_mass(const char* type, const decode_shape& s) {
+  for (int threads : thread_counts) {
+    std::string name = std::string("cache_key_mass/") + type;
+    for (std::size_t x : {s.batch, s.q_heads, s.kv_heads, s.seq_kv, s.head_dim}) name += '/' + std::to_string(x);
+    name += '/' + std::to_string(threads);
+    benchmark::RegisterBenchmark(name.c_str(),
+                                 [s, threads](benchmark::State& st) { cache_decode<T>(st, s, threads, true); })
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond);
+  }
+}
+
+template <class T>
 void register_decodes(const char* type) {
   register_decode<T>(type, {1, 32, 32, 4096, 128});  // multi-head: every head's keys read once
   register_decode<T>(type, {1, 32, 8, 8192, 128});   // grouped-query
   register_decode<T>(type, {16, 32, 8, 0, 128});     // a ragged batch
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, xattn::bfloat16> || std::is_same_v<T, std::int8_t>) {
+    register_key_mass<T>(type, {1, 32, 32, 4096, 128});
+    register_key_mass<T>(type, {1, 32, 8, 8192, 128});
+  }
+}
+
+template <class T>
+void cache_select(benchmark::State& state, const decode_shape& s, std::size_t k, int threads) {
+  set_threads(threads);
+  constexpr std::size_t ps = 16;
+  xattn::kv_cache<T> cache(
+      {.kv_heads = s.kv_heads, .head_dim = s.head_dim, .page_size = ps, .max_tokens = s.batch * (s.seq_kv + ps)});
+  std::vector<xattn::sequence_id> batch;
+  for (std::size_t b = 0; b < s.batch; ++b) {  // the rows cache_decode attends
+    xt::xtensor<float, 3> kk = xt::xtensor<float, 3>::from_shape({s.kv_heads, s.seq_kv, s.head_dim}), v = kk;
+    fill_uniform({kk.data(), kk.size()}, 10 + b);
+    fill_uniform({v.data(), v.size()}, 100 + b);
+    batch.push_back(cache.add_sequence());
+    cache.append(batch.back(), kk, v);
+  }
+  xt::xtensor<std::int32_t, 4> idx = xt::xtensor<std::int32_t, 4>::from_shape({s.batch, s.kv_heads, 1, k});
+  std::mt19937_64 gen(7);
+  std::vector<std::int32_t> all(s.seq_kv);
+  for (std::size_t bh = 0; bh < s.batch * s.kv_heads; ++bh) {
+    std::iota(all.begin(), all.end(), 0);
+    std::shuffle(all.begin(), all.end(), gen);
+    std::sort(all.begin(), all.begin() + std::ptrdiff_t(k));
+    std::copy(all.begin(), all.begin() + std::ptrdiff_t(k), idx.data() + bh * k);
+  }
+  xt::xtensor<float, 4> q = xt::xtensor<float, 4>::from_shape({s.batch, s.q_heads, 1, s.head_dim});
+  fill_uniform({q.data(), q.size()}, 1);
+  xt::xtensor<float, 4> o = xt::zeros<float>({s.batch, s.q_heads, std::size_t(1), s.head_dim});
+  const auto K = cache.keys(batch), V = cache.values(batch);
+  const float scale = 1.0f / std::sqrt(float(s.head_dim));
+  const auto e = softmax(xattn::ref(q) * trans(select(K, idx)) * scale) * select(V, idx);
+  const xattn::schedule sch{.threads = threads};
+  const double flop = 4.0 * double(s.batch * s.q_heads * k * s.head_dim);
+  const double seconds = run_timed(state, flop, [&] { xattn::eval_into(e, o, sch); });
+  state.counters["gbytes_per_s"] = 2.0 * double(s.batch * k * s.kv_heads * row_bytes<T>(s.head_dim)) / seconds / 1e9;
+  const auto want = xattn::reference(e).output;  // double, on the values as stored
+  double worst = 0;
+  for (std::size_t i = 0; i < o.size(); ++i) worst = std::max(worst, std::abs(double(o.data()[i]) - want.data()[i]));
+  if (!(worst < 1e-5)) state.SkipWithError(("output differs from reference by " + std::to_string(worst)).c_str());
+}
+
+template <class T>
+void register_select(const char* type) {
+  const decode_shape s{1, 32, 8, 8192, 128};
+  const std::size_t k = 512;
+  for (int threads : thread_counts) {
+    std::string name = std::string("cache_select/") + type;
+    for (std::size_t x : {s.batch, s.q_heads, s.kv_heads, s.seq_kv, s.head_dim, k}) name += '/' + std::to_string(x);
+    name += '/' + std::to_string(threads);
+    benchmark::RegisterBenchmark(name.c_str(),
+                                 [s, k, threads](benchmark::State& st) { cache_select<T>(st, s, k, threads); })
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond);
+  }
 }
 
 /// A binary tree of n draft tokens in breadth-first order: token t's parent is (t - 1) / 2, the root's the prefix.
@@ -315,6 +409,9 @@ void register_cache() {
   register_decodes<std::int8_t>("int8");
   register_decodes<xattn::float8_e4m3>("fp8");
   register_decodes<xattn::q4>("q4");
+  register_select<float>("float");
+  register_select<xattn::bfloat16>("bfloat16");
+  register_select<std::int8_t>("int8");
   register_verify<float>("float");
   register_verify<xattn::bfloat16>("bfloat16");
   register_verify<std::int8_t>("int8");

@@ -19,6 +19,7 @@
 #include "modules/equinox_mha.hpp"
 #include "modules/fused_vs_unfused.hpp"
 #include "seeds_example.hpp"
+#include "sparse_attention.hpp"
 #include "speculative_decoding.hpp"
 #include "training_demo.hpp"
 
@@ -222,6 +223,33 @@ int main(int argc, char** argv) {
     }
     std::cout << "(drift: each step's |out - out(full cache)| / |out(full cache)|, averaged over the steps;\n"
                  " StreamingLLM keeps 4 sink tokens and the newest, H2O the newest half and the most attended)\n";
+  }
+
+  section("top-k sparse attention: an indexer's k keys per query, from a cache of 4096 tokens, bfloat16");
+  {
+    // keys of a few topics: a query is close to the keys of its own topic, which a good indexer finds
+    const std::size_t Hkv = 2, Hq = 8, D = 64, len = 4096, topics = 64;
+    xt::random::seed(9);
+    const xt::xtensor<float, 2> centre = xt::random::randn<float>({topics, D});
+    xt::xtensor<float, 3> keys = xt::random::randn<float>({Hkv, len, D}) * 0.5f;
+    for (std::size_t h = 0; h < Hkv; ++h)
+      for (std::size_t j = 0; j < len; ++j)
+        for (std::size_t d = 0; d < D; ++d) keys(h, j, d) += centre((j * 7 + h) % topics, d);
+    xattn::kv_cache<xattn::bfloat16> cache({.kv_heads = Hkv, .head_dim = D, .page_size = 16, .max_tokens = len});
+    const std::vector<xattn::sequence_id> batch{cache.add_sequence()};
+    cache.append(batch[0], keys, xt::xtensor<float, 3>(xt::random::randn<float>({Hkv, len, D})));
+    xt::xtensor<float, 4> q = xt::random::randn<float>({std::size_t(1), Hq, std::size_t(1), D}) * 0.3f;
+    for (std::size_t h = 0; h < Hq; ++h)
+      for (std::size_t d = 0; d < D; ++d) q(0, h, 0, d) += 0.4f * centre(h / (Hq / Hkv) * 5 % topics, d);
+    const auto dense = dsl::sparse::attend_all(cache, batch, q);
+    std::printf("  %6s  %14s  %14s\n", "k", "index dims 8", "index dims 64");
+    for (std::size_t k : {64, 256, 1024}) {
+      const double e8 = dsl::sparse::relative_error(dsl::sparse::attend_top_k(cache, batch, q, k, 8).first, dense);
+      const double e64 = dsl::sparse::relative_error(dsl::sparse::attend_top_k(cache, batch, q, k, 64).first, dense);
+      std::printf("  %6zu  %14.4f  %14.4f\n", k, e8, e64);
+    }
+    std::cout << "(|sparse - dense| / |dense| of one decoding step; the indexer scores tokens on its first\n"
+                 " 8 or all 64 features and keeps the k best: select() reads only those from the pages)\n";
   }
 
   section("fused xattn vs unfused (sgemm, scalar-exp softmax, sgemm), (1, 8, S, 64), float, 2 threads each");

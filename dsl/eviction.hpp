@@ -54,14 +54,13 @@ inline eviction_run run(const decoding::toy_model& m, const std::vector<int>& to
     const xt::xtensor<float, 3> qr = decoding::detail::head_rows(m, x, m.wq);
     std::copy(qr.begin(), qr.end(), q.begin());
     const auto K = cache.keys({s}), V = cache.values({s});
-    const xt::xtensor<float, 4> o = eval(softmax(ref(q) * trans(K) * scale) * V);
-    if (how == policy::h2o) {  // the weights each cached token received this step, over the query heads
-      // [snippet mass]
-      const xt::xtensor<float, 4> w = eval(softmax(ref(q) * trans(K) * scale));  // (1, Hq, 1, cached)
-      for (std::size_t h = 0; h < Hq; ++h)
-        for (std::size_t j = 0; j < held.size(); ++j) mass[j] += w(0, h, 0, j);
-      // [end mass]
-    }
+    // [snippet mass]
+    // the output, and the weights each cached token received this step summed over the query
+    // heads of its key head: key_mass is (1, Hkv, cached), from the same pass
+    const auto [o, key_mass] = eval_with_key_mass(softmax(ref(q) * trans(K) * scale) * V);
+    for (std::size_t hk = 0; hk < m.kv_heads && how == policy::h2o; ++hk)
+      for (std::size_t j = 0; j < held.size(); ++j) mass[j] += key_mass(0, hk, j);
+    // [end mass]
     out.outputs.emplace_back(o.begin(), o.end());
     out.kept.push_back(held);
     if (full) {

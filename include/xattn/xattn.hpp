@@ -5,6 +5,7 @@
 #include "eval/entry/eval.hpp"
 #include "eval/entry/explain.hpp"
 #include "eval/entry/grad.hpp"
+#include "eval/entry/key_mass.hpp"
 #include "eval/oracle/reference.hpp"  // xattn::reference(e): the one header outside the oracle that includes it
 #include "expr/operators.hpp"
 #include "expr/tensor_ref.hpp"

@@ -9,7 +9,8 @@ from . import _c
 
 __all__ = ["KVCache"]
 
-_DTYPES = {"float32": _c.F32, "bfloat16": _c.BF16, "float16": _c.F16, "int8": _c.Q8_0}
+_DTYPES = {"float32": _c.F32, "bfloat16": _c.BF16, "float16": _c.F16, "int8": _c.Q8_0, "float8_e4m3": _c.FP8_E4M3,
+           "q4_0": _c.Q4_0}
 
 
 def _format(name, who):
@@ -21,8 +22,10 @@ def _format(name, who):
 class KVCache:
     """A paged key/value cache of kv_heads heads of head_dim features.
 
-    dtype: "float32", "bfloat16", "float16" or "int8" (llama.cpp's q8_0: a float scale per 32
-    features of each token and head), or a pair (keys, values) of them. page_size tokens per page;
+    dtype: "float32", "bfloat16", "float16", "int8" (llama.cpp's q8_0: a float scale per 32
+    features of each token and head), "float8_e4m3" (OCP E4M3 codes, a float scale per 32 features)
+    or "q4_0" (llama.cpp's 4-bit q4_0), or a pair (keys, values) of them; float8_e4m3 and q4_0 keys
+    and values go together. page_size tokens per page;
     max_tokens bounds the pool (pages are allocated as they are first used, or by reserve).
     rope: None, "half" (LLaMA), "interleaved" (GPT-J) or a dict(style, base=10000, dims=0): keys
     are stored rotated at their positions in their sequence, and attention rotates the queries at

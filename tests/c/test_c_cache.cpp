@@ -40,6 +40,8 @@ constexpr xattn_dtype format_of() {
   if constexpr (std::is_same_v<T, bfloat16>) return XATTN_BF16;
   if constexpr (std::is_same_v<T, float16>) return XATTN_F16;
   if constexpr (std::is_same_v<T, std::int8_t>) return XATTN_Q8_0;
+  if constexpr (std::is_same_v<T, float8_e4m3>) return XATTN_FP8_E4M3;
+  if constexpr (std::is_same_v<T, q4>) return XATTN_Q4_0;
 }
 
 struct cache_deleter {
@@ -170,6 +172,8 @@ TEST_CASE("xattn_cache_attention: the C++ kv_cache's attention, for pairs of for
   same_as_cpp<std::int8_t, bfloat16>(5);
   same_as_cpp<float, std::int8_t>(6);
   same_as_cpp<bfloat16, float16>(7);
+  same_as_cpp<float8_e4m3, float8_e4m3>(8);
+  same_as_cpp<q4, q4>(9);
 }
 
 TEST_CASE("xattn_cache_truncate: a draft's rejected tokens dropped, then the accepted ones appended", "[c][cache]") {
@@ -261,6 +265,11 @@ TEST_CASE("xattn_kv_cache: bad input returns a status and a message, and changes
   o.kv_heads = 2, o.head_dim = 8, o.page_size = 4, o.max_tokens = 16, o.key_dtype = XATTN_F64;
   CHECK(xattn_cache_create(&o) == nullptr);
   CHECK_THAT(std::string(xattn_last_error()), Catch::Contains("options.key_dtype is XATTN_F64"));
+  o.key_dtype = XATTN_Q4_0;  // with F32 values
+  CHECK(xattn_cache_create(&o) == nullptr);
+  CHECK_THAT(std::string(xattn_last_error()),
+             Catch::Contains("options.key_dtype is XATTN_Q4_0 and options.value_dtype XATTN_F32; XATTN_Q4_0 keys and "
+                             "values go together"));
   o.key_dtype = XATTN_F32;
   cache_ptr c(xattn_cache_create(&o));
   REQUIRE(c);

@@ -46,6 +46,7 @@ struct q8_pair_row {
   const float* scale = nullptr;    // the row's first scale
   std::size_t col = 0;
   std::size_t page_rows = 1;
+  bool scattered = false;  // a selection's row (select(K, idx)): the rows beside it are not its neighbours
   using element = std::int8_t;
   static constexpr std::string_view format = "q8_0";
 
@@ -57,7 +58,7 @@ struct q8_pair_row {
     const std::size_t i = col + std::size_t(d);
     return float(q[code_at(i)]) * *scale_at(i);
   }
-  q8_pair_row operator+(std::size_t d) const noexcept { return {q, scale, col + d, page_rows}; }
+  q8_pair_row operator+(std::size_t d) const noexcept { return {q, scale, col + d, page_rows, scattered}; }
   /// The same feature of the row `codes` codes and `scales` scales further in its page.
   q8_pair_row step(std::size_t codes, std::size_t scales) const noexcept {
     return {q + codes, scale + scales, col, page_rows};

@@ -140,11 +140,13 @@ inline constexpr std::size_t pair_block = 16;
 
 /// Whether the `kept` rows from k0 to kl are consecutive rows of one page, at least pair_block of
 /// which follow k0 in its page (they may lie past the sequence's end): pages of a multiple of 16
-/// rows, k0 at a multiple of 16 (a page's head part starts on a cache line).
+/// rows, k0 at a multiple of 16 (a page's head part starts on a cache line). A selection's rows
+/// (scattered) never are, even when its first and last are 15 rows apart.
 inline bool in_pair_block(const q8_pair_row& k0, const q8_pair_row& kl, std::size_t kept) noexcept {
-  return k0.page_rows % pair_block == 0 && reinterpret_cast<std::uintptr_t>(k0.q) % (2 * pair_block) == 0 &&
-         k0.col % q8_row::group == 0 && kl.q == k0.q + 2 * (kept - 1) && kl.scale == k0.scale + (kept - 1) &&
-         kl.col == k0.col && kl.page_rows == k0.page_rows;
+  return !k0.scattered && k0.page_rows % pair_block == 0 &&
+         reinterpret_cast<std::uintptr_t>(k0.q) % (2 * pair_block) == 0 && k0.col % q8_row::group == 0 &&
+         kl.q == k0.q + 2 * (kept - 1) && kl.scale == k0.scale + (kept - 1) && kl.col == k0.col &&
+         kl.page_rows == k0.page_rows;
 }
 
 /// Asks for the cache lines of a pair block's n features and their scales (into L2).

@@ -129,6 +129,10 @@ inline std::string dtype_name(xattn_dtype t) {
       return "XATTN_I64";
     case XATTN_Q8_0:
       return "XATTN_Q8_0";
+    case XATTN_FP8_E4M3:
+      return "XATTN_FP8_E4M3";
+    case XATTN_Q4_0:
+      return "XATTN_Q4_0";
     case XATTN_BOOL:
       return "XATTN_BOOL";
   }

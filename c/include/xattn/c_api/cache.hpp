@@ -99,6 +99,8 @@ extern template std::unique_ptr<any_cache> make_cache<float>(xattn_dtype, const 
 extern template std::unique_ptr<any_cache> make_cache<bfloat16>(xattn_dtype, const kv_cache_options&);
 extern template std::unique_ptr<any_cache> make_cache<float16>(xattn_dtype, const kv_cache_options&);
 extern template std::unique_ptr<any_cache> make_cache<std::int8_t>(xattn_dtype, const kv_cache_options&);
+extern template std::unique_ptr<any_cache> make_cache<float8_e4m3>(xattn_dtype, const kv_cache_options&);
+extern template std::unique_ptr<any_cache> make_cache<q4>(xattn_dtype, const kv_cache_options&);
 
 /// The element type a cache dtype names, as f(T{}).
 template <class F>
@@ -110,15 +112,31 @@ decltype(auto) with_cache_element(xattn_dtype t, F&& f) {
       return f(float16{});
     case XATTN_Q8_0:
       return f(std::int8_t{});
+    case XATTN_FP8_E4M3:
+      return f(float8_e4m3{});
+    case XATTN_Q4_0:
+      return f(q4{});
     default:
       return f(float{});
   }
 }
 
+/// Formats whose keys and values go together: each pairing is a whole attention compiled, and
+/// these are stored alike (llama.cpp and vLLM do not mix them either).
+template <class T>
+inline constexpr bool paired_format_v = std::is_same_v<T, float8_e4m3> || std::is_same_v<T, q4>;
+
 template <class KT>
 std::unique_ptr<any_cache> make_cache(xattn_dtype values, const kv_cache_options& o) {
-  return with_cache_element(
-      values, [&](auto v) -> std::unique_ptr<any_cache> { return std::make_unique<typed_cache<KT, decltype(v)>>(o); });
+  if constexpr (paired_format_v<KT>)
+    return std::make_unique<typed_cache<KT, KT>>(o);
+  else
+    return with_cache_element(values, [&](auto v) -> std::unique_ptr<any_cache> {
+      if constexpr (paired_format_v<decltype(v)>)
+        return nullptr;  // refused before (xattn_cache_create)
+      else
+        return std::make_unique<typed_cache<KT, decltype(v)>>(o);
+    });
 }
 
 }  // namespace xattn::c_api

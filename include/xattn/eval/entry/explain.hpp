@@ -86,6 +86,10 @@ std::string operand(const char* name, const Tm& t) {
   if constexpr (is_cache_terminal_v<Tm>)
     s +=
         " in pages of " + std::to_string(t.view.idx.size) + " tokens, sequences of " + shape_str(t.lengths) + " tokens";
+  if constexpr (is_selected_terminal_v<Tm>)
+    s += ": per query, the rows idx " +
+         std::string(std::is_same_v<typename Tm::index_type, std::int32_t> ? "int32 " : "int64 ") +
+         shape_str(t.view.idx.at.shape) + " selects " + operand("of", t.from);
   return s;
 }
 
@@ -432,13 +436,22 @@ explanation explain_impl(const E& e, const schedule& sch, const machine& m) {
                                : detail::is_weights_v<E> ? pass_kind::weights
                                                          : pass_kind::scores;
     x.sizes = resolve(p);
+    const std::size_t positions = x.sizes.q_len;
     x.schedule = schedule_for(p, x.sizes, sch, kind, m);
+    if constexpr (selects_v<P>) {  // a pass per query position, as run_selected schedules it
+      x.sizes.q_len = 1;
+      x.schedule = schedule_for(p, x.sizes, selected_schedule(x.schedule.forward), kind, m);
+    }
     const auto ops = bind_all(p.ops, x.sizes);
     const auto masks = bind_all(p.masks, x.sizes);
     x.folds_log2e = kind != pass_kind::scores && folds_log2e(ops, masks);
     x.path = std::string(Path::name);
     std::ostringstream os;
     describe_plan<Path, Acc>(os, p, ops, masks, x);
+    if constexpr (selects_v<P>)
+      os << "for each query position in [0, " << positions << "): the pass below over the " << x.sizes.kv_len
+         << " keys idx selects for it" << (Backward ? " (and its backward, dK and dV rows added where selected)" : "")
+         << "\n";
     os << forward_nest<Path, Acc>(x, p.drop.p > 0,
                                   value_reader<Acc, std::decay_t<decltype(p.v)>>::op(x.schedule.forward.values),
                                   x.forward_ops, x.forward_stages);

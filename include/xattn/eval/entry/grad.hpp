@@ -6,6 +6,7 @@
 #include "../paths/select.hpp"
 #include "../plan/resolve.hpp"
 #include "eval.hpp"
+#include "grad_selected.hpp"
 #include "plumbing.hpp"
 
 #include <array>
@@ -15,19 +16,6 @@
 namespace xattn {
 
 namespace detail {
-
-/// The fused backward, refusing an lse that does not belong to the expression: with it the
-/// recomputed probabilities would not sum to 1 and the gradients would be silently wrong.
-template <class Plan, class In, class Out>
-void checked_backward(const Plan& p, const problem& pr, const backward_schedule& bs, const In& in, const Out& out,
-                      const char* who, const char* lse_name, const char* advice) {
-  using Acc = accumulator_of_t<Plan>;
-  const backward_report rep = run_backward<Acc>(p, pr, bs, in, out);
-  const double tol = std::is_same_v<Acc, float> ? 1e-3 : 1e-9;
-  if (rep.worst_row_sum_error > tol)
-    fail(who, ": ", lse_name, " does not belong to e: with it a row's probabilities sum to 1 +- ",
-         rep.worst_row_sum_error, "; ", advice);
-}
 
 /// Zero every element of a strided (B, H, S, D) view.
 template <class T>
@@ -90,7 +78,12 @@ auto grad(const E& e, const F& f, const DOut& d_out, const schedule& sch = {}) {
   if constexpr (check_grammar<E>() && check_output_type<Out>()) {
     const auto p = make_plan(e);
     using P = std::decay_t<decltype(p)>;
-    if constexpr (check_backward<P>()) {
+    if constexpr (check_backward<P>() && selects_v<P>) {
+      static_assert(!is_cache_terminal_v<std::decay_t<decltype(p.base.k.from)>>,
+                    "xattn: grad(e, f, d_out): keys and values read from a kv_cache are for inference; to train, "
+                    "select from ref() tensors of the same rows (cache.stored_keys(id), cache.stored_values(id))");
+      return detail::gradients_as<Out>(detail::grad_selected(p, resolve(p), f, d_out, sch, "grad(e, f, d_out)"));
+    } else if constexpr (check_backward<P>()) {
       const problem pr = resolve(p);
       check_gradient_inputs(p, pr, f, d_out, "grad(e, f, d_out)");
       const backward_schedule bs = schedule_for(p, pr, sch, pass_kind::attention).backward;
@@ -123,13 +116,13 @@ auto grad_into(const E& e, raw_tensor<const O, 4> out, raw_tensor<const Acc, 3> 
     const auto p = make_plan(e);
     using P = std::decay_t<decltype(p)>;
     using base_t = decltype(p.base);
-    static_assert(!base_t::tensor_scores && !is_sum_base_v<base_t>,
+    static_assert(!base_t::tensor_scores && !is_sum_base_v<base_t> && !selects_v<P>,
                   "xattn: grad_into(e, ...) takes Q * trans(K) or score(policy, Q, K) expressions; for a score "
-                  "tensor or a sum of products use grad(e, f, d_out)");
+                  "tensor, a sum of products or selected keys use grad(e, f, d_out)");
     static_assert(std::is_same_v<Acc, accumulator_of_t<P>>,
                   "xattn: grad_into: lse and the gradients hold the accumulator type (float; double if an operand "
                   "is double)");
-    if constexpr (check_backward<P>() && !base_t::tensor_scores && !is_sum_base_v<base_t> &&
+    if constexpr (check_backward<P>() && !base_t::tensor_scores && !is_sum_base_v<base_t> && !selects_v<P> &&
                   std::is_same_v<Acc, accumulator_of_t<P>>) {
       const char* who = "grad_into(e, out, lse, d_out, dq, dk, dv)";
       const problem pr = resolve(p);

@@ -230,6 +230,23 @@ void complete_gradients(const Plan& p, const problem& pr, const backward_inputs<
 
 }  // namespace detail
 
+namespace detail {
+
+/// The fused backward, refusing an lse that does not belong to the expression: with it the
+/// recomputed probabilities would not sum to 1 and the gradients would be silently wrong.
+template <class Plan, class In, class Out>
+void checked_backward(const Plan& p, const problem& pr, const backward_schedule& bs, const In& in, const Out& out,
+                      const char* who, const char* lse_name, const char* advice) {
+  using Acc = accumulator_of_t<Plan>;
+  const backward_report rep = run_backward<Acc>(p, pr, bs, in, out);
+  const double tol = std::is_same_v<Acc, float> ? 1e-3 : 1e-9;
+  if (rep.worst_row_sum_error > tol)
+    fail(who, ": ", lse_name, " does not belong to e: with it a row's probabilities sum to 1 +- ",
+         rep.worst_row_sum_error, "; ", advice);
+}
+
+}  // namespace detail
+
 /// Checks grad's inputs against plan p over the rows of problem pr: f = eval_with_lse(e) and d_out
 /// in the shapes e gives, row-major, of the right types. `who` names the entry in messages.
 template <class Plan, class F, class DOut>

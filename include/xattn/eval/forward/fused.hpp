@@ -11,8 +11,10 @@
 #include "../tiling/task_ranges.hpp"
 #include "../tiling/tasks.hpp"
 #include "fused_worker.hpp"
+#include "selected.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <utility>
 #include <vector>
 
@@ -23,6 +25,14 @@
 namespace xattn {
 
 namespace detail {
+
+inline std::size_t thread_index() {
+#ifdef _OPENMP
+  return std::size_t(omp_get_thread_num());
+#else
+  return 0;
+#endif
+}
 
 /// Whether the score path of Plan prepares its keys before the tasks (forward_program's fact).
 template <class Acc, class Plan>
@@ -72,11 +82,15 @@ void run_program(const Plan& p, const problem& pr, const forward_schedule& fs, c
 
 }  // namespace detail
 
+namespace detail {
+
 /// softmax(...) * V into out (B, Hq, Sq, Dv) and, when lse has data, each row's log-sum-exp, by
-/// the steps of prog (forward_program of fs).
+/// the steps of prog (forward_program of fs); when key_mass has data, (B, Hkv, Skv), the softmax
+/// weight each key received summed over the queries and the query heads of its key head.
 template <class Acc, class Plan, class Out>
-void run_fused(const Plan& p, const problem& pr, const forward_schedule& fs, const program& prog,
-               const strided_view<Out>& out, const strided_view<Acc, 3>& lse = {}) {
+void run_fused_pass(const Plan& p, const problem& pr, const forward_schedule& fs, const program& prog,
+                    const strided_view<Out>& out, const strided_view<Acc, 3>& lse,
+                    const strided_view<Acc, 3>& key_mass) {
   // prefetch_next: a thread mostly runs t + 1 after t; a kv head's tasks are group · q_blocks in a row
   const std::size_t group = std::max<std::size_t>(pr.q_heads / std::max<std::size_t>(pr.kv_heads, 1), 1),
                     per_head = group * fs.q_blocks;
@@ -88,10 +102,25 @@ void run_fused(const Plan& p, const problem& pr, const forward_schedule& fs, con
   const layout<4> lse_at = layout<4>::row_major({pr.batch, pr.q_heads, pr.q_len, split ? chunks : 0});
   std::vector<Acc> part_out(part_at.size()), part_lse(lse_at.size());
   const std::size_t rows = pr.batch * pr.q_heads * pr.q_len;
+  // The key-mass tap: finished rows' weights summed per key head in each thread's own buffer; in a
+  // split, each chunk's weights (relative to the chunk's log-sum-exp) kept per row until the merge
+  // knows each chunk's share of the row.
+  const bool tap = key_mass.data != nullptr;
+  const layout<3> mass_at = layout<3>::row_major({pr.batch, pr.kv_heads, tap && !split ? pr.kv_len : 0});
+  std::vector<Acc> thread_mass(std::size_t(fs.threads) * mass_at.size());
+  const layout<4> chunk_w_at = layout<4>::row_major({pr.batch, pr.q_heads, pr.q_len, tap && split ? pr.kv_len : 0});
+  std::vector<Acc> chunk_w(chunk_w_at.size()), row_lse(tap && split ? rows : 0);
+  const auto add_mass = [&](std::size_t b, std::size_t h, std::size_t, std::size_t k0, std::size_t n, const Acc* w) {
+    Acc* to = thread_mass.data() + detail::thread_index() * mass_at.size() + mass_at(b, h / group, k0);
+    for (std::size_t j = 0; j < n; ++j) to[j] += w[j];
+  };
+  const auto keep_chunk = [&](std::size_t b, std::size_t h, std::size_t i, std::size_t k0, std::size_t n,
+                              const Acc* w) { std::copy(w, w + n, chunk_w.data() + chunk_w_at(b, h, i, k0)); };
   detail::run_program<Acc>(
       p, pr, fs, prog,
       [&](auto& wk, std::size_t t, std::size_t first, std::size_t last) {
         const forward_task c = forward_task_at(t, pr, fs);
+        if (tap) wk.tap_key_mass(split ? typename std::decay_t<decltype(wk)>::mass_sink(keep_chunk) : add_mass);
         const auto [m, n] = wk.task_rows(c, fs.group_rows);
         if (!split)
           return wk.run_task(prog, first, last, c.b, m, n, 0, pr.kv_len, out, lse, [&] {
@@ -122,15 +151,61 @@ void run_fused(const Plan& p, const problem& pr, const forward_schedule& fs, con
               [&](std::size_t c) { return part_out.data() + part_at(b, h, i, c, 0); }, pr.v_dim, out.row(b, h, i),
               out.inner_stride());
           if (lse.data) lse(b, h, i) = merged;
+          if (tap) row_lse[r] = merged;
+        }
+        if (!tap) return;
+#pragma omp for schedule(static)
+        for (std::size_t t = 0; t < pr.batch * pr.kv_heads * chunks; ++t) {
+          const std::size_t b = t / chunks / pr.kv_heads, hk = t / chunks % pr.kv_heads, c = t % chunks;
+          const std::size_t k0 = c * fs.chunk_keys, k1 = std::min(pr.kv_len, k0 + fs.chunk_keys);
+          for (std::size_t j = k0; j < k1; ++j) key_mass(b, hk, j) = Acc(0);
+          for (std::size_t h = hk * group; h < (hk + 1) * group; ++h)
+            for (std::size_t i = 0; i < pr.q_len; ++i) {
+              const Acc part = part_lse[std::size_t(lse_at(b, h, i, c))];
+              if (std::isinf(part)) continue;  // the chunk held no key the row sees
+              const Acc share = std::exp(part - row_lse[(b * pr.q_heads + h) * pr.q_len + i]);
+              const Acc* w = chunk_w.data() + chunk_w_at(b, h, i, 0);
+              for (std::size_t j = k0; j < k1; ++j) key_mass(b, hk, j) += share * w[j];
+            }
         }
       });
+  if (!tap || split) return;
+  for (std::size_t b = 0; b < pr.batch; ++b)
+    for (std::size_t hk = 0; hk < pr.kv_heads; ++hk)
+      for (std::size_t j = 0; j < pr.kv_len; ++j) {
+        Acc sum = 0;
+        for (std::size_t th = 0; th < std::size_t(fs.threads); ++th)
+          sum += thread_mass[th * mass_at.size() + mass_at(b, hk, j)];
+        key_mass(b, hk, j) = sum;
+      }
+}
+
+}  // namespace detail
+
+/// softmax(...) * V into out (B, Hq, Sq, Dv) and, when lse has data, each row's log-sum-exp, by
+/// the steps of prog (forward_program of fs); when key_mass has data, (B, Hkv, Skv), the softmax
+/// weight each key received summed over the queries and the query heads of its key head. Over
+/// selected keys, a pass per query position (forward/selected.hpp; no key mass).
+template <class Acc, class Plan, class Out>
+void run_fused(const Plan& p, const problem& pr, const forward_schedule& fs, const program& prog,
+               const strided_view<Out>& out, const strided_view<Acc, 3>& lse = {},
+               const strided_view<Acc, 3>& key_mass = {}) {
+  if constexpr (selects_v<Plan>)
+    run_selected<Acc>(p, pr, fs, out, lse,
+                      [&](const Plan& one, const problem& at_i, const forward_schedule& fi, const strided_view<Out>& o,
+                          const strided_view<Acc, 3>& l) {
+                        detail::run_fused_pass<Acc>(one, at_i, fi,
+                                                    forward_program(fi, detail::prepares_keys_v<Acc, Plan>), o, l, {});
+                      });
+  else
+    detail::run_fused_pass<Acc>(p, pr, fs, prog, out, lse, key_mass);
 }
 
 /// The same, by the forward program of fs.
 template <class Acc, class Plan, class Out>
 void run_fused(const Plan& p, const problem& pr, const forward_schedule& fs, const strided_view<Out>& out,
-               const strided_view<Acc, 3>& lse = {}) {
-  run_fused<Acc>(p, pr, fs, forward_program(fs, detail::prepares_keys_v<Acc, Plan>), out, lse);
+               const strided_view<Acc, 3>& lse = {}, const strided_view<Acc, 3>& key_mass = {}) {
+  run_fused<Acc>(p, pr, fs, forward_program(fs, detail::prepares_keys_v<Acc, Plan>), out, lse, key_mass);
 }
 
 /// The weights (kind weights) or the scores (kind scores) of a plan into out (B, Hq, Sq, Skv).

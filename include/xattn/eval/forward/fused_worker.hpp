@@ -21,8 +21,10 @@
 #include "../tiling/tasks.hpp"
 #include "../tiling/tile_extent.hpp"
 #include "../values/reader.hpp"
+#include "key_mass_record.hpp"
 
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <utility>
 #include <vector>
@@ -91,6 +93,7 @@ class fused_worker {
           break;
         case step::start_rows:
           start(b, m, rows, k0 == 0);
+          if (mass_sink_) mass_.start(rows, k0, k1 - k0, bk_);
           break;
         case step::key_blocks: {
           const std::size_t body = prog.body_end(at);
@@ -105,11 +108,19 @@ class fused_worker {
             kernel::finalize_row(o_.data() + r * dvp_, pr_.v_dim, st_[r].l, out.row(b, m.h(r), m.i(r)),
                                  out.inner_stride());
             if (lse.data) lse(b, m.h(r), m.i(r)) = kernel::row_lse(st_[r]);
+            if (mass_sink_) mass_sink_(b, m.h(r), m.i(r), k0, k1 - k0, mass_.weights(r, st_[r]));
           }
           break;
         default:  // not a task's step
           break;
       }
+  }
+
+  /// Turns on the key-mass tap: each finished row's softmax weights over its task's keys [k0, k0 + n)
+  /// go to sink(b, h, i, k0, n, w) (a decoding split's chunk: relative to the chunk's log-sum-exp).
+  using mass_sink = std::function<void(std::size_t, std::size_t, std::size_t, std::size_t, std::size_t, const Acc*)>;
+  void tap_key_mass(mass_sink sink) {
+    if (!mass_sink_) mass_sink_ = std::move(sink);
   }
 
   /// Queues the query and output rows of task (b, h, i0) (forward_schedule::prefetch_next), to be
@@ -214,6 +225,7 @@ class fused_worker {
           if (!fold_log2e_) kernel::to_base2_row(s, colsp);  // padding is overwritten next
           std::fill(s + p.cols, s + colsp, -std::numeric_limits<Acc>::infinity());
           kernel::online_softmax_row(s, colsp, st_[r], to_output ? o_.data() + r * dvp_ : nullptr, dvp_);
+          if (to_output && mass_sink_) mass_.record(r, j0, s, p.cols, st_[r].m);  // before dropout: the weights
           ahead_.issue(ahead_rate_);
           if (to_output && p_.drop.p > 0)  // after the running sum: dropout rescales what reaches V, not the normaliser
             random::scale_row(p_.drop, std::uint32_t(b), std::uint32_t(m.h(r)), std::uint32_t(m.i(r)),
@@ -333,6 +345,8 @@ class fused_worker {
   std::vector<kernel::row_state<Acc>> st_;
   kernel::prefetch_queue ahead_;  // what the next tasks read and write (forward_schedule::prefetch_next)
   std::size_t ahead_rate_ = 0;    // lines asked for per row visited
+  key_mass_record<Acc> mass_;     // the key-mass tap's record of the task (only with a sink)
+  mass_sink mass_sink_;
 };
 
 }  // namespace xattn

@@ -74,10 +74,15 @@ double base_score(const Plan& p, const problem& pr, std::size_t b, std::size_t h
 }  // namespace detail
 
 template <class Plan>
-reference_result reference_eval(const Plan& p) {
+reference_result reference_eval(const Plan& plan) {
+  Plan p = plan;
   const problem pr = resolve(p);
   const auto ops = bind_all(p.ops, pr);
-  const auto masks = bind_all(p.masks, pr);
+  auto masks = bind_all(p.masks, pr);
+  // over selected keys (select(K, idx)), column j of query i is the key idx selects for i
+  const auto at_query = [&]([[maybe_unused]] std::size_t i) {
+    if constexpr (selects_v<Plan>) p.base.k.view.i = p.v.view.i = hana::back(masks).i = i;
+  };
   const std::size_t B = pr.batch, H = pr.q_heads, Sq = pr.q_len, Skv = pr.kv_len;
   reference_result r;
   r.scores = xt::xtensor<double, 4>::from_shape({B, H, Sq, Skv});
@@ -87,6 +92,7 @@ reference_result reference_eval(const Plan& p) {
   for (std::size_t b = 0; b < B; ++b)
     for (std::size_t h = 0; h < H; ++h)
       for (std::size_t i = 0; i < Sq; ++i) {
+        at_query(i);
         const double term = p.term.logit(b, h);  // a key of score `term` that the row sees, with no value
         double m = term;
         for (std::size_t j = 0; j < Skv; ++j) {
@@ -116,6 +122,7 @@ reference_result reference_eval(const Plan& p) {
         const std::size_t hv = h / (H / v.at.shape[1]);
         for (std::size_t i = 0; i < Sq; ++i)
           for (std::size_t j = 0; j < Skv; ++j) {
+            at_query(i);
             const double wgt = r.weights(b, h, i, j);
             if (wgt == 0) continue;
             for (std::size_t d = 0; d < pr.v_dim; ++d) r.output(b, h, i, d) += wgt * double(v(b, hv, j, d));

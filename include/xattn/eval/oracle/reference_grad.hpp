@@ -90,6 +90,9 @@ void add_learned_gradients(const parameter_slots& slots, double g, F&& f, std::v
 /// (B, Hq, Sq, Skv) for a weights expression.
 template <class Plan>
 reference_gradients reference_grad(const Plan& p, const xt::xtensor<double, 4>& d_out) {
+  static_assert(!selects_v<Plan>,
+                "xattn: reference_grad of select(K, idx): differentiate the dense attention whose bool_mask admits "
+                "the selected keys instead (the same gradients for distinct indices)");
   using base_t = decltype(p.base);
   if constexpr (!base_t::tensor_scores) detail::check_policy_gradient<typename base_t::policy_type>();
   const problem pr = resolve(p);

@@ -4,6 +4,7 @@
 // by a load transform such as rope) and explain's operand line are loops over this list, so a new base or operand is
 // one more entry here rather than a case in each of them.
 #include "../../expr/rope.hpp"
+#include "../../expr/selected.hpp"
 #include "../../expr/tensor_ref.hpp"
 #include "../../hana.hpp"
 #include "bases.hpp"
@@ -60,6 +61,7 @@ template <class... T>
 struct operand_types<hana::tuple<plan_operand<T>...>> {
   static constexpr bool any_cache = (is_cache_terminal_v<std::remove_const_t<T>> || ...);
   static constexpr bool any_transformed = (is_transformed_v<std::remove_const_t<T>> || ...);
+  static constexpr bool any_selected = (is_selected_terminal_v<std::remove_const_t<T>> || ...);
 };
 
 }  // namespace detail
@@ -68,6 +70,11 @@ struct operand_types<hana::tuple<plan_operand<T>...>> {
 template <class Base>
 inline constexpr bool transforms_v =
     detail::operand_types<decltype(base_operands(std::declval<const Base&>()))>::any_transformed;
+
+/// Whether any operand of plan P is a selection (select(K, idx)).
+template <class P>
+inline constexpr bool selects_v =
+    detail::operand_types<decltype(plan_operands(std::declval<const P&>()))>::any_selected;
 
 /// Whether any operand of plan P is a batch of cache sequences.
 template <class P>

@@ -9,6 +9,7 @@
 #include "../../hana.hpp"
 #include "../../policy/concepts.hpp"
 #include "../../policy/dot.hpp"
+#include "../../policy/masks/selected_keys.hpp"
 #include "../../policy/masks/sequence_lengths.hpp"
 #include "bases.hpp"
 #include "operands.hpp"
@@ -334,13 +335,55 @@ auto plan_of(const E& e) {
 
 }  // namespace detail
 
+namespace detail {
+
+/// What an attention over selected keys (select(K, idx)) may be: its mask sees a query's selected
+/// columns, not positions, so positions are for the indexer to use (it picks visible keys).
+template <class P>
+constexpr bool check_selection() {
+  using base_t = decltype(std::declval<P>().base);
+  if constexpr (requires(const base_t& b) {
+                  b.q;
+                  b.k;
+                } &&
+                !is_sum_base_v<base_t> && P::has_values) {
+    using K = std::decay_t<decltype(std::declval<P>().base.k)>;
+    using Q = std::decay_t<decltype(std::declval<P>().base.q)>;
+    using V = std::decay_t<decltype(std::declval<P>().v)>;
+    static_assert(is_selected_terminal_v<K> && is_selected_terminal_v<V>,
+                  "xattn: select(K, idx) needs select(V, idx) with the same idx, and the keys selected too: "
+                  "softmax(Q * trans(select(K, idx)) * s) * select(V, idx)");
+    static_assert(!is_selected_terminal_v<Q> && !is_transformed_v<Q>,
+                  "xattn: select(K, idx): the queries must be a plain ref() (turn them by rope before, as the keys)");
+    static_assert(decltype(hana::is_empty(std::declval<P>().ops))::value &&
+                      decltype(hana::is_empty(std::declval<P>().masks))::value,
+                  "xattn: select(K, idx): masks and score modifiers would see a query's selected columns, not key "
+                  "positions: let the indexer choose only the keys a query may see (pad with -1)");
+    return is_selected_terminal_v<K> && is_selected_terminal_v<V>;
+  } else {
+    static_assert(sizeof(P) == 0,
+                  "xattn: select(K, idx) works in an attention softmax(Q * trans(select(K, idx)) * s) * "
+                  "select(V, idx) or score(policy, Q, select(K, idx)) alike; not in weights, sums or scores");
+    return false;
+  }
+}
+
+}  // namespace detail
+
 /// The plan of an attention, weights or scores expression (one in the grammar: check_grammar).
-/// Over a cache's sequences the keys past each one's end are excluded by the outermost mask.
+/// Over a cache's sequences the keys past each one's end are excluded by the outermost mask; over
+/// a selection, the keys its index leaves out (negative).
 template <class E>
 auto make_plan(const E& e) {
   auto p = detail::plan_of(e);
   using P = decltype(p);
-  if constexpr (reads_cache_v<P>) {
+  if constexpr (selects_v<P>) {
+    if constexpr (detail::check_selection<P>()) {
+      using I = typename std::decay_t<decltype(p.base.k)>::index_type;
+      auto ms = hana::append(std::move(p.masks), selected_keys_mask<I>{p.base.k.view.idx});
+      return with_masks(std::move(p), std::move(ms));
+    }
+  } else if constexpr (reads_cache_v<P>) {
     auto ms = hana::append(std::move(p.masks), sequence_lengths_mask{});
     return with_masks(std::move(p), std::move(ms));
   } else {
