@@ -159,6 +159,8 @@ typedef struct xattn_cache_options {
                               theirs by xattn_cache_attention (as vLLM and llama.cpp); XATTN_ROPE_NONE by default */
   double rope_base;        /* 10000 by default */
   int64_t rope_dims;       /* the first rope_dims features turn; 0: all */
+  int rotate;              /* nonzero: keys stored turned by a Hadamard rotation (spreads outlier channels before
+                              a quantized format's scales; queries turn alike at attention); 0 by default */
 } xattn_cache_options;
 
 /* kv_heads 0 and head_dim 0 (to set), page_size 16, max_tokens 65536, F32 keys and values, no rope

@@ -118,6 +118,7 @@ xattn_kv_cache* xattn_cache_create(const xattn_cache_options* options) {
     k.head_dim = std::size_t(o.head_dim);
     k.page_size = std::size_t(o.page_size);
     k.max_tokens = std::size_t(o.max_tokens);
+    k.rotate = o.rotate != 0;
     auto impl = c_api::with_cache_element(o.key_dtype,
                                           [&](auto key) { return c_api::make_cache<decltype(key)>(o.value_dtype, k); });
     made = new xattn_kv_cache{std::move(impl), o};

@@ -142,6 +142,24 @@ def test_out_is_written_in_place():
     assert np.abs(buffer.transpose(0, 2, 1, 3)[0] - want.numpy()).max() < 2e-6
 
 
+def test_rotate_spreads_outlier_channels_and_leaves_scores_as_they_are():
+    g = torch.Generator().manual_seed(4)
+    Hkv, Hq, D, n = 2, 8, 64, 256
+    k, v = torch.randn(Hkv, n, D, generator=g), torch.randn(Hkv, n, D, generator=g)
+    k[:, :, 7] *= 20  # an outlier channel
+    q = torch.randn(1, Hq, 1, D, generator=g)
+    want = recomputed(q[0], k.double(), v.double())
+    errors = {}
+    for dtype in ("float32", "q4_0"):
+        for rotate in (False, True):
+            cache = xattn.KVCache(kv_heads=Hkv, head_dim=D, dtype=dtype, rotate=rotate)
+            a = cache.add_sequence()
+            cache.append(a, k, v)
+            errors[dtype, rotate] = (cache.attention(q, [a])[0].double() - want).abs().max().item()
+    assert errors["float32", True] < 2e-5 and errors["float32", False] < 2e-5
+    assert errors["q4_0", True] < errors["q4_0", False] / 2, errors
+
+
 def test_bad_input_raises_and_leaves_the_cache_as_it_was():
     with pytest.raises(ValueError, match="dtype 'int4' is not a cache format"):
         xattn.KVCache(kv_heads=2, head_dim=8, dtype="int4")

@@ -63,6 +63,7 @@ class CacheOptions(ctypes.Structure):
         ("rope", ctypes.c_int),
         ("rope_base", ctypes.c_double),
         ("rope_dims", ctypes.c_int64),
+        ("rotate", ctypes.c_int),
     ]
 
 

@@ -30,6 +30,8 @@ class KVCache:
     rope: None, "half" (LLaMA), "interleaved" (GPT-J) or a dict(style, base=10000, dims=0): keys
     are stored rotated at their positions in their sequence, and attention rotates the queries at
     theirs (the newest tokens of each sequence), as vLLM and llama.cpp do.
+    rotate: keys stored turned by a Hadamard rotation, which spreads outlier channels before a
+    quantized format takes its scales (queries turn alike at attention: scores are unchanged).
 
         cache = xattn.KVCache(kv_heads=8, head_dim=128, dtype="int8", page_size=16, max_tokens=1 << 20)
         a = cache.add_sequence(); cache.append(a, k_rows, v_rows)   # (Hkv, n, D)
@@ -41,7 +43,8 @@ class KVCache:
     leaves the cache as it was.
     """
 
-    def __init__(self, kv_heads, head_dim, dtype="float32", page_size=16, max_tokens=1 << 16, rope=None):
+    def __init__(self, kv_heads, head_dim, dtype="float32", page_size=16, max_tokens=1 << 16, rope=None,
+                 rotate=False):
         who = "xattn.KVCache"
         keys, values = (dtype, dtype) if isinstance(dtype, str) else tuple(dtype)
         o = _c.lib.xattn_cache_defaults()
@@ -51,12 +54,13 @@ class KVCache:
         o.kv_heads, o.head_dim, o.page_size, o.max_tokens = int(kv_heads), int(head_dim), int(page_size), \
             int(max_tokens)
         o.key_dtype, o.value_dtype = _format(keys, who), _format(values, who)
+        o.rotate = 1 if rotate else 0
         self._handle = _c.lib.xattn_cache_create(ctypes.byref(o))
         if not self._handle:
             _c.raise_for(_c.INVALID_ARGUMENT, _c.lib.xattn_last_error().decode())
         self.kv_heads, self.head_dim, self.page_size, self.max_tokens = o.kv_heads, o.head_dim, o.page_size, \
             o.max_tokens
-        self.dtype, self.rope = (keys, values), rope
+        self.dtype, self.rope, self.rotate = (keys, values), rope, bool(rotate)
         self._destroy = _c.lib.xattn_cache_destroy  # kept: at exit the module may go before the cache
 
     def __del__(self):

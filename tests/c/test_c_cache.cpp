@@ -258,6 +258,40 @@ TEST_CASE("xattn_cache_keep: a sequence evicted to the given positions, a fork k
   CHECK(out_c == out_d);
 }
 
+TEST_CASE("xattn_cache_options.rotate: the C++ cache's rotated q4 keys, queries turned alike", "[c][cache]") {
+  rng g(33);
+  const std::size_t H = 2, Hq = 4, D = 64, n = 40;
+  xattn_cache_options o = xattn_cache_defaults();
+  o.kv_heads = std::int64_t(H), o.head_dim = std::int64_t(D), o.page_size = 16, o.max_tokens = 256;
+  o.key_dtype = o.value_dtype = XATTN_Q4_0;
+  o.rotate = 1;
+  cache_ptr c(xattn_cache_create(&o));
+  REQUIRE(c);
+  kv_cache<q4> cpp({.kv_heads = H, .head_dim = D, .page_size = 16, .max_tokens = 256, .rotate = true});
+  xt::xtensor<float, 3> k = g.tensor<float>({H, n, D}), v = g.tensor<float>({H, n, D});
+  for (std::size_t h = 0; h < H; ++h)  // an outlier channel, which the rotation spreads
+    for (std::size_t t = 0; t < n; ++t) k(h, t, 5) *= 20;
+  xattn_tensor kc = c_of(k.data(), {std::int64_t(H), std::int64_t(n), std::int64_t(D)}),
+               vc = c_of(v.data(), {std::int64_t(H), std::int64_t(n), std::int64_t(D)});
+  xattn_sequence a = 0;
+  REQUIRE(xattn_cache_add_sequence(c.get(), &a) == XATTN_OK);
+  REQUIRE(xattn_cache_append(c.get(), a, &kc, &vc) == XATTN_OK);
+  const auto s = cpp.add_sequence();
+  cpp.append(s, k, v);
+  xt::xtensor<float, 4> q = g.tensor<float>({1, Hq, 1, D});
+  std::vector<float> out(Hq * D, -1.0f);
+  xattn_tensor qc = c_of(q.data(), {1, std::int64_t(Hq), 1, std::int64_t(D)}),
+               oc = c_of(out.data(), {1, std::int64_t(Hq), 1, std::int64_t(D)});
+  xattn_attention_desc desc = xattn_attention_defaults();
+  REQUIRE(xattn_cache_attention(c.get(), &a, 1, &qc, &desc, &oc, nullptr) == XATTN_OK);
+  const xt::xtensor<float, 4> want =
+      eval(softmax(ref(q) * trans(cpp.keys({s})) * (1 / std::sqrt(float(D)))) * cpp.values({s}));
+  CHECK(max_abs_diff(xt::xtensor<float, 4>(xt::adapt(out, std::array<std::size_t, 4>{1, Hq, 1, D})), want) < 1e-6);
+  o.head_dim = 33;  // odd: no block of a power of two to turn
+  CHECK(xattn_cache_create(&o) == nullptr);
+  CHECK_THAT(std::string(xattn_last_error()), Catch::Contains("rotate turns blocks of a power of two features"));
+}
+
 TEST_CASE("xattn_kv_cache: bad input returns a status and a message, and changes nothing", "[c][cache]") {
   xattn_cache_options o = xattn_cache_defaults();
   CHECK(xattn_cache_create(&o) == nullptr);  // kv_heads 0

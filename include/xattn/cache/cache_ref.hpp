@@ -26,6 +26,7 @@ struct cache_ref : expr_base<cache_ref<T>> {
   std::shared_ptr<const void> owned;  // the page table
   std::vector<std::size_t> lengths;   // each sequence's tokens
   bool rotated = false;               // keys turned by rope at their positions in the cache
+  std::size_t hadamard = 0;           // keys turned by a Hadamard rotation of blocks of this size (options.rotate)
 
   std::vector<std::size_t> user_shape() const {
     const auto& s = view.at.shape;

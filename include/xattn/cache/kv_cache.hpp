@@ -3,6 +3,8 @@
 // is a list of pages of page_size tokens; a page holds every head's rows of its tokens. Pages come
 // from one pool, are shared between forks by reference count, and never move once written, so
 // appending to one sequence leaves every other (and every stored row) in place.
+#include "../kernel/hadamard.hpp"
+#include "../kernel/rows.hpp"
 #include "cache_ref.hpp"
 #include "options.hpp"
 #include "page_format.hpp"
@@ -201,7 +203,7 @@ class kv_cache {
       const std::uint32_t page = s.pages[pos / ps];
       turn.at(pos);
       for (std::size_t h = 0; h < opt_.kv_heads; ++h) {
-        if (opt_.rope)
+        if (turn.turns())
           kf_.write(key_head(page, h), pos % ps, turn.row(k.view.data + k.view.at(h, t, 0), k.view.inner_stride()), 1);
         else
           kf_.write(key_head(page, h), pos % ps, k.view.data + k.view.at(h, t, 0), k.view.inner_stride());
@@ -241,25 +243,33 @@ class kv_cache {
     return pos;
   }
 
-  /// A sequence's keys (values) as stored, dequantized to float: (kv_heads, length, head_dim).
+  /// A sequence's keys (values) as stored, dequantized to float: (kv_heads, length, head_dim); keys
+  /// turned back from their Hadamard rotation (options.rotate), not from their rope.
   xt::xtensor<float, 3> stored_keys(sequence_id a) const { return gather(a, true); }
   xt::xtensor<float, 3> stored_values(sequence_id a) const { return gather(a, false); }
 
  private:
   /// Key rows turned by their rotary embedding at a position (options.rope), with the functions
-  /// rope() uses: the same float angles, and rows rotated in float before they are stored.
+  /// rope() uses: the same float angles, and rows rotated in float before they are stored; then by
+  /// the Hadamard rotation (options.rotate).
   struct rotation {
     const kv_cache_options& opt;
     const std::vector<float>& inv;
     std::vector<float> cos, sin, out;
     rotation(const kv_cache_options& o, const std::vector<float>& inv_freq)
-        : opt(o), inv(inv_freq), cos(inv_freq.size()), sin(inv_freq.size()), out(o.rope ? o.head_dim : 0) {}
+        : opt(o), inv(inv_freq), cos(inv_freq.size()), sin(inv_freq.size()), out(turns() ? o.head_dim : 0) {}
+    bool turns() const noexcept { return opt.rope || opt.rotate; }
     void at(std::size_t pos) noexcept {
       if (opt.rope) kernel::rope_angles(std::int64_t(pos), inv.data(), inv.size(), cos.data(), sin.data());
     }
     template <class X>
     const float* row(const X* x, std::ptrdiff_t xs) noexcept {
-      kernel::rope_row(x, xs, opt.head_dim, 2 * inv.size(), opt.rope->style, cos.data(), sin.data(), 1.0f, out.data());
+      if (opt.rope)
+        kernel::rope_row(x, xs, opt.head_dim, 2 * inv.size(), opt.rope->style, cos.data(), sin.data(), 1.0f,
+                         out.data());
+      else
+        kernel::scaled_copy(x, xs, opt.head_dim, 1.0f, out.data(), 1);
+      if (opt.rotate) kernel::hadamard_row(out.data(), opt.head_dim, kernel::hadamard_block(opt.head_dim));
       return out.data();
     }
   };
@@ -307,6 +317,7 @@ class kv_cache {
     v.page_elements = ((opt_.kv_heads - 1) * pool_.part_stride(head) + head) / sizeof(T);
     t.owned = std::move(table);
     t.rotated = keys && opt_.rope;
+    t.hadamard = keys && opt_.rotate ? kernel::hadamard_block(opt_.head_dim) : 0;
     return t;
   }
 
@@ -373,6 +384,8 @@ class kv_cache {
         const std::uint32_t p = s.pages[t / opt_.page_size];
         for (std::size_t d = 0; d < opt_.head_dim; ++d)
           out(h, t, d) = keys ? key_page(p, h).at(t % opt_.page_size, d) : value_page(p, h).at(t % opt_.page_size, d);
+        if (keys && opt_.rotate)  // the rotation is its own inverse
+          kernel::hadamard_row(&out(h, t, 0), opt_.head_dim, kernel::hadamard_block(opt_.head_dim));
       }
     return out;
   }

@@ -19,6 +19,11 @@ struct kv_cache_options {
   /// position in its sequence (as vLLM and llama.cpp store keys), so the queries alone take
   /// rope(Q, cache.positions(batch, n), the same options).
   std::optional<rope_options> rope{};
+  /// Keys stored turned by a fixed Hadamard rotation (kernel/hadamard.hpp; after their rope, if
+  /// any), which spreads outlier channels before a quantized format's scales are taken; attention
+  /// turns the queries alike, so scores are unchanged but for the quantization. Scores must then
+  /// be q·k (Q * trans(K)), scaled_dot, cosine or gaussian: functions of dot products and norms.
+  bool rotate = false;
 };
 
 /// A sequence of a kv_cache. Ids of released sequences stay invalid (the generation tells them
@@ -39,6 +44,8 @@ inline void check_cache_options(const kv_cache_options& o) {
   if ((o.max_tokens + o.page_size - 1) / o.page_size > UINT32_MAX)
     fail("kv_cache: max_tokens / page_size = ", o.max_tokens / o.page_size, " pages, more than 2^32 - 1");
   if (o.rope) rotary{{}, 0, *o.rope}.check(1, 1, o.head_dim, "kv_cache_options.rope keys");
+  if (o.rotate && o.head_dim % 2 != 0)
+    fail("kv_cache: rotate turns blocks of a power of two features; head_dim ", o.head_dim, " is odd");
 }
 
 }  // namespace detail

@@ -134,6 +134,45 @@ inline float key_score(const std::int16_t* q, float qs, const q8_pair_row& k, st
   return f * qs;
 }
 
+/// Key k's n codes from its column on, out of its page's pairs into out[0, n) in feature order
+/// (a pair of features is two adjacent bytes; pairs are 2 · page_rows bytes apart).
+inline void row_codes(const q8_pair_row& k, std::size_t n, std::int8_t* out) noexcept {
+  const std::int8_t* at = k.q + k.code_at(k.col);  // col even: a pair's start
+  const std::size_t step = 2 * k.page_rows;
+  for (std::size_t i = 0; i < n; i += 2, at += step) std::memcpy(out + i, at, 2);
+}
+
+/// The exact int32 sum of the 32 products of query codes q and key codes k (one group, contiguous).
+inline std::int32_t group_sum(const std::int16_t* q, const std::int8_t* k) noexcept {
+#if defined(__AVX512BW__)
+  const __m512i k16 = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(k)));
+  return _mm512_reduce_add_epi32(_mm512_madd_epi16(_mm512_loadu_si512(q), k16));
+#elif defined(__AVX2__)
+  const __m256i lo = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(k)));
+  const __m256i hi = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(k + 16)));
+  const __m256i p =
+      _mm256_add_epi32(_mm256_madd_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q)), lo),
+                       _mm256_madd_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 16)), hi));
+  const __m128i h = _mm_add_epi32(_mm256_castsi256_si128(p), _mm256_extracti128_si256(p, 1));
+  const __m128i h2 = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4e));
+  return _mm_cvtsi128_si32(_mm_add_epi32(h2, _mm_shuffle_epi32(h2, 0xb1)));
+#else
+  std::int32_t sum = 0;
+  for (std::size_t d = 0; d < q8_row::group; ++d) sum += std::int32_t(q[d]) * k[d];
+  return sum;
+#endif
+}
+
+/// key_score of a key whose codes row_codes has gathered: the same sums, in the same order, so
+/// the same bits.
+inline float key_score(const std::int16_t* q, float qs, const std::int8_t* codes, const q8_pair_row& k,
+                       std::size_t n) noexcept {
+  float f = 0.0f;
+  for (std::size_t d = 0; d < n; d += q8_row::group)
+    f = std::fma(float(group_sum(q + d, codes + d)), *k.scale_at(k.col + d), f);
+  return f * qs;
+}
+
 /// Keys per block of the integer product over rows interleaved by pairs: one 32-byte load holds a
 /// pair of features of each.
 inline constexpr std::size_t pair_block = 16;
@@ -225,10 +264,12 @@ void qk_pairs_blocks(const std::int16_t* codes, const float* scales, std::size_t
       by_direct_rows<rmax>(rows, [&](auto R, std::size_t r) {
         qk_q8_pairs<decltype(R)::value>(codes + r * n, n, scales + r, k0, n, s + r * lds + c, lds, kept);
       });
-    } else {
+    } else {  // key by key: a selection's rows, pages of other sizes, blocks not on 16 rows
+      alignas(64) std::int8_t key[q16_stack];
       for (std::size_t t = 0; t < kept; ++t) {
         const q8_pair_row k = row(c + t);
-        for (std::size_t r = 0; r < rows; ++r) s[r * lds + c + t] = key_score(codes + r * n, scales[r], k, n);
+        row_codes(k, n, key);  // once for all the query rows
+        for (std::size_t r = 0; r < rows; ++r) s[r * lds + c + t] = key_score(codes + r * n, scales[r], key, k, n);
       }
     }
   }

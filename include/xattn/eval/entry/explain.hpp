@@ -83,9 +83,12 @@ template <class Tm>
 std::string operand(const char* name, const Tm& t) {
   std::string s = std::string(name) + " " + element_name<typename Tm::value_type>() + " " + shape_str(t.user_shape());
   if constexpr (is_transformed_v<Tm>) s += " through " + t.transform.name();
-  if constexpr (is_cache_terminal_v<Tm>)
+  if constexpr (is_cache_terminal_v<Tm>) {
     s +=
         " in pages of " + std::to_string(t.view.idx.size) + " tokens, sequences of " + shape_str(t.lengths) + " tokens";
+    if (t.hadamard)
+      s += ", turned by a Hadamard rotation of blocks of " + std::to_string(t.hadamard) + " (the queries turn alike)";
+  }
   if constexpr (is_selected_terminal_v<Tm>)
     s += ": per query, the rows idx " +
          std::string(std::is_same_v<typename Tm::index_type, std::int32_t> ? "int32 " : "int64 ") +

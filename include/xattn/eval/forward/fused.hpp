@@ -12,6 +12,7 @@
 #include "../tiling/tasks.hpp"
 #include "fused_worker.hpp"
 #include "selected.hpp"
+#include "turned_queries.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -80,10 +81,6 @@ void run_program(const Plan& p, const problem& pr, const forward_schedule& fs, c
   }
 }
 
-}  // namespace detail
-
-namespace detail {
-
 /// softmax(...) * V into out (B, Hq, Sq, Dv) and, when lse has data, each row's log-sum-exp, by
 /// the steps of prog (forward_program of fs); when key_mass has data, (B, Hkv, Skv), the softmax
 /// weight each key received summed over the queries and the query heads of its key head.
@@ -109,13 +106,14 @@ void run_fused_pass(const Plan& p, const problem& pr, const forward_schedule& fs
   const layout<3> mass_at = layout<3>::row_major({pr.batch, pr.kv_heads, tap && !split ? pr.kv_len : 0});
   std::vector<Acc> thread_mass(std::size_t(fs.threads) * mass_at.size());
   const layout<4> chunk_w_at = layout<4>::row_major({pr.batch, pr.q_heads, pr.q_len, tap && split ? pr.kv_len : 0});
-  std::vector<Acc> chunk_w(chunk_w_at.size()), row_lse(tap && split ? rows : 0);
+  const auto chunk_w = kernel::make_aligned_array<Acc>(chunk_w_at.size());  // every element written by its task
+  std::vector<Acc> row_lse(tap && split ? rows : 0);
   const auto add_mass = [&](std::size_t b, std::size_t h, std::size_t, std::size_t k0, std::size_t n, const Acc* w) {
     Acc* to = thread_mass.data() + detail::thread_index() * mass_at.size() + mass_at(b, h / group, k0);
     for (std::size_t j = 0; j < n; ++j) to[j] += w[j];
   };
   const auto keep_chunk = [&](std::size_t b, std::size_t h, std::size_t i, std::size_t k0, std::size_t n,
-                              const Acc* w) { std::copy(w, w + n, chunk_w.data() + chunk_w_at(b, h, i, k0)); };
+                              const Acc* w) { std::copy(w, w + n, chunk_w.get() + chunk_w_at(b, h, i, k0)); };
   detail::run_program<Acc>(
       p, pr, fs, prog,
       [&](auto& wk, std::size_t t, std::size_t first, std::size_t last) {
@@ -154,30 +152,36 @@ void run_fused_pass(const Plan& p, const problem& pr, const forward_schedule& fs
           if (tap) row_lse[r] = merged;
         }
         if (!tap) return;
+        std::vector<Acc> sum(fs.chunk_keys);
+        const std::ptrdiff_t st = key_mass.inner_stride();
 #pragma omp for schedule(static)
         for (std::size_t t = 0; t < pr.batch * pr.kv_heads * chunks; ++t) {
           const std::size_t b = t / chunks / pr.kv_heads, hk = t / chunks % pr.kv_heads, c = t % chunks;
-          const std::size_t k0 = c * fs.chunk_keys, k1 = std::min(pr.kv_len, k0 + fs.chunk_keys);
-          for (std::size_t j = k0; j < k1; ++j) key_mass(b, hk, j) = Acc(0);
+          const std::size_t k0 = c * fs.chunk_keys, n = std::min(pr.kv_len, k0 + fs.chunk_keys) - k0;
+          std::fill(sum.begin(), sum.begin() + std::ptrdiff_t(n), Acc(0));
           for (std::size_t h = hk * group; h < (hk + 1) * group; ++h)
             for (std::size_t i = 0; i < pr.q_len; ++i) {
               const Acc part = part_lse[std::size_t(lse_at(b, h, i, c))];
               if (std::isinf(part)) continue;  // the chunk held no key the row sees
               const Acc share = std::exp(part - row_lse[(b * pr.q_heads + h) * pr.q_len + i]);
-              const Acc* w = chunk_w.data() + chunk_w_at(b, h, i, 0);
-              for (std::size_t j = k0; j < k1; ++j) key_mass(b, hk, j) += share * w[j];
+              const Acc* w = chunk_w.get() + chunk_w_at(b, h, i, k0);
+              for (std::size_t j = 0; j < n; ++j) sum[j] += share * w[j];
             }
+          Acc* to = key_mass.row(b, hk) + std::ptrdiff_t(k0) * st;
+          for (std::size_t j = 0; j < n; ++j) to[std::ptrdiff_t(j) * st] = sum[j];
         }
       });
   if (!tap || split) return;
+  const std::ptrdiff_t st = key_mass.inner_stride();
   for (std::size_t b = 0; b < pr.batch; ++b)
-    for (std::size_t hk = 0; hk < pr.kv_heads; ++hk)
-      for (std::size_t j = 0; j < pr.kv_len; ++j) {
-        Acc sum = 0;
-        for (std::size_t th = 0; th < std::size_t(fs.threads); ++th)
-          sum += thread_mass[th * mass_at.size() + mass_at(b, hk, j)];
-        key_mass(b, hk, j) = sum;
+    for (std::size_t hk = 0; hk < pr.kv_heads; ++hk) {
+      Acc* to = key_mass.row(b, hk);
+      for (std::size_t j = 0; j < pr.kv_len; ++j) to[std::ptrdiff_t(j) * st] = Acc(0);
+      for (std::size_t th = 0; th < std::size_t(fs.threads); ++th) {
+        const Acc* from = thread_mass.data() + th * mass_at.size() + mass_at(b, hk, 0);
+        for (std::size_t j = 0; j < pr.kv_len; ++j) to[std::ptrdiff_t(j) * st] += from[j];
       }
+    }
 }
 
 }  // namespace detail
@@ -190,15 +194,17 @@ template <class Acc, class Plan, class Out>
 void run_fused(const Plan& p, const problem& pr, const forward_schedule& fs, const program& prog,
                const strided_view<Out>& out, const strided_view<Acc, 3>& lse = {},
                const strided_view<Acc, 3>& key_mass = {}) {
-  if constexpr (selects_v<Plan>)
-    run_selected<Acc>(p, pr, fs, out, lse,
-                      [&](const Plan& one, const problem& at_i, const forward_schedule& fi, const strided_view<Out>& o,
-                          const strided_view<Acc, 3>& l) {
-                        detail::run_fused_pass<Acc>(one, at_i, fi,
-                                                    forward_program(fi, detail::prepares_keys_v<Acc, Plan>), o, l, {});
-                      });
-  else
-    detail::run_fused_pass<Acc>(p, pr, fs, prog, out, lse, key_mass);
+  with_turned_queries(p, "eval(e)", [&](const Plan& pq) {
+    if constexpr (selects_v<Plan>)
+      run_selected<Acc>(pq, pr, fs, out, lse,
+                        [&](const Plan& one, const problem& at_i, const forward_schedule& fi,
+                            const strided_view<Out>& o, const strided_view<Acc, 3>& l) {
+                          detail::run_fused_pass<Acc>(
+                              one, at_i, fi, forward_program(fi, detail::prepares_keys_v<Acc, Plan>), o, l, {});
+                        });
+    else
+      detail::run_fused_pass<Acc>(pq, pr, fs, prog, out, lse, key_mass);
+  });
 }
 
 /// The same, by the forward program of fs.
@@ -212,14 +218,16 @@ void run_fused(const Plan& p, const problem& pr, const forward_schedule& fs, con
 template <class Acc, class Plan, class Out>
 void run_materialised(const Plan& p, const problem& pr, const forward_schedule& fs, const strided_view<Out>& out) {
   const program prog = forward_program(fs, detail::prepares_keys_v<Acc, Plan>);
-  detail::run_program<Acc>(
-      p, pr, fs, prog,
-      [&](auto& wk, std::size_t t, std::size_t first, std::size_t last) {
-        const forward_task c = forward_task_at(t, pr, fs);
-        const auto [m, n] = wk.task_rows(c, 0);
-        wk.run_task(prog, first, last, c.b, m, n, 0, pr.kv_len, out, strided_view<Acc, 3>{}, [] {});
-      },
-      [](step) {});
+  with_turned_queries(p, "eval(e)", [&](const Plan& pq) {
+    detail::run_program<Acc>(
+        pq, pr, fs, prog,
+        [&](auto& wk, std::size_t t, std::size_t first, std::size_t last) {
+          const forward_task c = forward_task_at(t, pr, fs);
+          const auto [m, n] = wk.task_rows(c, 0);
+          wk.run_task(prog, first, last, c.b, m, n, 0, pr.kv_len, out, strided_view<Acc, 3>{}, [] {});
+        },
+        [](step) {});
+  });
 }
 
 /// Beyond this a float log-sum-exp cannot resolve a probability to 1e-4 (its ulp is 1.2e-4): rows

@@ -3,6 +3,7 @@
 // plan -- scores from the policy's plain operator()(q, k) (never its projections), each modifier
 // and mask element by element, a two-pass softmax, then P·V. It is the oracle of the tests and of
 // nothing else: no evaluator includes it (eval() of weights and scores runs the fused kernel).
+#include "../forward/turned_queries.hpp"
 #include "../plan/plan.hpp"
 #include "../plan/resolve.hpp"
 #include "../tiling/mask_eval.hpp"
@@ -71,10 +72,8 @@ double base_score(const Plan& p, const problem& pr, std::size_t b, std::size_t h
   }
 }
 
-}  // namespace detail
-
 template <class Plan>
-reference_result reference_eval(const Plan& plan) {
+reference_result reference_of(const Plan& plan) {
   Plan p = plan;
   const problem pr = resolve(p);
   const auto ops = bind_all(p.ops, pr);
@@ -129,6 +128,17 @@ reference_result reference_eval(const Plan& plan) {
           }
       }
   }
+  return r;
+}
+
+}  // namespace detail
+
+/// The reference of a plan: over a cache that turns its keys (options.rotate), with the queries
+/// turned alike, as the fused pass does.
+template <class Plan>
+reference_result reference_eval(const Plan& plan) {
+  reference_result r;
+  with_turned_queries(plan, "reference(e)", [&](const Plan& p) { r = detail::reference_of(p); });
   return r;
 }
 
