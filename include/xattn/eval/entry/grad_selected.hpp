@@ -43,9 +43,7 @@ gradients_t<Plan> grad_selected(const Plan& p, const problem& pr, const F& f, co
   bs.dq_in_place = false;  // dQ's rows of one position are not a dense tensor of their own
   const auto& ix = p.base.k.view.idx;
   for (std::size_t i = 0; i < pr.q_len; ++i) {
-    one.base.q.view.data = p.base.q.view.data + std::ptrdiff_t(i) * p.base.q.view.at.stride[2];
-    one.base.q.view.at.shape[2] = 1;
-    one.base.k.view.i = one.v.view.i = hana::back(one.masks).i = i;
+    at_position(one, p, i);
     const auto row_of = [i](auto v) {  // the (B, H, 1, ·) or (B, H, 1) part of position i
       v.data += std::ptrdiff_t(i) * v.at.stride[2];
       v.at.shape[2] = 1;

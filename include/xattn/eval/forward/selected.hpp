@@ -51,6 +51,15 @@ void check_selected(const Plan& p, const problem& pr, const char* who) {
   }
 }
 
+/// one, a copy of plan p over selected keys, at query position i: its queries those of i, the
+/// selections' views and mask set to i.
+template <class Plan>
+void at_position(Plan& one, const Plan& p, std::size_t i) {
+  one.base.q.view.data = p.base.q.view.data + std::ptrdiff_t(i) * p.base.q.view.at.stride[2];
+  one.base.q.view.at.shape[2] = 1;
+  one.base.k.view.i = one.v.view.i = hana::back(one.masks).i = i;
+}
+
 }  // namespace detail
 
 /// The schedule a pass over one query position's selected keys asks for: the whole evaluation's
@@ -72,9 +81,7 @@ void run_selected(const Plan& p, const problem& pr, const forward_schedule& fs, 
   o.at.shape[2] = 1;
   l.at.shape[2] = 1;
   for (std::size_t i = 0; i < pr.q_len; ++i) {
-    one.base.q.view.data = p.base.q.view.data + std::ptrdiff_t(i) * p.base.q.view.at.stride[2];
-    one.base.q.view.at.shape[2] = 1;
-    one.base.k.view.i = one.v.view.i = hana::back(one.masks).i = i;
+    detail::at_position(one, p, i);
     o.data = out.data + std::ptrdiff_t(i) * out.at.stride[2];
     if (lse.data) l.data = lse.data + std::ptrdiff_t(i) * lse.at.stride[2];
     pass(std::as_const(one), at_i, fi, o, l);
