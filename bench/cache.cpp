@@ -45,9 +45,12 @@ namespace {
 
 /// Bytes a cache stores per token and head, of keys or values: the row, and a quantized format's scales.
 template <class T>
-constexpr std::size_t row_bytes(std::size_t dim) {
+constexpr std::size_t row_bytes(std::size_t dim, std::size_t page_size = 16) {
   constexpr std::size_t packs = xattn::features_per_code<xattn::cache_format<T>>;  // 4-bit codes: 2 per byte
-  return (dim + packs - 1) / packs * sizeof(T) + (xattn::is_quantized_v<T> ? (dim + 31) / 32 * sizeof(float) : 0);
+  // a page's per-channel parameters (q4c) spread over its rows
+  constexpr bool per_token = xattn::is_quantized_v<T> && !xattn::per_channel_v<T>;
+  return (dim + packs - 1) / packs * sizeof(T) + (per_token ? (dim + 31) / 32 * sizeof(float) : 0) +
+         (xattn::per_channel_v<T> ? 2 * dim * sizeof(float) / page_size : 0);
 }
 
 template <class T>
@@ -104,17 +107,17 @@ std::vector<std::size_t> lengths_of(const decode_shape& s) {
   return l;
 }
 
-template <class T>
+template <class T, class V = T>
 void cache_decode(benchmark::State& state, const decode_shape& s, int threads, bool key_mass = false) {
   set_threads(threads);
   const auto lens = lengths_of(s);
   std::size_t tokens = 0;
   for (auto l : lens) tokens += l;
-  constexpr std::size_t ps = 16;
-  xattn::kv_cache<T> cache({.kv_heads = s.kv_heads,
-                            .head_dim = s.head_dim,
-                            .page_size = ps,
-                            .max_tokens = tokens + s.batch * ps});  // each sequence's last page partly used
+  constexpr std::size_t ps = xattn::per_channel_v<T> ? 64 : 16;  // per-channel steps: over 64 tokens, as KIVI's
+  xattn::kv_cache<T, V> cache({.kv_heads = s.kv_heads,
+                               .head_dim = s.head_dim,
+                               .page_size = ps,
+                               .max_tokens = tokens + s.batch * ps});  // each sequence's last page partly used
   std::vector<xattn::sequence_id> batch;
   for (std::size_t b = 0; b < s.batch; ++b) {
     xt::xtensor<float, 3> k = xt::xtensor<float, 3>::from_shape({s.kv_heads, lens[b], s.head_dim}), v = k;
@@ -136,7 +139,8 @@ void cache_decode(benchmark::State& state, const decode_shape& s, int threads, b
     auto r = xattn::eval_with_key_mass(e, sch);
     o = std::move(r.output), mass = std::move(r.key_mass);
   });
-  state.counters["gbytes_per_s"] = 2.0 * double(tokens * s.kv_heads * row_bytes<T>(s.head_dim)) / seconds / 1e9;
+  state.counters["gbytes_per_s"] =
+      double(tokens * s.kv_heads * (row_bytes<T>(s.head_dim, ps) + row_bytes<V>(s.head_dim, ps))) / seconds / 1e9;
   const auto want = xattn::reference(e);  // double, on the values as stored
   double worst = 0;
   for (std::size_t i = 0; i < o.size(); ++i)
@@ -152,14 +156,15 @@ void cache_decode(benchmark::State& state, const decode_shape& s, int threads, b
   if (!(worst < 1e-5)) state.SkipWithError(("output differs from reference by " + std::to_string(worst)).c_str());
 }
 
-template <class T>
+template <class T, class V = T>
 void register_decode(const char* type, const decode_shape& s) {
   for (int threads : thread_counts) {
     std::string name = std::string("cache_decode/") + type;
     for (std::size_t x : {s.batch, s.q_heads, s.kv_heads}) name += '/' + std::to_string(x);
     name += s.seq_kv ? '/' + std::to_string(s.seq_kv) : std::string("/ragged");
     name += '/' + std::to_string(s.head_dim) + '/' + std::to_string(threads);
-    benchmark::RegisterBenchmark(name.c_str(), [s, threads](benchmark::State& st) { cache_decode<T>(st, s, threads); })
+    benchmark::RegisterBenchmark(name.c_str(),
+                                 [s, threads](benchmark::State& st) { cache_decode<T, V>(st, s, threads); })
         ->UseRealTime()
         ->Unit(benchmark::kMillisecond);
   }
@@ -178,11 +183,11 @@ void register_key_mass(const char* type, const decode_shape& s) {
   }
 }
 
-template <class T>
+template <class T, class V = T>
 void register_decodes(const char* type) {
-  register_decode<T>(type, {1, 32, 32, 4096, 128});  // multi-head: every head's keys read once
-  register_decode<T>(type, {1, 32, 8, 8192, 128});   // grouped-query
-  register_decode<T>(type, {16, 32, 8, 0, 128});     // a ragged batch
+  register_decode<T, V>(type, {1, 32, 32, 4096, 128});  // multi-head: every head's keys read once
+  register_decode<T, V>(type, {1, 32, 8, 8192, 128});   // grouped-query
+  register_decode<T, V>(type, {16, 32, 8, 0, 128});     // a ragged batch
   if constexpr (std::is_same_v<T, float> || std::is_same_v<T, xattn::bfloat16> || std::is_same_v<T, std::int8_t>) {
     register_key_mass<T>(type, {1, 32, 32, 4096, 128});
     register_key_mass<T>(type, {1, 32, 8, 8192, 128});
@@ -409,6 +414,7 @@ void register_cache() {
   register_decodes<std::int8_t>("int8");
   register_decodes<xattn::float8_e4m3>("fp8");
   register_decodes<xattn::q4>("q4");
+  register_decodes<xattn::q4c, xattn::q4>("q4c");  // keys per channel (KIVI), values per token
   register_select<float>("float");
   register_select<xattn::bfloat16>("bfloat16");
   register_select<std::int8_t>("int8");

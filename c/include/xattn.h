@@ -32,7 +32,9 @@ typedef enum xattn_dtype {
   XATTN_BOOL = 6,     /* one byte, 0 or 1 */
   XATTN_Q8_0 = 7,     /* a cache's format only: int8 codes with a float scale per 32 features (llama.cpp's q8_0) */
   XATTN_FP8_E4M3 = 8, /* a cache's format only: OCP E4M3 codes with a float scale per 32 features */
-  XATTN_Q4_0 = 9      /* a cache's format only: 4-bit codes, two to a byte, a float scale per 32 (llama.cpp's q4_0) */
+  XATTN_Q4_0 = 9,     /* a cache's format only: 4-bit codes, two to a byte, a float scale per 32 (llama.cpp's q4_0) */
+  XATTN_Q4C = 10      /* a cache's keys only, with XATTN_Q4_0 values: 4-bit codes, a float step and minimum per
+                         feature over a page's tokens (KIVI's keys) */
 } xattn_dtype;
 
 /* A strided tensor in caller memory: shape[i] elements along axis i, strides in elements (any
@@ -152,9 +154,9 @@ typedef struct xattn_cache_options {
   int64_t head_dim;        /* > 0: the features of a key and of a value */
   int64_t page_size;       /* tokens per page; 16 by default */
   int64_t max_tokens;      /* the pool: max_tokens / page_size pages (rounded up), allocated as used */
-  xattn_dtype key_dtype;   /* XATTN_F32, XATTN_BF16, XATTN_F16, XATTN_Q8_0, XATTN_FP8_E4M3 or XATTN_Q4_0 */
-  xattn_dtype value_dtype; /* likewise; keys and values may differ, except that FP8_E4M3 and Q4_0 keys and
-                              values go together */
+  xattn_dtype key_dtype;   /* XATTN_F32, XATTN_BF16, XATTN_F16, XATTN_Q8_0, XATTN_FP8_E4M3, XATTN_Q4_0 or XATTN_Q4C */
+  xattn_dtype value_dtype; /* likewise but XATTN_Q4C; keys and values may differ, except that FP8_E4M3 and Q4_0
+                              keys and values go together, and Q4C keys take Q4_0 values */
   xattn_rope rope;         /* keys stored rotated at their positions in their sequence, and queries rotated at
                               theirs by xattn_cache_attention (as vLLM and llama.cpp); XATTN_ROPE_NONE by default */
   double rope_base;        /* 10000 by default */

@@ -91,11 +91,16 @@ xattn_kv_cache* xattn_cache_create(const xattn_cache_options* options) {
       if (v <= 0) fail(who, ": options.", name, " is ", v, "; it must be > 0");
     for (const auto& [name, t] : {std::pair{"key_dtype", o.key_dtype}, std::pair{"value_dtype", o.value_dtype}})
       if (t != XATTN_F32 && t != XATTN_BF16 && t != XATTN_F16 && t != XATTN_Q8_0 && t != XATTN_FP8_E4M3 &&
-          t != XATTN_Q4_0)
+          t != XATTN_Q4_0 && t != XATTN_Q4C)
         fail(who, ": options.", name, " is ", c_api::dtype_name(t),
-             "; a cache stores XATTN_F32, XATTN_BF16, XATTN_F16, XATTN_Q8_0, XATTN_FP8_E4M3 or XATTN_Q4_0");
+             "; a cache stores XATTN_F32, XATTN_BF16, XATTN_F16, XATTN_Q8_0, XATTN_FP8_E4M3, XATTN_Q4_0 or XATTN_Q4C");
+    if (o.value_dtype == XATTN_Q4C)
+      fail(who, ": options.value_dtype is XATTN_Q4C, which quantizes keys per channel; values take XATTN_Q4_0");
+    if (o.key_dtype == XATTN_Q4C && o.value_dtype != XATTN_Q4_0)
+      fail(who, ": options.key_dtype is XATTN_Q4C and options.value_dtype ", c_api::dtype_name(o.value_dtype),
+           "; XATTN_Q4C keys take XATTN_Q4_0 values");
     for (const xattn_dtype paired : {XATTN_FP8_E4M3, XATTN_Q4_0})
-      if ((o.key_dtype == paired) != (o.value_dtype == paired))
+      if (o.key_dtype != XATTN_Q4C && (o.key_dtype == paired) != (o.value_dtype == paired))
         fail(who, ": options.key_dtype is ", c_api::dtype_name(o.key_dtype), " and options.value_dtype ",
              c_api::dtype_name(o.value_dtype), "; ", c_api::dtype_name(paired),
              " keys and values go together (other formats mix freely)");

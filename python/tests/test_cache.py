@@ -75,7 +75,8 @@ def test_a_decode_loop_equals_recomputation_at_every_step():
 
 
 @pytest.mark.parametrize("dtype,tol", [("float32", 2e-6), ("bfloat16", 2e-2), ("float16", 3e-3), ("int8", 2e-2),
-                                       (("int8", "bfloat16"), 2e-2), ("float8_e4m3", 0.15), ("q4_0", 0.4)])
+                                       (("int8", "bfloat16"), 2e-2), ("float8_e4m3", 0.15), ("q4_0", 0.4),
+                                       (("q4c", "q4_0"), 0.4)])
 def test_formats_and_options_at_each_sequences_end(dtype, tol):
     g = torch.Generator().manual_seed(1)
     Hkv, Hq, D = 2, 4, 32
@@ -167,6 +168,10 @@ def test_bad_input_raises_and_leaves_the_cache_as_it_was():
         xattn.KVCache(kv_heads=0, head_dim=8)
     with pytest.raises(ValueError, match="XATTN_Q4_0 keys and values go together"):
         xattn.KVCache(kv_heads=2, head_dim=32, dtype=("q4_0", "float32"))
+    with pytest.raises(ValueError, match="XATTN_Q4C keys take XATTN_Q4_0 values"):
+        xattn.KVCache(kv_heads=2, head_dim=32, dtype=("q4c", "int8"))
+    with pytest.raises(ValueError, match="options.value_dtype is XATTN_Q4C"):
+        xattn.KVCache(kv_heads=2, head_dim=32, dtype="q4c")
     cache = xattn.KVCache(kv_heads=2, head_dim=8, page_size=4, max_tokens=16)
     a = cache.add_sequence()
     k = torch.randn(2, 10, 8)

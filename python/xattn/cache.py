@@ -10,7 +10,7 @@ from . import _c
 __all__ = ["KVCache"]
 
 _DTYPES = {"float32": _c.F32, "bfloat16": _c.BF16, "float16": _c.F16, "int8": _c.Q8_0, "float8_e4m3": _c.FP8_E4M3,
-           "q4_0": _c.Q4_0}
+           "q4_0": _c.Q4_0, "q4c": _c.Q4C}
 
 
 def _format(name, who):
@@ -25,7 +25,9 @@ class KVCache:
     dtype: "float32", "bfloat16", "float16", "int8" (llama.cpp's q8_0: a float scale per 32
     features of each token and head), "float8_e4m3" (OCP E4M3 codes, a float scale per 32 features)
     or "q4_0" (llama.cpp's 4-bit q4_0), or a pair (keys, values) of them; float8_e4m3 and q4_0 keys
-    and values go together. page_size tokens per page;
+    and values go together, and ("q4c", "q4_0") stores keys per channel over each page's tokens
+    (KIVI: 4-bit codes, a step and a minimum per feature; pages of 64 tokens or more). page_size
+    tokens per page;
     max_tokens bounds the pool (pages are allocated as they are first used, or by reserve).
     rope: None, "half" (LLaMA), "interleaved" (GPT-J) or a dict(style, base=10000, dims=0): keys
     are stored rotated at their positions in their sequence, and attention rotates the queries at

@@ -42,6 +42,7 @@ constexpr xattn_dtype format_of() {
   if constexpr (std::is_same_v<T, std::int8_t>) return XATTN_Q8_0;
   if constexpr (std::is_same_v<T, float8_e4m3>) return XATTN_FP8_E4M3;
   if constexpr (std::is_same_v<T, q4>) return XATTN_Q4_0;
+  if constexpr (std::is_same_v<T, q4c>) return XATTN_Q4C;
 }
 
 struct cache_deleter {
@@ -174,6 +175,7 @@ TEST_CASE("xattn_cache_attention: the C++ kv_cache's attention, for pairs of for
   same_as_cpp<bfloat16, float16>(7);
   same_as_cpp<float8_e4m3, float8_e4m3>(8);
   same_as_cpp<q4, q4>(9);
+  same_as_cpp<q4c, q4>(10);
 }
 
 TEST_CASE("xattn_cache_truncate: a draft's rejected tokens dropped, then the accepted ones appended", "[c][cache]") {
@@ -304,7 +306,15 @@ TEST_CASE("xattn_kv_cache: bad input returns a status and a message, and changes
   CHECK_THAT(std::string(xattn_last_error()),
              Catch::Contains("options.key_dtype is XATTN_Q4_0 and options.value_dtype XATTN_F32; XATTN_Q4_0 keys and "
                              "values go together"));
-  o.key_dtype = XATTN_F32;
+  o.key_dtype = XATTN_Q4C;  // with F32 values
+  CHECK(xattn_cache_create(&o) == nullptr);
+  CHECK_THAT(std::string(xattn_last_error()),
+             Catch::Contains("options.key_dtype is XATTN_Q4C and options.value_dtype XATTN_F32; XATTN_Q4C keys take "
+                             "XATTN_Q4_0 values"));
+  o.key_dtype = o.value_dtype = XATTN_Q4C;
+  CHECK(xattn_cache_create(&o) == nullptr);
+  CHECK_THAT(std::string(xattn_last_error()), Catch::Contains("options.value_dtype is XATTN_Q4C"));
+  o.key_dtype = o.value_dtype = XATTN_F32;
   cache_ptr c(xattn_cache_create(&o));
   REQUIRE(c);
   xattn_sequence a = 0;

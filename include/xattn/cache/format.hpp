@@ -12,7 +12,10 @@
 // which names its format; otherwise its rows are kernel::scaled_row<cache_format<T>>, one after
 // the other, and `format` names it. A format packing several features in a code (4 bits) says
 // features_per_code, and reads a feature from its row's codes instead: value_at(row, i, s) and
-// batch<A>(row, col, s); its quantize writes a group's group / features_per_code codes. The
+// batch<A>(row, col, s); its quantize writes a group's group / features_per_code codes. A format
+// quantizing per channel over a page's rows (per_channel: KIVI's keys) has no per-row scales: it
+// says parameters(dim), the floats of a page's parameters, quantize_page(x, n, dim, codes,
+// row_codes, param) for a page's n float rows, value_at(row, i, param) and a row handle. The
 // formats there are: cache/formats.hpp.
 #include "../types.hpp"
 
@@ -64,6 +67,15 @@ float code_value(const typename F::code* row, std::size_t i, float scale) noexce
   else
     return F::value(row[i], scale);
 }
+
+/// Whether T's pages are quantized per channel over their rows (each page's rows quantized together).
+template <class T>
+inline constexpr bool per_channel_v = [] {
+  if constexpr (requires { cache_format<T>::per_channel; })
+    return cache_format<T>::per_channel;
+  else
+    return false;
+}();
 
 template <class T>
 inline constexpr bool is_cache_element_v = cache_format<T>::is_format;

@@ -5,3 +5,4 @@
 #include "formats/float8_e4m3.hpp"
 #include "formats/int8.hpp"
 #include "formats/q4.hpp"
+#include "formats/q4c.hpp"

@@ -2,7 +2,9 @@
 // A paged key/value cache for decoding and serving (vLLM's PagedAttention layout): each sequence
 // is a list of pages of page_size tokens; a page holds every head's rows of its tokens. Pages come
 // from one pool, are shared between forks by reference count, and never move once written, so
-// appending to one sequence leaves every other (and every stored row) in place.
+// appending to one sequence leaves every other (and every stored row) in place. Keys quantized per
+// channel over a page (q4c) are the exception within their own sequence: the cache keeps the float
+// rows of each sequence's partial page and quantizes that page again as rows arrive.
 #include "../kernel/hadamard.hpp"
 #include "../kernel/rows.hpp"
 #include "cache_ref.hpp"
@@ -26,6 +28,10 @@ template <class KT, class VT = KT>
 class kv_cache {
   static_assert(is_cache_element_v<KT> && is_cache_element_v<VT>,
                 "xattn: kv_cache<K, V> elements are the page formats listed in xattn/cache/formats.hpp");
+  static_assert(!per_channel_v<VT>,
+                "xattn: kv_cache<K, V>: V quantized per channel; store keys per channel (q4c) and values per token "
+                "(q4, int8), as KIVI does");
+  static constexpr bool per_channel_keys = per_channel_v<KT>;
 
  public:
   using key_type = KT;
@@ -67,10 +73,12 @@ class kv_cache {
   sequence_id fork(sequence_id a) {
     check(a, "kv_cache.fork");
     auto pages = slots_[a.slot].pages;  // copied before a new slot may move slots_
+    auto shadow = slots_[a.slot].shadow;
     const std::size_t len = slots_[a.slot].length;
     const sequence_id id = new_slot();
     slot& s = slots_[id.slot];
     s.pages = std::move(pages);
+    s.shadow = std::move(shadow);
     s.length = len;
     s.live = true;
     for (const auto p : s.pages) pool_.retain(p);
@@ -82,7 +90,7 @@ class kv_cache {
     check(a, "kv_cache.release");
     slot& s = slots_[a.slot];
     for (const auto p : s.pages) pool_.release(p);
-    s = slot{{}, 0, s.generation + 1, false};
+    s = slot{{}, 0, s.generation + 1, false, {}};
     free_slots_.push_back(a.slot);
   }
 
@@ -95,13 +103,23 @@ class kv_cache {
   /// the pages past them go back to the pool, those a fork still holds stay with it, and a shared
   /// page that keeps some of a's tokens is copied by a's next append (copy on write, as after
   /// fork). A length beyond a's throws and changes nothing. Like release, it ends the use of a
-  /// keys()/values() snapshot of a: the next append may overwrite rows that snapshot reads.
+  /// keys()/values() snapshot of a: the next append may overwrite rows that snapshot reads. Keys
+  /// quantized per channel that end in a page already quantized whole continue from their stored
+  /// values: that page's next quantization takes them as they decode.
   void truncate(sequence_id a, std::size_t length) {
     check(a, "kv_cache.truncate");
     slot& s = slots_[a.slot];
     if (length > s.length)
       fail("kv_cache.truncate: length ", length, " is beyond the sequence's ", s.length, " tokens");
-    const std::size_t keep = (length + opt_.page_size - 1) / opt_.page_size;
+    const std::size_t ps = opt_.page_size, keep = (length + ps - 1) / ps;
+    if constexpr (per_channel_keys)
+      if (length % ps != 0 && (s.length % ps == 0 || s.length / ps != length / ps)) {  // no float rows of that page
+        s.shadow.resize(shadow_size());  // the only allocation, before anything changes
+        for (std::size_t h = 0; h < opt_.kv_heads; ++h)
+          for (std::size_t r = 0; r < length % ps; ++r)
+            for (std::size_t d = 0; d < opt_.head_dim; ++d)
+              s.shadow[(h * ps + r) * opt_.head_dim + d] = key_page(s.pages[length / ps], h).at(r, d);
+      }
     for (std::size_t p = keep; p < s.pages.size(); ++p) pool_.release(s.pages[p]);
     s.pages.resize(keep);
     s.length = length;
@@ -109,9 +127,10 @@ class kv_cache {
 
   /// Keeps only a's tokens at `positions` (sorted, each below a's length), in that order: token
   /// positions[i] becomes token i (eviction: H2O's heavy hitters, StreamingLLM's sinks and window).
-  /// Rows move within a's own pages, as stored (no requantization); a page a fork shares is copied
-  /// before it is written, and the pages past the new length go back to the pool unless a fork holds
-  /// them. Bad positions, a full pool, or a cache that stores its keys rotated (.rope: a kept key
+  /// Rows move within a's own pages, as stored (no requantization; keys quantized per channel are
+  /// quantized again in each page a row moves into, from their stored values); a page a fork
+  /// shares is copied before it is written, and the pages past the new length go back to the pool
+  /// unless a fork holds them. Bad positions, a full pool, or a cache that stores its keys rotated (.rope: a kept key
   /// would stay turned to its old position) throw and change nothing. Like truncate, it ends the use
   /// of a keys()/values() snapshot of a.
   void keep(sequence_id a, const std::vector<std::size_t>& positions) {
@@ -137,7 +156,8 @@ class kv_cache {
       for (std::size_t i = p * ps; i < std::min(n, (p + 1) * ps) && !moves; ++i) moves = positions[i] != i;
       if (moves && pool_.refs(s.pages[p]) > 1) shared.push_back(p);
     }
-    auto got = pool_.acquire(shared.size(), who);  // the last call that can fail
+    std::vector<float> rows(per_channel_keys ? shadow_size() : 0);  // a page's kept keys, as floats
+    auto got = pool_.acquire(shared.size(), who);                   // the last call that can fail
     for (std::size_t c = 0; c < shared.size(); ++c) {
       const std::uint32_t old = s.pages[shared[c]], mine = got[c];
       for (std::size_t h = 0; h < opt_.kv_heads; ++h) {
@@ -153,10 +173,11 @@ class kv_cache {
       if (from == i) continue;
       const std::uint32_t src = s.pages[from / ps], dst = s.pages[i / ps];
       for (std::size_t h = 0; h < opt_.kv_heads; ++h) {
-        kf_.copy_row(key_head(dst, h), i % ps, key_head(src, h), from % ps);
+        if constexpr (!per_channel_keys) kf_.copy_row(key_head(dst, h), i % ps, key_head(src, h), from % ps);
         vf_.copy_row(value_head(dst, h), i % ps, value_head(src, h), from % ps);
       }
     }
+    if constexpr (per_channel_keys) keep_keys(s, positions, rows);
     for (std::size_t p = kept_pages; p < s.pages.size(); ++p) pool_.release(s.pages[p]);
     s.pages.resize(kept_pages);
     s.length = n;
@@ -181,6 +202,7 @@ class kv_cache {
     if (n == 0) return;
 
     slot& s = slots_[a.slot];
+    if constexpr (per_channel_keys) s.shadow.resize(shadow_size());  // allocated before anything changes
     const std::size_t ps = opt_.page_size, used = s.length % ps, room = used ? ps - used : 0;
     const bool copy_last = used && pool_.refs(s.pages.back()) > 1;
     const std::size_t fresh = n > room ? (n - room + ps - 1) / ps : 0;
@@ -203,12 +225,23 @@ class kv_cache {
       const std::uint32_t page = s.pages[pos / ps];
       turn.at(pos);
       for (std::size_t h = 0; h < opt_.kv_heads; ++h) {
-        if (turn.turns())
+        if constexpr (per_channel_keys) {  // into the page's float rows; the page is quantized below
+          float* row = &s.shadow[(h * ps + pos % ps) * opt_.head_dim];
+          if (turn.turns())
+            std::copy_n(turn.row(k.view.data + k.view.at(h, t, 0), k.view.inner_stride()), opt_.head_dim, row);
+          else
+            kernel::scaled_copy(k.view.data + k.view.at(h, t, 0), k.view.inner_stride(), opt_.head_dim, 1.0f, row, 1);
+        } else if (turn.turns()) {
           kf_.write(key_head(page, h), pos % ps, turn.row(k.view.data + k.view.at(h, t, 0), k.view.inner_stride()), 1);
-        else
+        } else {
           kf_.write(key_head(page, h), pos % ps, k.view.data + k.view.at(h, t, 0), k.view.inner_stride());
+        }
         vf_.write(value_head(page, h), pos % ps, v.view.data + v.view.at(h, t, 0), v.view.inner_stride());
       }
+      if constexpr (per_channel_keys)
+        if (pos % ps == ps - 1 || t + 1 == n)  // the page is full, or holds the sequence's last row
+          for (std::size_t h = 0; h < opt_.kv_heads; ++h)
+            kf_.write_page(key_head(page, h), &s.shadow[h * ps * opt_.head_dim], pos % ps + 1);
     }
     s.length += n;
   }
@@ -279,7 +312,39 @@ class kv_cache {
     std::size_t length = 0;
     std::uint32_t generation = 0;
     bool live = false;
+    std::vector<float> shadow;  // keys quantized per channel: the partial page's rows, (kv_heads, page_size, head_dim)
   };
+
+  std::size_t shadow_size() const noexcept { return opt_.kv_heads * opt_.page_size * opt_.head_dim; }
+
+  /// keep() for keys quantized per channel: each page a kept row moves into is quantized again
+  /// from its kept rows' stored values (the partial page's from its float rows), and the new
+  /// partial page's rows become the float rows. Rows of page p come from pages p and later
+  /// (positions[i] >= i), so pages are rewritten in order, each gathered before it is written.
+  void keep_keys(slot& s, const std::vector<std::size_t>& positions, std::vector<float>& rows) noexcept {
+    const std::size_t ps = opt_.page_size, n = positions.size(), dim = opt_.head_dim;
+    const bool partial = s.length % ps != 0;  // s.shadow holds the rows of page s.length / ps
+    for (std::size_t p = 0; p * ps < n; ++p) {
+      const std::size_t lo = p * ps, hi = std::min(n, lo + ps);
+      bool moves = false;
+      for (std::size_t i = lo; i < hi; ++i) moves = moves || positions[i] != i;
+      const bool last = hi == n && n % ps != 0;
+      if (!moves && !last) continue;
+      for (std::size_t h = 0; h < opt_.kv_heads; ++h)
+        for (std::size_t i = lo; i < hi; ++i) {
+          const std::size_t from = positions[i];
+          float* row = &rows[(h * ps + i - lo) * dim];
+          if (partial && from / ps == s.length / ps)
+            std::copy_n(&s.shadow[(h * ps + from % ps) * dim], dim, row);
+          else
+            for (std::size_t d = 0; d < dim; ++d) row[d] = key_page(s.pages[from / ps], h).at(from % ps, d);
+        }
+      if (moves)
+        for (std::size_t h = 0; h < opt_.kv_heads; ++h)
+          kf_.write_page(key_head(s.pages[p], h), &rows[h * ps * dim], hi - lo);
+      if (last) s.shadow.swap(rows);
+    }
+  }
 
   std::size_t length_in(sequence_id a, const char* who) const {
     check(a, who);

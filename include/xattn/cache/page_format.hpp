@@ -1,6 +1,7 @@
 #pragma once
 // How one token's row of one head is stored in a page, for any cache format (cache/formats.hpp):
-// plain rows as they are (converted on write), a quantized format's codes and then its scales.
+// plain rows as they are (converted on write), a quantized format's codes and then its scales (or,
+// for a format quantized per channel, the page's parameters).
 #include "formats.hpp"
 
 #include <algorithm>
@@ -24,7 +25,9 @@ struct page_rows {
   float scale(std::size_t r, std::size_t g) const noexcept { return scales[layout.scale(r, g)]; }
   /// Feature d of row r, dequantized.
   float at(std::size_t r, std::size_t d) const noexcept {
-    if constexpr (features_per_code<cache_format<T>> != 1)  // rows of packed codes, one after the other
+    if constexpr (per_channel_v<T>)
+      return cache_format<T>::value_at(rows + r * layout.row_step, d, scales);
+    else if constexpr (features_per_code<cache_format<T>> != 1)  // rows of packed codes, one after the other
       return code_value<cache_format<T>>(rows + r * layout.row_step, d, scale(r, d / cache_format<T>::group));
     else if constexpr (is_quantized_v<T>)
       return cache_format<T>::value(code(r, d), scale(r, d / cache_format<T>::group));
@@ -39,6 +42,7 @@ struct page_format {
   static_assert(is_cache_element_v<T>, "xattn: page elements are the formats of cache/formats.hpp");
   using format = cache_format<T>;
   static constexpr bool quantized = format::quantized;
+  static constexpr bool per_channel = per_channel_v<T>;
 
   std::size_t dim = 0, page_size = 0;
   bool keys = false;  // a format may lay keys out its own way (int8: by pairs of features)
@@ -63,12 +67,14 @@ struct page_format {
   }
   row_layout layout() const noexcept {
     if (interleaved()) return {2, 2 * page_size, 1, page_size};
+    if constexpr (per_channel) return {row_codes(), 2, 0, 1};  // every row reads the page's parameters
     return {row_codes(), 2, groups(), 1};
   }
   /// Bytes of one head's rows in a page, then of its scales, each rounded up to 64 (every head's
   /// rows and scales start on a cache line, so the scales are aligned floats).
   std::size_t rows_bytes() const noexcept { return (page_size * row_codes() * sizeof(T) + 63) / 64 * 64; }
   std::size_t head_bytes() const noexcept {
+    if constexpr (per_channel) return rows_bytes() + (format::parameters(dim) * sizeof(float) + 63) / 64 * 64;
     return rows_bytes() + (page_size * groups() * sizeof(float) + 63) / 64 * 64;
   }
   page_rows<T> view(const std::byte* head) const noexcept {
@@ -76,8 +82,10 @@ struct page_format {
     const float* scales = quantized ? reinterpret_cast<const float*>(head + rows_bytes()) : nullptr;
     return {rows, scales, layout()};
   }
-  /// Row dr of the head at dst := row sr of the head at src, as stored (codes and scales).
-  void copy_row(std::byte* dst, std::size_t dr, const std::byte* src, std::size_t sr) const noexcept {
+  /// Row dr of the head at dst := row sr of the head at src, as stored (codes and scales). Not for
+  /// a format quantized per channel, whose codes mean nothing under another page's parameters.
+  void copy_row(std::byte* dst, std::size_t dr, const std::byte* src, std::size_t sr) const noexcept
+      requires(!per_channel) {
     const row_layout at = layout();
     T* to = reinterpret_cast<T*>(dst);
     const T* from = reinterpret_cast<const T*>(src);
@@ -92,9 +100,15 @@ struct page_format {
       for (std::size_t g = 0; g < groups(); ++g) scale[at.scale(dr, g)] = given[at.scale(sr, g)];
     }
   }
+  /// Rows [0, n) of the head at `head` := x (n rows of dim floats, one after the other), quantized
+  /// together (a format quantized per channel; the page's rows past n are not read).
+  void write_page(std::byte* head, const float* x, std::size_t n) const noexcept requires per_channel {
+    format::quantize_page(x, n, dim, reinterpret_cast<T*>(head), row_codes(),
+                          reinterpret_cast<float*>(head + rows_bytes()));
+  }
   /// Row r of the head at `head` := x (dim values `xs` apart, any element type).
   template <class X>
-  void write(std::byte* head, std::size_t r, const X* x, std::ptrdiff_t xs) const noexcept {
+  void write(std::byte* head, std::size_t r, const X* x, std::ptrdiff_t xs) const noexcept requires(!per_channel) {
     T* out = reinterpret_cast<T*>(head);
     const row_layout at = layout();
     if constexpr (quantized) {

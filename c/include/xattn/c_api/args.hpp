@@ -133,6 +133,8 @@ inline std::string dtype_name(xattn_dtype t) {
       return "XATTN_FP8_E4M3";
     case XATTN_Q4_0:
       return "XATTN_Q4_0";
+    case XATTN_Q4C:
+      return "XATTN_Q4C";
     case XATTN_BOOL:
       return "XATTN_BOOL";
   }

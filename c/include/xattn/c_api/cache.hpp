@@ -101,6 +101,7 @@ extern template std::unique_ptr<any_cache> make_cache<float16>(xattn_dtype, cons
 extern template std::unique_ptr<any_cache> make_cache<std::int8_t>(xattn_dtype, const kv_cache_options&);
 extern template std::unique_ptr<any_cache> make_cache<float8_e4m3>(xattn_dtype, const kv_cache_options&);
 extern template std::unique_ptr<any_cache> make_cache<q4>(xattn_dtype, const kv_cache_options&);
+extern template std::unique_ptr<any_cache> make_cache<q4c>(xattn_dtype, const kv_cache_options&);
 
 /// The element type a cache dtype names, as f(T{}).
 template <class F>
@@ -116,20 +117,26 @@ decltype(auto) with_cache_element(xattn_dtype t, F&& f) {
       return f(float8_e4m3{});
     case XATTN_Q4_0:
       return f(q4{});
+    case XATTN_Q4C:
+      return f(q4c{});
     default:
       return f(float{});
   }
 }
 
 /// Formats whose keys and values go together: each pairing is a whole attention compiled, and
-/// these are stored alike (llama.cpp and vLLM do not mix them either).
+/// these are stored alike (llama.cpp and vLLM do not mix them either); keys quantized per channel
+/// (q4c) take q4 values, as KIVI's 4-bit caches.
 template <class T>
-inline constexpr bool paired_format_v = std::is_same_v<T, float8_e4m3> || std::is_same_v<T, q4>;
+inline constexpr bool paired_format_v =
+    std::is_same_v<T, float8_e4m3> || std::is_same_v<T, q4> || std::is_same_v<T, q4c>;
+template <class KT>
+using paired_values_t = std::conditional_t<std::is_same_v<KT, q4c>, q4, KT>;
 
 template <class KT>
 std::unique_ptr<any_cache> make_cache(xattn_dtype values, const kv_cache_options& o) {
   if constexpr (paired_format_v<KT>)
-    return std::make_unique<typed_cache<KT, KT>>(o);
+    return std::make_unique<typed_cache<KT, paired_values_t<KT>>>(o);
   else
     return with_cache_element(values, [&](auto v) -> std::unique_ptr<any_cache> {
       if constexpr (paired_format_v<decltype(v)>)
