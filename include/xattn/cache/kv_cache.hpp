@@ -130,9 +130,9 @@ class kv_cache {
   /// Rows move within a's own pages, as stored (no requantization; keys quantized per channel are
   /// quantized again in each page a row moves into, from their stored values); a page a fork
   /// shares is copied before it is written, and the pages past the new length go back to the pool
-  /// unless a fork holds them. Bad positions, a full pool, or a cache that stores its keys rotated (.rope: a kept key
-  /// would stay turned to its old position) throw and change nothing. Like truncate, it ends the use
-  /// of a keys()/values() snapshot of a.
+  /// unless a fork holds them. Bad positions, a full pool, or a cache that stores its keys rotated
+  /// (.rope: a kept key would stay turned to its old position) throw and change nothing. Like
+  /// truncate, it ends the use of a keys()/values() snapshot of a.
   void keep(sequence_id a, const std::vector<std::size_t>& positions) {
     const char* who = "kv_cache.keep";
     check(a, who);

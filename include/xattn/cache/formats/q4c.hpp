@@ -3,9 +3,9 @@
 // (channel) of a head has one scale and one minimum taken over the page's rows, so a channel
 // that is large on every token (the outlier channels of LLM keys) gets a step of its own instead
 // of widening every step of its tokens' groups. A value is code · scale + min (one rounding), the
-// code in [0, 15] rounded to nearest. Codes are packed as q4's (byte j of a group of 32 holds feature j in its
-// low nibble, j + 16 in its high one); a page's parameters are, per group of 32 features, its 32
-// scales then its 32 minimums. The cache keeps the float rows of each sequence's partial page and
+// code in [0, 15] rounded to nearest. Codes are packed as q4's (byte j of a group of 32 holds
+// feature j in its low nibble, j + 16 in its high one); a page's parameters are, per group of 32
+// features, its 32 scales then its 32 minimums. The cache keeps the float rows of each sequence's partial page and
 // quantizes that page again as rows arrive (kv_cache), so a page's parameters always cover the
 // rows it holds.
 #include "../../kernel/row_handle.hpp"
