@@ -257,8 +257,9 @@ class kv_cache {
 
   /// The sequences of `batch` as the keys (values) of an attention expression: (B, kv_heads, the
   /// longest length, head_dim), read from the pages in place; each batch row's keys end at its
-  /// sequence's length. A snapshot: later appends are not seen, and it must not outlive a release
-  /// of its sequences (their pages may then hold another sequence's tokens).
+  /// sequence's length. A snapshot: later appends are not seen (except in keys quantized per
+  /// channel, whose partial page an append quantizes again), and it must not outlive a release of
+  /// its sequences (their pages may then hold another sequence's tokens).
   cache_ref<KT> keys(const std::vector<sequence_id>& batch) const { return terminal<KT>(batch, true); }
   cache_ref<VT> values(const std::vector<sequence_id>& batch) const { return terminal<VT>(batch, false); }
 
