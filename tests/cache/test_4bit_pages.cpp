@@ -3,6 +3,7 @@
 // a grouped prefill agrees with the reference on the stored values. (docs/numerics.md quotes the
 // figures these print.)
 #include "support/bitwise.hpp"
+#include "support/cache_steps.hpp"
 #include "support/random.hpp"
 
 #include <catch2/catch.hpp>
@@ -58,10 +59,7 @@ TEST_CASE("4-bit pages: q4 moves a decoding step by less than its bound, int8 be
   }
   for (const bool outliers : {false, true}) {
     xt::xtensor<float, 3> k = r.tensor<float>({hkv, len, dim}), v = r.tensor<float>({hkv, len, dim});
-    if (outliers)  // a few key channels 20 times the others on every token (the outlier channels of LLM keys)
-      for (std::size_t h = 0; h < hkv; ++h)
-        for (std::size_t t = 0; t < len; ++t)
-          for (std::size_t d : {3, 50, 77, 120}) k(h, t, d) *= 20;
+    if (outliers) testing::outlier_channels(k);
     const auto [kernel_error, q4_error] = step_errors<q4>(q, k, v, scale);
     const auto [kernel8, int8_error] = step_errors<std::int8_t>(q, k, v, scale);
     const double delta = scale * q1 * amax_of(k) / 8, vmax = xt::amax(xt::abs(v))();

@@ -3,6 +3,7 @@
 // they were appended; forks, truncate and keep keep that true; attention reads the pages as the
 // reference does; and on keys with outlier channels it beats q4's per-token groups, with and
 // without the rotation (docs/numerics.md quotes the figures this prints with -s).
+#include "support/cache_steps.hpp"
 #include "support/q4c_reference.hpp"
 #include "support/random.hpp"
 
@@ -23,21 +24,6 @@ using cache = kv_cache<q4c, q4>;
 
 xt::xtensor<float, 3> token_range(const xt::xtensor<float, 3>& x, std::size_t lo, std::size_t hi) {
   return xt::view(x, xt::all(), xt::range(lo, hi), xt::all());
-}
-
-/// A decoding step over pages of K keys and q4 values holding k and v, against the double
-/// reference of the same step over the unquantized k and v.
-template <class K>
-double q4c_step_error(const xt::xtensor<float, 4>& q, const xt::xtensor<float, 3>& k, const xt::xtensor<float, 3>& v,
-                      bool rotate) {
-  const std::size_t hkv = k.shape()[0], len = k.shape()[1], dim = k.shape()[2];
-  kv_cache<K, q4> c({.kv_heads = hkv, .head_dim = dim, .page_size = 16, .max_tokens = len, .rotate = rotate});
-  const auto s = c.add_sequence();
-  c.append(s, k, v);
-  const float scale = 1 / std::sqrt(float(dim));
-  const xt::xtensor<float, 4> o = eval(softmax(ref(q) * trans(c.keys({s})) * scale) * c.values({s}));
-  const xt::xtensor<float, 4> k4 = xt::view(k, xt::newaxis()), v4 = xt::view(v, xt::newaxis());
-  return max_abs_diff(o, reference(softmax(ref(q) * trans(ref(k4)) * scale) * ref(v4)).output);
 }
 
 }  // namespace
@@ -163,14 +149,11 @@ TEST_CASE("q4c keys: on outlier channels a decoding step errs less than with q4 
   const xt::xtensor<float, 4> q = r.tensor<float>({1, hkv * group, 1, dim}, -2, 2);
   for (const bool outliers : {false, true}) {
     xt::xtensor<float, 3> k = r.tensor<float>({hkv, len, dim}), v = r.tensor<float>({hkv, len, dim});
-    if (outliers)  // a few key channels 20 times the others on every token, one of them offset
-      for (std::size_t h = 0; h < hkv; ++h)
-        for (std::size_t t = 0; t < len; ++t) {
-          for (std::size_t d : {3, 50, 77, 120}) k(h, t, d) *= 20;
-          k(h, t, 50) += 30;
-        }
-    const double q4_plain = q4c_step_error<q4>(q, k, v, false), q4_turned = q4c_step_error<q4>(q, k, v, true);
-    const double q4c_plain = q4c_step_error<q4c>(q, k, v, false), q4c_turned = q4c_step_error<q4c>(q, k, v, true);
+    if (outliers) testing::outlier_channels(k, 30);
+    const double q4_plain = testing::step_error<q4, q4>(q, k, v, false),
+                 q4_turned = testing::step_error<q4, q4>(q, k, v, true);
+    const double q4c_plain = testing::step_error<q4c, q4>(q, k, v, false),
+                 q4c_turned = testing::step_error<q4c, q4>(q, k, v, true);
     INFO((outliers ? "outlier key channels" : "U(-1, 1)")
          << ", q4 values: q4 keys " << q4_plain << " / rotated " << q4_turned << "; q4c keys " << q4c_plain
          << " / rotated " << q4c_turned);

@@ -3,6 +3,7 @@
 // quantized pages a decoding step's error against the unquantized inputs, with and without the
 // rotation, on uniform keys and on keys with outlier channels, where the rotation must help
 // (docs/numerics.md quotes the figures this prints with -s).
+#include "support/cache_steps.hpp"
 #include "support/random.hpp"
 
 #include <catch2/catch.hpp>
@@ -16,24 +17,7 @@
 using namespace xattn;
 using testing::max_abs_diff;
 
-namespace {
-
-/// A decoding step over pages of T (rotated or not) holding k and v, against the double reference
-/// of the same step over the unquantized k and v.
-template <class T>
-double step_error(const xt::xtensor<float, 4>& q, const xt::xtensor<float, 3>& k, const xt::xtensor<float, 3>& v,
-                  bool rotate) {
-  const std::size_t hkv = k.shape()[0], len = k.shape()[1], dim = k.shape()[2];
-  kv_cache<T> c({.kv_heads = hkv, .head_dim = dim, .page_size = 16, .max_tokens = len, .rotate = rotate});
-  const auto s = c.add_sequence();
-  c.append(s, k, v);
-  const float scale = 1 / std::sqrt(float(dim));
-  const xt::xtensor<float, 4> o = eval(softmax(ref(q) * trans(c.keys({s})) * scale) * c.values({s}));
-  const xt::xtensor<float, 4> k4 = xt::view(k, xt::newaxis()), v4 = xt::view(v, xt::newaxis());
-  return max_abs_diff(o, reference(softmax(ref(q) * trans(ref(k4)) * scale) * ref(v4)).output);
-}
-
-}  // namespace
+using testing::step_error;
 
 TEST_CASE("rotated keys: float pages give the unrotated attention, the queries turned at attention time",
           "[cache][rotate]") {
@@ -83,10 +67,7 @@ TEST_CASE("rotated keys: a decoding step's error on quantized pages, with and wi
   const xt::xtensor<float, 4> q = r.tensor<float>({1, hkv * group, 1, dim}, -2, 2);
   for (const bool outliers : {false, true}) {
     xt::xtensor<float, 3> k = r.tensor<float>({hkv, len, dim}), v = r.tensor<float>({hkv, len, dim});
-    if (outliers)  // a few key channels 20 times the others on every token (the outlier channels of LLM keys)
-      for (std::size_t h = 0; h < hkv; ++h)
-        for (std::size_t t = 0; t < len; ++t)
-          for (std::size_t d : {3, 50, 77, 120}) k(h, t, d) *= 20;
+    if (outliers) testing::outlier_channels(k);
     const double q4_plain = step_error<q4>(q, k, v, false), q4_turned = step_error<q4>(q, k, v, true);
     const double i8_plain = step_error<std::int8_t>(q, k, v, false), i8_turned = step_error<std::int8_t>(q, k, v, true);
     const double f8_plain = step_error<float8_e4m3>(q, k, v, false), f8_turned = step_error<float8_e4m3>(q, k, v, true);
