@@ -67,7 +67,7 @@ TEST_CASE("4-bit pages: q4 moves a decoding step by less than its bound, int8 be
     INFO((outliers ? "outlier key channels" : "U(-1, 1)")
          << ", (1, 32 heads, 8 kv heads, 2048 keys, 128): q4 kernel error " << kernel_error << ", quantization error "
          << q4_error << " (int8 " << int8_error << "), bound " << bound);
-    CHECK(kernel_error < 2e-6);
+    CHECK(kernel_error < 2e-5);  // int16 codes of the queries meet the keys (kernel/qk_q4.hpp), as int8's
     CHECK(q4_error > int8_error);
     CHECK(q4_error < bound);
     (void)kernel8;

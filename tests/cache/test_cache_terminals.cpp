@@ -61,8 +61,8 @@ void append_random(kv_cache<T>& c, sequence_id s, std::size_t n, testing::rng& r
   c.append(s, r.tensor<float>({o.kv_heads, n, o.head_dim}), r.tensor<float>({o.kv_heads, n, o.head_dim}));
 }
 
-/// The kernel's error bound for pages of T: float's, 16-bit's, and int8's, whose keys multiply
-/// int16 codes of the queries (a score moves by up to scale · Σ|k| · max|q| / 65534).
+/// The kernel's error bound for pages of T: float's, 16-bit's, and int8's and q4's, whose keys
+/// multiply int16 codes of the queries (a score moves by up to scale · Σ|k| · max|q| / 65534).
 template <class T>
 double tolerance_for() {
   return std::is_same_v<T, float> ? 2e-6 : 2e-5;
@@ -111,10 +111,12 @@ TEST_CASE("cache terminals: the issue's decode step compiles and runs as written
 
 TEMPLATE_TEST_CASE("cache terminals: a ragged batch is bit for bit the padded tensor with its lengths as masks",
                    "[cache]", float, bfloat16, float16, std::int8_t, float8_e4m3, q4) {
-  // quantized pages against float tensors of the dequantized values; int8 keys are multiplied on
-  // int16 query codes (kernel/qk_q8.hpp), so the two agree to the queries' rounding, and int8
-  // pages of any size agree bit for bit with one page per sequence
-  constexpr bool quantized = is_quantized_v<TestType>, integer_products = std::is_same_v<TestType, std::int8_t>;
+  // quantized pages against float tensors of the dequantized values; int8 and q4 keys are
+  // multiplied on int16 query codes (kernel/qk_q8.hpp, qk_q4.hpp), so the two agree to the
+  // queries' rounding, and pages of any size agree bit for bit with one page per sequence
+  constexpr bool quantized = is_quantized_v<TestType>,
+                 integer_products =
+                     std::is_same_v<TestType, std::int8_t> || (std::is_same_v<TestType, q4> && kernel::has_q4_products);
   using dense_t = std::conditional_t<quantized, float, TestType>;
   const std::size_t hkv = 2, group = GENERATE(1, 4), dim = GENERATE(16, 128), ps = GENERATE(4, 6, 16);
   const auto fill = [&](kv_cache<TestType>& cache, testing::rng& r) {

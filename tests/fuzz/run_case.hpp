@@ -20,6 +20,14 @@ double rotated_bf16_rounding(const fuzz_case& c) {
   return 2 * 0x1p-8 * (1 + 0x1p-9) * c.q_amplitude * std::sqrt(double(c.sizes.Dq + 16));
 }
 
+/// q4 keys multiply int16 codes of the queries (kernel/qk_q4.hpp), each feature moved by at most
+/// max|q| / 65534: a score by scale Σ|k| max|q| / 65534 <= a sqrt(Dq) / 65534 (cache terminals
+/// score by dot at 1 / sqrt(Dq), and q4_0's values keep |k| <= 1), an output by twice that times max|V|.
+inline double q4_query_rounding(const fuzz_case& c) {
+  if (!c.q4_pages || !kernel::has_q4_products) return 0;
+  return 2 * c.q_amplitude * std::sqrt(double(c.sizes.Dq)) / 65534;
+}
+
 /// Pages: a cache's page format when it is not the element type (void: the element type).
 template <element E, terminal Kind, class Pages = void>
 verdict run_on(const fuzz_case& c, testing::rng& r) {
@@ -46,7 +54,7 @@ verdict run_on(const fuzz_case& c, testing::rng& r) {
                                : c.sizes.three_d        ? out_layout::bsd
                                                         : out_layout::bhsd;
           constexpr double p_rounding = takes_value_pairs_v<T, typename element_types<E>::v> ? 0x1p-9 : 0;
-          v = compare<T>(got, l, want, c.sizes, 1.0, p_rounding + rotated_bf16_rounding<E>(c));
+          v = compare<T>(got, l, want, c.sizes, 1.0, p_rounding + rotated_bf16_rounding<E>(c) + q4_query_rounding(c));
           if constexpr (grad_checked(E, Kind, s, m) && xattn::has_fused_backward_v<decltype(make_plan(e))>)
             if (v.ok && grad_affordable(s, c.sizes)) v = check_grad<T>(e, l, want, c.sizes, c.sch, r);
         }

@@ -21,7 +21,8 @@ namespace detail {
 /// The CC batches of Acc of a row from its first column on: load_as for each, bit for bit (kept
 /// in registers if InRegister, see simd::in_register). A q8_0 row starting on a batch boundary has
 /// its codes and scales located once for the row: through its handle, per batch, the lookups cost
-/// more than the dequantization (decoding's P·V).
+/// more than the dequantization (decoding's P·V); a format that decodes whole groups at once (q4)
+/// does so.
 template <bool InRegister, class Acc, std::size_t CC, class Row>
 inline void load_row_as(const Row& row, batch<Acc> (&out)[CC]) noexcept {
   constexpr std::size_t w = simd::width<Acc>;
@@ -32,6 +33,8 @@ inline void load_row_as(const Row& row, batch<Acc> (&out)[CC]) noexcept {
            [&](auto c) { out[c] = q8_batch<Acc>(codes + c * w, row.scale[(row.col + c * w) / q8_row::group]); });
       return;
     }
+  if constexpr (requires { row.template load_groups<Acc, CC>(out); })
+    if (row.template load_groups<Acc, CC>(out)) return;
   if constexpr (InRegister)
     each(upto<CC>, [&](auto c) { out[c] = simd::in_register(simd::load_as<Acc>(row + c * w)); });
   else

@@ -57,6 +57,20 @@ struct scaled_row {
     return simd::batch<T>::load_aligned(lanes.data());
   }
 
+  /// CC batches of T from the first feature into out, whole groups decoded at once, where the
+  /// format can (F::batches) and the row starts a group; else false, having written nothing.
+  template <class T, std::size_t CC>
+  [[gnu::always_inline]] bool load_groups(simd::batch<T> (&out)[CC]) const noexcept {
+    if constexpr (requires { F::template decodes_groups<T, CC>; }) {
+      if constexpr (F::template decodes_groups<T, CC>)
+        if (col % F::group == 0) {
+          F::template batches<T>(q, col, scale + col / F::group, out);
+          return true;
+        }
+    }
+    return false;
+  }
+
   /// The cache lines of the codes of bytes / sizeof(element) features and of their scales, which
   /// lie apart from them.
   template <int Locality>

@@ -7,5 +7,6 @@
 #include "pack.hpp"
 #include "pv.hpp"
 #include "qk.hpp"
+#include "qk_q4.hpp"
 #include "qk_q8.hpp"
 #include "rows.hpp"

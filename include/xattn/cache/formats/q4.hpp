@@ -76,6 +76,37 @@ struct cache_format<q4> {
       return B(_mm256_cvtepi32_ps(_mm256_sub_epi32(c, _mm256_set1_epi32(8)))) * B(scale);
     }
   }
+
+  /// CC batches of whole groups from feature col (a multiple of 32) on, scales[g] group g's: each
+  /// group's 16 bytes loaded once for both nibbles, then batch's operations (the same bits).
+  /// Decoding's P·V reads whole value rows.
+  template <class A, std::size_t CC>
+  static constexpr bool decodes_groups = (CC * simd::width<A> % group == 0) && widens<A>;
+  template <class A, std::size_t CC>
+  static void batches(const q4* row, std::size_t col, const float* scales, simd::batch<A> (&out)[CC]) noexcept {
+    using B = simd::batch<A>;
+    constexpr std::size_t w = simd::width<A>, per_group = group / w, chunks = group / 2 / w;
+    const auto* p = reinterpret_cast<const std::uint8_t*>(row) + col / 2;
+    for (std::size_t g = 0; g < CC / per_group; ++g) {
+      const B d(scales[g]);
+      for (std::size_t h = 0; h < chunks; ++h) {  // w bytes: features h·w.. (low) and 16 + h·w.. (high)
+        const std::uint8_t* at = p + g * (group / 2) + h * w;
+        if constexpr (w == 16) {
+          const __m512i x = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(at)));
+          const __m512i eight = _mm512_set1_epi32(8);
+          const __m512i lo = _mm512_sub_epi32(_mm512_and_si512(x, _mm512_set1_epi32(15)), eight);
+          out[g * per_group + h] = B(_mm512_cvtepi32_ps(lo)) * d;
+          out[g * per_group + chunks + h] = B(_mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_srli_epi32(x, 4), eight))) * d;
+        } else {
+          const __m256i x = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(at)));
+          const __m256i eight = _mm256_set1_epi32(8);
+          const __m256i lo = _mm256_sub_epi32(_mm256_and_si256(x, _mm256_set1_epi32(15)), eight);
+          out[g * per_group + h] = B(_mm256_cvtepi32_ps(lo)) * d;
+          out[g * per_group + chunks + h] = B(_mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_srli_epi32(x, 4), eight))) * d;
+        }
+      }
+    }
+  }
 };
 
 }  // namespace xattn

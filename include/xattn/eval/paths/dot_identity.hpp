@@ -7,6 +7,7 @@
 #include "../../form.hpp"
 #include "../../kernel/aligned.hpp"
 #include "../../kernel/qk.hpp"
+#include "../../kernel/qk_q4.hpp"
 #include "../../kernel/qk_q8.hpp"
 #include "../../kernel/rows.hpp"
 #include "../operands/key_panels.hpp"
