@@ -57,7 +57,9 @@ struct cache_format<q4> {
   }
 
   /// Features [col, col + width) decoded in registers (col a multiple of the width: one nibble of
-  /// consecutive bytes); c - 8 in integers, then one product, the one rounding value_at has.
+  /// consecutive bytes) to (c - 8) · scale, the one rounding value_at has: with AVX-512, each code
+  /// picks its value from the 16 products (i - 8) · scale (vpermps reads an index's low 4 bits, so
+  /// a byte's low nibble needs no mask); with AVX2, c - 8 in integers, then one product.
   template <class A>
   static constexpr bool widens = std::is_same_v<A, float>&& simd::avx2_or_avx512;
   template <class A>
@@ -68,8 +70,7 @@ struct cache_format<q4> {
     const __m128i shift = _mm_cvtsi32_si128(int(o / (group / 2) * 4));
     if constexpr (simd::width<A> == 16) {
       const __m512i x = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-      const __m512i c = _mm512_and_si512(_mm512_srl_epi32(x, shift), _mm512_set1_epi32(15));
-      return B(_mm512_cvtepi32_ps(_mm512_sub_epi32(c, _mm512_set1_epi32(8)))) * B(scale);
+      return B(_mm512_permutexvar_ps(_mm512_srl_epi32(x, shift), values<A>(scale)));
     } else {
       const __m256i x = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
       const __m256i c = _mm256_and_si256(_mm256_srl_epi32(x, shift), _mm256_set1_epi32(15));
@@ -88,16 +89,15 @@ struct cache_format<q4> {
     constexpr std::size_t w = simd::width<A>, per_group = group / w, chunks = group / 2 / w;
     const auto* p = reinterpret_cast<const std::uint8_t*>(row) + col / 2;
     for (std::size_t g = 0; g < CC / per_group; ++g) {
-      const B d(scales[g]);
       for (std::size_t h = 0; h < chunks; ++h) {  // w bytes: features h·w.. (low) and 16 + h·w.. (high)
         const std::uint8_t* at = p + g * (group / 2) + h * w;
         if constexpr (w == 16) {
+          const __m512 table = values<A>(scales[g]);
           const __m512i x = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(at)));
-          const __m512i eight = _mm512_set1_epi32(8);
-          const __m512i lo = _mm512_sub_epi32(_mm512_and_si512(x, _mm512_set1_epi32(15)), eight);
-          out[g * per_group + h] = B(_mm512_cvtepi32_ps(lo)) * d;
-          out[g * per_group + chunks + h] = B(_mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_srli_epi32(x, 4), eight))) * d;
+          out[g * per_group + h] = B(_mm512_permutexvar_ps(x, table));
+          out[g * per_group + chunks + h] = B(_mm512_permutexvar_ps(_mm512_srli_epi32(x, 4), table));
         } else {
+          const B d(scales[g]);
           const __m256i x = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(at)));
           const __m256i eight = _mm256_set1_epi32(8);
           const __m256i lo = _mm256_sub_epi32(_mm256_and_si256(x, _mm256_set1_epi32(15)), eight);
@@ -106,6 +106,14 @@ struct cache_format<q4> {
         }
       }
     }
+  }
+
+ private:
+  /// The 16 values (i - 8) · scale, i the lane (a template: AVX-512 registers only where used).
+  template <class A>
+  static auto values(float scale) noexcept {
+    const __m512 codes = _mm512_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7);
+    return _mm512_mul_ps(codes, _mm512_set1_ps(scale));
   }
 };
 
