@@ -5,8 +5,8 @@
 // int16 by one load and split by a mask and a shift; their products with the query codes (permuted
 // to that order) add up exactly in int32 (vpdpwssd) from q4_0's offset, -8 times the lane's query
 // codes, and each lane's sum is converted and scaled by its group's scale in float. Per key and 64
-// features that is three instructions for the key and four per query row, where dequantizing the
-// features to floats first takes 24 before each row's four FMAs.
+// features that is four instructions for the key and four per query row (two integer products, a
+// conversion, an FMA), where keys dequantized to floats take four FMAs per row after their decoding.
 #include "../cache/formats/q4.hpp"
 #include "qk_q8.hpp"
 #include "scaled_row.hpp"
