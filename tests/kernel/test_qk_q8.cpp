@@ -171,12 +171,12 @@ struct interleaved_keys {
 
 }  // namespace
 
-TEST_CASE("qk_direct_q8: keys interleaved by pairs, by blocks of 16 or key by key, give the same scores", "[kernel]") {
+TEST_CASE("qk_direct_q8: keys interleaved by pairs, by blocks of 16 or gathered, give key_score's bits", "[kernel]") {
   testing::rng r(23);
   for (auto [rows, n, first, cols] : {std::tuple{1u, 128u, 0u, 64u},  // four whole blocks
                                       {4u, 128u, 16u, 29u},           // from a page's second block, a short last one
                                       {3u, 64u, 0u, 7u},              // one short block
-                                      {2u, 96u, 5u, 40u},             // not on a block: key by key
+                                      {2u, 96u, 5u, 40u},             // not on a block: gathered
                                       {5u, 32u, 32u, 32u}}) {         // row blocks of 4 and 1
     INFO("rows " << rows << ", n " << n << ", keys from " << first << ", " << cols << " of them");
     const std::size_t lds = cols + 3, from = first;  // lambdas capture from (clang 14: not a binding)
@@ -185,17 +185,32 @@ TEST_CASE("qk_direct_q8: keys interleaved by pairs, by blocks of 16 or key by ke
     CHECK(kernel::detail::in_pair_block(blocks.row(first), blocks.row(first + 15), 16) == (first % 16 == 0));
     CHECK_FALSE(kernel::detail::in_pair_block(by_key.row(first), by_key.row(first + 15), 16));
     const auto q = r.tensor<float>({rows, n});
-    std::vector<float> got(rows * lds, -7.0f), one_by_one(rows * lds, -7.0f);
+    std::vector<float> got(rows * lds, -7.0f), one_by_one(rows * lds, -7.0f), picked(rows * lds, -7.0f);
     REQUIRE(kernel::qk_direct_q8(
         q.data(), n, rows, [&](std::size_t c) { return blocks.row(from + c); }, cols, n, got.data(), lds));
     REQUIRE(kernel::qk_direct_q8(
         q.data(), n, rows, [&](std::size_t c) { return by_key.row(from + c); }, cols, n, one_by_one.data(), lds));
+    // a selection's rows: the same keys in reverse order, each flagged scattered (rows whose
+    // neighbours in the page are not the next keys)
+    REQUIRE(kernel::qk_direct_q8(
+        q.data(), n, rows,
+        [&](std::size_t c) {
+          auto k = blocks.row(from + cols - 1 - c);
+          k.scattered = true;
+          return k;
+        },
+        cols, n, picked.data(), lds));
+    std::vector<std::int16_t> codes(n);
     for (std::size_t i = 0; i < rows; ++i) {
       double qmax = 0;
       for (std::size_t d = 0; d < n; ++d) qmax = std::max(qmax, double(std::abs(q(i, d))));
+      const float qs = kernel::detail::quantize_query16(&q(i, 0), n, codes.data());
       for (std::size_t c = 0; c < cols; ++c) {
         INFO("row " << i << ", key " << c);
-        REQUIRE(got[i * lds + c] == one_by_one[i * lds + c]);
+        const float one = kernel::detail::key_score(codes.data(), qs, blocks.row(first + c), n);
+        REQUIRE(got[i * lds + c] == one);
+        REQUIRE(one_by_one[i * lds + c] == one);
+        REQUIRE(picked[i * lds + cols - 1 - c] == one);
         double want = 0, k1 = 0, qk1 = 0;
         for (std::size_t d = 0; d < n; ++d) {
           want += double(q(i, d)) * k.at(first + c, d);

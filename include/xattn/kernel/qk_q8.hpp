@@ -247,8 +247,35 @@ inline void qk_q8_pairs(const std::int16_t* q, std::size_t ldq, const float* qs,
   });
 }
 
+/// The most features whose codes a block of gathered rows holds on the stack (16 KiB).
+inline constexpr std::size_t gather_features = 1024;
+
+/// The kept (<= 16) rows row(c + t) gathered into one block laid out as a page of 16 rows
+/// interleaved by pairs (codes: n / 2 pairs of 16 rows, scales: n / 32 groups of 16), lanes past
+/// kept zero; returns the block's first row. Rows that do not stand so in their page (a
+/// selection's, pages of other sizes) then take the 16-key product, to the same bits.
+template <class RowFn>
+inline q8_pair_row gather_pair_block(RowFn row, std::size_t c, std::size_t kept, std::size_t n, std::int8_t* codes,
+                                     float* scales) noexcept {
+  for (std::size_t t = 0; t < pair_block; ++t) {
+    if (t < kept) {
+      const q8_pair_row k = row(c + t);
+      const std::int8_t* at = k.q + k.code_at(k.col);  // col even: a pair's start
+      const std::size_t step = 2 * k.page_rows;
+      for (std::size_t p = 0; p < n / 2; ++p) std::memcpy(codes + p * 2 * pair_block + 2 * t, at + p * step, 2);
+      for (std::size_t g = 0; g < n / q8_row::group; ++g)
+        scales[g * pair_block + t] = *k.scale_at(k.col + g * q8_row::group);
+    } else {
+      for (std::size_t p = 0; p < n / 2; ++p) std::memset(codes + p * 2 * pair_block + 2 * t, 0, 2);
+      for (std::size_t g = 0; g < n / q8_row::group; ++g) scales[g * pair_block + t] = 0.0f;
+    }
+  }
+  return {codes, scales, 0, pair_block};
+}
+
 /// qk_direct_q8 over rows interleaved by pairs: blocks of 16 keys of one page through
-/// qk_q8_pairs, the others (pages of other sizes, blocks not starting on 16 rows) key by key.
+/// qk_q8_pairs; the others (a selection's rows, pages of other sizes, blocks not starting on 16
+/// rows) gathered into a block first, or key by key where their features exceed the gather's stack.
 template <class RowFn>
 void qk_pairs_blocks(const std::int16_t* codes, const float* scales, std::size_t rows, RowFn row, std::size_t cols,
                      std::size_t n, float* s, std::size_t lds, row_prefetch also) {
@@ -264,7 +291,14 @@ void qk_pairs_blocks(const std::int16_t* codes, const float* scales, std::size_t
       by_direct_rows<rmax>(rows, [&](auto R, std::size_t r) {
         qk_q8_pairs<decltype(R)::value>(codes + r * n, n, scales + r, k0, n, s + r * lds + c, lds, kept);
       });
-    } else {  // key by key: a selection's rows, pages of other sizes, blocks not on 16 rows
+    } else if (n <= gather_features) {
+      alignas(64) std::int8_t block[gather_features * pair_block];
+      alignas(64) float block_scales[gather_features / q8_row::group * pair_block];
+      const q8_pair_row g0 = gather_pair_block(row, c, kept, n, block, block_scales);
+      by_direct_rows<rmax>(rows, [&](auto R, std::size_t r) {
+        qk_q8_pairs<decltype(R)::value>(codes + r * n, n, scales + r, g0, n, s + r * lds + c, lds, kept);
+      });
+    } else {  // key by key
       alignas(64) std::int8_t key[q16_stack];
       for (std::size_t t = 0; t < kept; ++t) {
         const q8_pair_row k = row(c + t);
