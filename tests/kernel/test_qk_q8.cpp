@@ -179,7 +179,8 @@ TEST_CASE("qk_direct_q8: keys interleaved by pairs, by blocks of 16 or gathered,
                                       {2u, 96u, 5u, 40u},             // not on a block: gathered
                                       {5u, 32u, 32u, 32u}}) {         // row blocks of 4 and 1
     INFO("rows " << rows << ", n " << n << ", keys from " << first << ", " << cols << " of them");
-    const std::size_t lds = cols + 3, from = first;  // lambdas capture from (clang 14: not a binding)
+    const std::size_t lds = cols + 3, from = first,
+                      last = first + cols - 1;  // lambdas capture copies (clang 14: not bindings)
     const q8_keys k(72, n, r);
     const interleaved_keys blocks(k, 64), by_key(k, 72);  // 72 rows: not a multiple of 16
     CHECK(kernel::detail::in_pair_block(blocks.row(first), blocks.row(first + 15), 16) == (first % 16 == 0));
@@ -195,7 +196,7 @@ TEST_CASE("qk_direct_q8: keys interleaved by pairs, by blocks of 16 or gathered,
     REQUIRE(kernel::qk_direct_q8(
         q.data(), n, rows,
         [&](std::size_t c) {
-          auto k = blocks.row(from + cols - 1 - c);
+          auto k = blocks.row(last - c);
           k.scattered = true;
           return k;
         },
