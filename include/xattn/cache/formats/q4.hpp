@@ -78,32 +78,25 @@ struct cache_format<q4> {
     }
   }
 
-  /// CC batches of whole groups from feature col (a multiple of 32) on, scales[g] group g's: each
-  /// group's 16 bytes loaded once for both nibbles, then batch's operations (the same bits).
-  /// Decoding's P·V reads whole value rows.
+  /// CC batches of whole groups from feature col (a multiple of 32) on, scales[g] group g's: with
+  /// AVX-512 each group's 16 bytes loaded once for both nibbles, then batch's lookups (the same
+  /// bits); with AVX2, batch after batch. Decoding's P·V reads whole value rows.
   template <class A, std::size_t CC>
   static constexpr bool decodes_groups = (CC * simd::width<A> % group == 0) && widens<A>;
   template <class A, std::size_t CC>
   static void batches(const q4* row, std::size_t col, const float* scales, simd::batch<A> (&out)[CC]) noexcept {
     using B = simd::batch<A>;
-    constexpr std::size_t w = simd::width<A>, per_group = group / w, chunks = group / 2 / w;
-    const auto* p = reinterpret_cast<const std::uint8_t*>(row) + col / 2;
+    constexpr std::size_t w = simd::width<A>, per_group = group / w;
     for (std::size_t g = 0; g < CC / per_group; ++g) {
-      for (std::size_t h = 0; h < chunks; ++h) {  // w bytes: features h·w.. (low) and 16 + h·w.. (high)
-        const std::uint8_t* at = p + g * (group / 2) + h * w;
-        if constexpr (w == 16) {
-          const __m512 table = values<A>(scales[g]);
-          const __m512i x = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(at)));
-          out[g * per_group + h] = B(_mm512_permutexvar_ps(x, table));
-          out[g * per_group + chunks + h] = B(_mm512_permutexvar_ps(_mm512_srli_epi32(x, 4), table));
-        } else {
-          const B d(scales[g]);
-          const __m256i x = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(at)));
-          const __m256i eight = _mm256_set1_epi32(8);
-          const __m256i lo = _mm256_sub_epi32(_mm256_and_si256(x, _mm256_set1_epi32(15)), eight);
-          out[g * per_group + h] = B(_mm256_cvtepi32_ps(lo)) * d;
-          out[g * per_group + chunks + h] = B(_mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_srli_epi32(x, 4), eight))) * d;
-        }
+      if constexpr (w == 16) {  // bytes: features [0, 16) (low nibbles) and [16, 32) (high)
+        const auto* at = reinterpret_cast<const std::uint8_t*>(row) + col / 2 + g * (group / 2);
+        const __m512 table = values<A>(scales[g]);
+        const __m512i x = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(at)));
+        out[2 * g] = B(_mm512_permutexvar_ps(x, table));
+        out[2 * g + 1] = B(_mm512_permutexvar_ps(_mm512_srli_epi32(x, 4), table));
+      } else {
+        for (std::size_t h = 0; h < per_group; ++h)
+          out[g * per_group + h] = batch<A>(row, col + g * group + h * w, scales[g]);
       }
     }
   }
