@@ -102,6 +102,7 @@ fuzz_case draw_case(testing::rng& r, std::uint64_t run_seed, std::uint64_t index
   c.q_amplitude = std::array<double, 5>{1, 1, 1, 4, 16}[r.size(0, 4)];
   if (t == terminal::cache && c.elem == element::f32) c.fp8_pages = r.coin(0.5);  // drawn last: other cases unchanged
   if (t == terminal::cache && c.elem == element::f32 && !c.fp8_pages) c.q4_pages = r.coin(0.5);
+  if (c.q4_pages) c.q4c_keys = r.coin(0.5);
   return c;
 }
 
@@ -112,7 +113,8 @@ std::string describe(const fuzz_case& c) {
      << (s.three_d ? " rank-3" : "") << ", B=" << s.B << " Hq=" << s.Hq() << " Hkv=" << s.Hkv << " Sq=" << s.Sq
      << " Skv=" << s.Skv << " Dq=" << s.Dq << " Dk=" << s.Dk << " Dv=" << s.Dv << ", block_q=" << c.sch.block_q
      << " block_k=" << c.sch.block_k << " threads=" << c.sch.threads << ", |Q| x" << c.q_amplitude
-     << (c.fp8_pages ? ", float8_e4m3 pages" : "") << (c.q4_pages ? ", q4 pages" : "");
+     << (c.fp8_pages ? ", float8_e4m3 pages" : "")
+     << (c.q4_pages ? (c.q4c_keys ? ", q4c keys, q4 values" : ", q4 pages") : "");
   return os.str();
 }
 

@@ -64,6 +64,7 @@ struct fuzz_case {
   double q_amplitude = 1;
   bool fp8_pages = false;  // a float case's cache stores float8_e4m3 keys and values
   bool q4_pages = false;   // or q4 keys and values
+  bool q4c_keys = false;   // q4 pages' keys quantized per channel over each page (q4c)
 };
 
 /// SplitMix64 finaliser: decorrelates neighbouring (seed, index) pairs.

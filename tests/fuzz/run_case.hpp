@@ -22,13 +22,14 @@ double rotated_bf16_rounding(const fuzz_case& c) {
 
 /// q4 keys multiply int16 codes of the queries (kernel/qk_q4.hpp), each feature moved by at most
 /// max|q| / 65534: a score by scale Σ|k| max|q| / 65534 <= a sqrt(Dq) / 65534 (cache terminals
-/// score by dot at 1 / sqrt(Dq), and q4_0's values keep |k| <= 1), an output by twice that times max|V|.
+/// score by dot at 1 / sqrt(Dq), and q4_0's values keep |k| <= 1), an output by twice that times
+/// max|V|. Keys quantized per channel (q4c) are decoded to floats.
 inline double q4_query_rounding(const fuzz_case& c) {
-  if (!c.q4_pages || !kernel::has_q4_products) return 0;
+  if (!c.q4_pages || c.q4c_keys || !kernel::has_q4_products) return 0;
   return 2 * c.q_amplitude * std::sqrt(double(c.sizes.Dq)) / 65534;
 }
 
-/// Pages: a cache's page format when it is not the element type (void: the element type).
+/// Pages: a cache's page format when it is not the element type (void: the element type; pages_of<K, V>).
 template <element E, terminal Kind, class Pages = void>
 verdict run_on(const fuzz_case& c, testing::rng& r) {
   using T = accumulator_t<typename element_types<E>::q, typename element_types<E>::k, typename element_types<E>::v>;

@@ -15,7 +15,9 @@ verdict run_typed(const fuzz_case& c, testing::rng& r) {
       if constexpr (E == element::f32)
         if (c.fp8_pages) return run_on<E, terminal::cache, float8_e4m3>(c, r);
       if constexpr (E == element::f32)
-        if (c.q4_pages) return run_on<E, terminal::cache, q4>(c, r);
+        if (c.q4_pages)
+          return c.q4c_keys ? run_on<E, terminal::cache, pages_of<q4c, q4>>(c, r)
+                            : run_on<E, terminal::cache, q4>(c, r);
       if constexpr (E != element::f64 && E != element::mixed) return run_on<E, terminal::cache>(c, r);
       return {false, "kv_cache pages are not double or mixed"};
     default:

@@ -4,6 +4,7 @@
 #include "fuzz_case.hpp"
 #include "support/float8_reference.hpp"
 #include "support/q4_reference.hpp"
+#include "support/q4c_reference.hpp"
 
 #include <xattn/cache.hpp>
 
@@ -140,7 +141,8 @@ auto packed_operand(std::size_t batch, std::size_t heads_n, std::size_t seq, std
 /// element the terminals show is checked against what was appended, rounded to the page type:
 /// the reference reads the same pages, so a wrong page index would otherwise go unseen.
 /// float8_e4m3 pages hold what the specification's nearest codes give (support/float8_reference.hpp),
-/// q4 pages q4_0's values (support/q4_reference.hpp). Every sequence holds at least min_len tokens.
+/// q4 pages q4_0's values (support/q4_reference.hpp), q4c keys KIVI's over each page's tokens
+/// (support/q4c_reference.hpp). Every sequence holds at least min_len tokens.
 template <class TK, class TV>
 auto cache_operands(const testing::case_sizes& z, testing::rng& r, std::vector<std::shared_ptr<const void>>& keep,
                     std::size_t min_len) {
@@ -181,12 +183,14 @@ auto cache_operands(const testing::case_sizes& z, testing::rng& r, std::vector<s
   }
   auto kt = cache->keys(ids);
   auto vt = cache->values(ids);
-  const auto stored = [](auto type, const xt::xtensor<float, 3>& x) {
+  const auto stored = [page_size](auto type, const xt::xtensor<float, 3>& x) {
     using T = decltype(type);
     if constexpr (std::is_same_v<T, float8_e4m3>) {
       return testing::e4m3_rows(x);
     } else if constexpr (std::is_same_v<T, q4>) {
       return testing::q4_0_rows(x);
+    } else if constexpr (std::is_same_v<T, q4c>) {
+      return testing::q4c_rows(x, page_size);
     } else {
       xt::xtensor<float, 3> y = x;
       for (auto& e : y) e = float(T(e));
@@ -206,13 +210,35 @@ auto cache_operands(const testing::case_sizes& z, testing::rng& r, std::vector<s
   return std::pair{kt, vt};
 }
 
+/// A cache of K keys and V values, as run_on's Pages.
+template <class K, class V>
+struct pages_of {};
+
+/// The key and value types of a cache's pages: Pages for both, the element kind's (void), or
+/// pages_of's.
+template <element E, class Pages>
+struct page_types {
+  using k = Pages;
+  using v = Pages;
+};
+template <element E>
+struct page_types<E, void> {
+  using k = typename element_types<E>::k;
+  using v = typename element_types<E>::v;
+};
+template <element E, class K, class V>
+struct page_types<E, pages_of<K, V>> {
+  using k = K;
+  using v = V;
+};
+
 /// Build Q, K, V of element kind E for a terminal kind (compile time) and a storage (run time);
 /// a cache's pages of type Pages unless it is void.
 template <element E, terminal Kind, class Pages = void>
 auto operands(const fuzz_case& c, testing::rng& r) {
   using TQ = typename element_types<E>::q;
-  using TK = std::conditional_t<std::is_void_v<Pages>, typename element_types<E>::k, Pages>;
-  using TV = std::conditional_t<std::is_void_v<Pages>, typename element_types<E>::v, Pages>;
+  using TK = typename page_types<E, Pages>::k;
+  using TV = typename page_types<E, Pages>::v;
   const auto& z = c.sizes;
   if constexpr (Kind == terminal::rank0) {
     operand_set<tensor_ref<TQ, 0>, tensor_ref<TK, 0>, tensor_ref<TV, 0>> o;

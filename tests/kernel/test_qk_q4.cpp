@@ -1,13 +1,16 @@
-// qk_direct_q4, 4-bit (q4_0) key rows on int16 query codes: against the double product of the
-// queries and the dequantized keys within the bound the query's rounding allows, and against the
-// exact integer products of the codes within float rounding; and q4's whole-group decoding of
-// value rows, bit for bit the batches decoded one at a time.
+// qk_direct_q4, 4-bit (q4_0) keys of a cache page (rows interleaved by pairs of bytes) on int16
+// query codes: against the exact integer products of the codes within float rounding and against
+// the double product of the queries and the dequantized keys within the bound the query's
+// rounding allows; blocks of 16 rows, gathered rows and scattered ones bit for bit the one-key
+// score; and q4's whole-group decoding of value rows, bit for bit the batches decoded one at a time.
 #include "support/random.hpp"
 
+#include <xattn/kernel/aligned.hpp>
 #include <xattn/kernel/qk_q4.hpp>
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -18,8 +21,8 @@ using namespace xattn;
 
 namespace {
 
-/// cols key rows of n 4-bit codes (random bytes: every nibble value) and n / 32 scales each, as a
-/// cache page stores them.
+/// cols rows of n 4-bit codes (random bytes: every nibble value) and n / 32 scales each, one row
+/// after the other as a cache's value page stores them.
 struct q4_keys {
   std::size_t n;
   std::vector<q4> codes;
@@ -36,52 +39,105 @@ struct q4_keys {
   }
 };
 
+/// The rows of q4_keys as a cache page lays its q4 keys out (row_layout): page_rows rows
+/// interleaved by pairs of bytes, each group's scales of all rows together, on a cache line.
+struct q4_page {
+  std::size_t n, page_rows;
+  kernel::aligned_vector<q4> codes;
+  kernel::aligned_vector<float> scales;
+  q4_page(const q4_keys& k, std::size_t page_rows)
+      : n(k.n), page_rows(page_rows), codes(page_rows * k.n / 2), scales(page_rows * (k.n / 32)) {
+    for (std::size_t c = 0; c < std::min(page_rows, k.codes.size() / (n / 2)); ++c) {  // rows past k's: zero
+      for (std::size_t b = 0; b < n / 2; ++b) codes[b / 2 * 2 * page_rows + 2 * c + b % 2] = k.codes[c * n / 2 + b];
+      for (std::size_t g = 0; g < n / 32; ++g) scales[g * page_rows + c] = k.scales[c * (n / 32) + g];
+    }
+  }
+  kernel::q4_pair_row row(std::size_t c, std::size_t col = 0) const {
+    return {codes.data() + 2 * c, scales.data() + c, col, page_rows};
+  }
+};
+
 }  // namespace
 
-TEST_CASE("qk_direct_q4: q4 keys on int16 query codes, within the rounding of the queries", "[kernel]") {
-  // the tests' builds are AVX-512BW (the products) or AVX2 (q4 keys dequantized, as any format's)
-  REQUIRE(kernel::has_q4_products == (sizeof(simd::batch<float>) == 64));
-  if (!kernel::has_q4_products) SUCCEED("an AVX2 build: q4 keys take the float path");
+TEST_CASE("q4 key rows interleaved by pairs of bytes read as the rows they are", "[kernel]") {
+  testing::rng r(19);
+  const q4_keys k(40, 128, r);
+  const q4_page page(k, 40);
+  for (std::size_t c : {0u, 1u, 17u, 39u})
+    for (std::size_t col : {0u, 32u, 48u}) {
+      const auto row = page.row(c, col);
+      for (std::size_t d = 0; col + d < 128; ++d) REQUIRE(row[std::ptrdiff_t(d)] == float(k.at(c, col + d)));
+      alignas(64) float lanes[simd::width<float>];
+      row.load<float>().store_aligned(lanes);
+      for (std::size_t i = 0; i < simd::width<float>; ++i) REQUIRE(lanes[i] == float(k.at(c, col + i)));
+    }
+}
+
+TEST_CASE("qk_direct_q4: q4 keys on int16 query codes, by blocks of 16, gathered or one by one", "[kernel]") {
+  REQUIRE(kernel::has_q4_products);  // the tests' builds are AVX-512BW or AVX2
   testing::rng r(23);
-  // rows 1..5 and 8: every register block and a tail; cols around multiples of 4; a key column
-  // past the row's start (64: a step's start)
-  for (auto [rows, cols, n, col] : {std::tuple{1u, 1u, 64u, 0u},
-                                    {1u, 4u, 128u, 0u},
-                                    {2u, 7u, 64u, 0u},
-                                    {3u, 9u, 128u, 64u},
-                                    {4u, 8u, 192u, 0u},
-                                    {5u, 13u, 128u, 0u},
-                                    {8u, 37u, 256u, 128u}}) {
-    if (!kernel::has_q4_products) break;
-    const std::size_t lds = cols + 2, width = n - col, first = col;  // a copy: lambdas do not capture bindings
+  // rows 1..5 and 8: every register block and a tail; whole blocks, a short one, keys from a
+  // page's second block, keys not on a block (gathered), a key column past the row's start, and
+  // features past what a gathered block holds (key by key)
+  for (auto [rows, n, first, cols, col] : {std::tuple{1u, 128u, 0u, 64u, 0u},
+                                           {4u, 128u, 16u, 29u, 0u},
+                                           {3u, 64u, 0u, 7u, 0u},
+                                           {2u, 96u, 5u, 40u, 0u},
+                                           {5u, 128u, 32u, 32u, 64u},
+                                           {8u, 256u, 0u, 37u, 32u},
+                                           {1u, 2080u, 3u, 20u, 0u}}) {
+    INFO("rows " << rows << ", n " << n << ", keys from " << first << ", " << cols << " of them, column " << col);
+    const std::size_t lds = cols + 3, from = first, last = first + cols - 1, at = col,
+                      width = n - col;  // lambdas capture copies (clang 14: not bindings)
+    const q4_keys k(72, n, r);
+    const q4_page blocks(k, 64), by_key(k, 72);  // 72 rows: not a multiple of 16
+    CHECK(kernel::detail::in_pair_block(blocks.row(first, col), blocks.row(first + 15, col), 16) == (first % 16 == 0));
+    CHECK_FALSE(kernel::detail::in_pair_block(by_key.row(first, col), by_key.row(first + 15, col), 16));
     const auto q = r.tensor<float>({rows, width});
-    const q4_keys k(cols, n, r);
-    std::vector<float> s(rows * lds, -7.0f);
+    std::vector<float> got(rows * lds, -7.0f), one_by_one(rows * lds, -7.0f), picked(rows * lds, -7.0f);
     REQUIRE(kernel::qk_direct_q4(
-        q.data(), width, rows, [&](std::size_t c) { return k.row(c, first); }, cols, width, s.data(), lds));
+        q.data(), width, rows, [&](std::size_t c) { return blocks.row(from + c, at); }, cols, width, got.data(), lds));
+    REQUIRE(kernel::qk_direct_q4(
+        q.data(), width, rows, [&](std::size_t c) { return by_key.row(from + c, at); }, cols, width, one_by_one.data(),
+        lds));
+    // a selection's rows: the same keys in reverse order, each flagged scattered
+    REQUIRE(kernel::qk_direct_q4(
+        q.data(), width, rows,
+        [&](std::size_t c) {
+          auto key = blocks.row(last - c, at);
+          key.scattered = true;
+          return key;
+        },
+        cols, width, picked.data(), lds));
     std::vector<std::int16_t> codes(width);
+    std::vector<std::int32_t> offsets(width / 32);
     for (std::size_t i = 0; i < rows; ++i) {
       const float qs = kernel::detail::quantize_query16(&q(i, 0), width, codes.data());
+      kernel::detail::q4_query_offsets(codes.data(), width, offsets.data());
       double qmax = 0;
       for (std::size_t d = 0; d < width; ++d) qmax = std::max(qmax, double(std::abs(q(i, d))));
       for (std::size_t c = 0; c < cols; ++c) {
+        INFO("row " << i << ", key " << c);
+        const float one =
+            kernel::detail::q4_key_score(codes.data(), offsets.data(), qs, blocks.row(first + c, col), width);
+        REQUIRE(got[i * lds + c] == one);
+        REQUIRE(one_by_one[i * lds + c] == one);
+        REQUIRE(picked[i * lds + cols - 1 - c] == one);
         double want = 0, exact = 0, k1 = 0, qk1 = 0;
         for (std::size_t d = 0; d < width; ++d) {
-          const double kd = k.at(c, col + d);
+          const double kd = k.at(first + c, col + d);
           want += double(q(i, d)) * kd;
           exact += double(codes[d]) * qs * kd;
           k1 += std::abs(kd);
           qk1 += std::abs(double(q(i, d)) * kd);
         }
-        const double got = s[i * lds + c], roundoff = 8 * qk1 * std::numeric_limits<float>::epsilon();
-        INFO("rows " << rows << ", cols " << cols << ", n " << n << ", column " << col << ", row " << i << ", key "
-                     << c);
         // the codes' products exactly, then float sums; and each query feature moves by at most
         // half a code step, qmax / 65534
-        REQUIRE(std::abs(got - exact) <= roundoff);
-        REQUIRE(std::abs(got - want) <= k1 * qmax / 65534 + roundoff);
+        const double roundoff = 8 * qk1 * std::numeric_limits<float>::epsilon();
+        REQUIRE(std::abs(got[i * lds + c] - exact) <= roundoff);
+        REQUIRE(std::abs(got[i * lds + c] - want) <= k1 * qmax / 65534 + roundoff);
       }
-      REQUIRE(s[i * lds + cols] == -7.0f);  // nothing written past the row's keys
+      for (std::size_t c = cols; c < lds; ++c) REQUIRE(got[i * lds + c] == -7.0f);  // nothing past the keys
     }
   }
 }
@@ -89,12 +145,15 @@ TEST_CASE("qk_direct_q4: q4 keys on int16 query codes, within the rounding of th
 TEST_CASE("qk_direct_q4: declines what it does not take, and qk_direct then dequantizes", "[kernel]") {
   testing::rng r(29);
   const q4_keys k(6, 128, r);
-  const auto key = [&](std::size_t c) { return k.row(c); };
+  const q4_page page(k, 16);
+  const auto key = [&](std::size_t c) { return page.row(c); };
   auto q = r.tensor<float>({2, 128});
   std::vector<float> s(2 * 6, -7.0f), direct(2 * 6);
-  CHECK(!kernel::qk_direct_q4(q.data(), 96, 2, key, 6, 96, s.data(), 6));  // 96: not whole steps of 64
+  CHECK(!kernel::qk_direct_q4(q.data(), 48, 2, key, 6, 48, s.data(), 6));  // 48: not whole groups
   CHECK(!kernel::qk_direct_q4(
-      q.data(), 128, 2, [&](std::size_t c) { return k.row(c, 32); }, 6, 64, s.data(), 6));  // not a step's start
+      q.data(), 128, 2, [&](std::size_t c) { return page.row(c, 16); }, 6, 64, s.data(), 6));  // not a group's start
+  CHECK(!kernel::qk_direct_q4(
+      q.data(), 128, 2, [&](std::size_t c) { return k.row(c); }, 6, 128, s.data(), 6));  // rows alone: not keys
   q(1, 5) = std::numeric_limits<float>::infinity();  // a query that is not finite: the float path's
   CHECK(!kernel::qk_direct_q4(q.data(), 128, 2, key, 6, 128, s.data(), 6));
   CHECK(s == std::vector<float>(2 * 6, -7.0f));
@@ -105,12 +164,10 @@ TEST_CASE("qk_direct_q4: declines what it does not take, and qk_direct then dequ
     CHECK(std::abs(direct[c] - want) < 1e-4);
     CHECK(!std::isfinite(direct[6 + c]));
   }
-  if (kernel::has_q4_products) {  // and where it takes them, qk_direct is qk_direct_q4
-    q(1, 5) = 0.5f;
-    REQUIRE(kernel::qk_direct_q4(q.data(), 128, 2, key, 6, 128, s.data(), 6));
-    kernel::qk_direct(q.data(), 128, 2, key, 6, 128, direct.data(), 6);
-    CHECK(s == direct);
-  }
+  q(1, 5) = 0.5f;  // where it takes them, qk_direct is qk_direct_q4
+  REQUIRE(kernel::qk_direct_q4(q.data(), 128, 2, key, 6, 128, s.data(), 6));
+  kernel::qk_direct(q.data(), 128, 2, key, 6, 128, direct.data(), 6);
+  CHECK(s == direct);
 }
 
 TEMPLATE_TEST_CASE_SIG("q4 value rows: whole groups decoded at once, bit for bit one batch at a time", "[kernel]",

@@ -12,7 +12,8 @@
 // which names its format; otherwise its rows are kernel::scaled_row<cache_format<T>>, one after
 // the other, and `format` names it. A format packing several features in a code (4 bits) says
 // features_per_code, and reads a feature from its row's codes instead: value_at(row, i, s) and
-// batch<A>(row, col, s); its quantize writes a group's group / features_per_code codes. A format
+// batch<A>(row, col, s), and where it quantizes per token code_index(i) (the code holding feature
+// i) and feature_value(code, i, s); its quantize writes a group's group / features_per_code codes. A format
 // quantizing per channel over a page's rows (per_channel: KIVI's keys) has no per-row scales: it
 // says parameters(dim), the floats of a page's parameters, quantize_page(x, n, dim, codes,
 // row_codes, param) for a page's n float rows, value_at(row, i, param) and a row handle. The
@@ -26,10 +27,11 @@ namespace xattn {
 
 /// Where a page's codes and scales of one head lie: feature d of row r at code(r, d) elements
 /// from the rows' start, scale g of row r at scale(r, g) floats from the scales' start. Rows
-/// stand one after the other (row_step = dim), except a cache's int8 keys, which interleave
-/// their rows by pairs of features (row_step 2, pair_stride 2 · page_size: a pair of features of
-/// 16 consecutive rows is 32 contiguous bytes) and store each group's scales of all rows together
-/// (scale_stride page_size), the layout the integer score product reads (kernel/qk_q8.hpp).
+/// stand one after the other (row_step = dim), except a cache's int8 and q4 keys, which
+/// interleave their rows by pairs of codes (row_step 2, pair_stride 2 · page_size: a pair of codes
+/// of 16 consecutive rows is 32 contiguous bytes; d counts codes) and store each group's scales of
+/// all rows together (scale_stride page_size), the layout the integer score products read
+/// (kernel/qk_q8.hpp, kernel/qk_q4.hpp).
 struct row_layout {
   std::size_t row_step = 0, pair_stride = 2, scale_row_step = 0, scale_stride = 1;
 

@@ -27,8 +27,9 @@ struct page_rows {
   float at(std::size_t r, std::size_t d) const noexcept {
     if constexpr (per_channel_v<T>)
       return cache_format<T>::value_at(rows + r * layout.row_step, d, scales);
-    else if constexpr (features_per_code<cache_format<T>> != 1)  // rows of packed codes, one after the other
-      return code_value<cache_format<T>>(rows + r * layout.row_step, d, scale(r, d / cache_format<T>::group));
+    else if constexpr (features_per_code<cache_format<T>> != 1)  // packed codes: the one holding d
+      return cache_format<T>::feature_value(rows[layout.code(r, cache_format<T>::code_index(d))], d,
+                                            scale(r, d / cache_format<T>::group));
     else if constexpr (is_quantized_v<T>)
       return cache_format<T>::value(code(r, d), scale(r, d / cache_format<T>::group));
     else
@@ -45,7 +46,7 @@ struct page_format {
   static constexpr bool per_channel = per_channel_v<T>;
 
   std::size_t dim = 0, page_size = 0;
-  bool keys = false;  // a format may lay keys out its own way (int8: by pairs of features)
+  bool keys = false;  // a format may lay keys out its own way (int8, q4: by pairs of codes)
 
   bool interleaved() const noexcept {
     if constexpr (requires { format::interleaves_keys; })
@@ -119,7 +120,10 @@ struct page_format {
         scale[at.scale(r, g)] = format::quantize(x + std::ptrdiff_t(lo) * xs, xs, hi - lo, codes);
         if constexpr (packs != 1) {
           constexpr std::size_t n = format::group / packs;  // a whole group's codes
-          std::copy(codes, codes + n, out + r * at.row_step + g * n);
+          if (!interleaved())
+            std::copy(codes, codes + n, out + r * at.row_step + g * n);
+          else
+            for (std::size_t c = 0; c < n; ++c) out[at.code(r, g * n + c)] = codes[c];
         } else if (!interleaved()) {
           std::copy(codes, codes + (hi - lo), out + at.code(r, lo));
         } else {

@@ -32,7 +32,7 @@ struct page_index {
 
 /// Where a page's rows of one head are (row_layout), and a quantized format's scales:
 /// scales_offset bytes after the rows' start. Quantized rows are read through the format's row
-/// handles (kernel::q8_pair_row for int8, else kernel::scaled_row).
+/// handles (kernel::q8_pair_row for int8, kernel::packed_pair_row for q4, else kernel::scaled_row).
 template <class T>
 struct page_rows_at {
   static constexpr bool quantized = is_quantized_v<T>;

@@ -7,6 +7,7 @@
 #include "trace.hpp"
 
 #include <concepts>
+#include <utility>
 
 #pragma GCC diagnostic push  // GCC PR 105593, see simd/compat.hpp
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -285,19 +286,21 @@ void pv_tile(const Acc* p, std::size_t ldp, std::size_t rows, const V* v, std::s
 
 namespace detail {
 
-/// A cache's int8 value rows (q8_pair_row handles of rows stored one after the other) as q8_row
-/// handles, whose loads locate a row's codes and scales once: the P·V loops of decoding.
+/// A cache's int8 or q4 value rows (pair row handles of rows stored one after the other) as the
+/// handles of rows alone, whose loads locate a row's codes and scales once: the P·V loops of decoding.
 template <class Rows>
 struct rows_alone {
   using element = typename Rows::element;
+  using pair_row = decltype(std::declval<const Rows&>()(0));
+  using row = decltype(std::declval<const pair_row&>().as_row());
   Rows v;
 
-  q8_row operator()(std::size_t j) const noexcept { return v(j).as_row(); }
+  row operator()(std::size_t j) const noexcept { return v(j).as_row(); }
   rows_alone at(std::size_t j, std::size_t c) const noexcept { return {v.at(j, c)}; }
   std::size_t same_page(std::size_t j) const noexcept requires requires(const Rows& x) { x.same_page(j); }
   { return v.same_page(j); }
-  q8_row next(const q8_row& r) const noexcept requires requires(const Rows& x, const q8_pair_row& p) { x.next(p); }
-  { return v.next(q8_pair_row{r.q, r.scale, r.col, 1}).as_row(); }
+  row next(const row& r) const noexcept requires requires(const Rows& x, const pair_row& p) { x.next(p); }
+  { return v.next(pair_row{r.q, r.scale, r.col, 1}).as_row(); }
 };
 
 }  // namespace detail
@@ -309,7 +312,7 @@ template <class Acc, class Rows, class Range = every_column>
 void pv_tile_at(const Acc* p, std::size_t ldp, std::size_t rows, const Rows& v, std::size_t keys, Acc* o,
                 std::size_t ldo, std::size_t dv_padded, Range range = {}) {
   trace::note(op_on<decltype(v(0))>(operation::pv_tile));
-  if constexpr (std::is_same_v<decltype(v(0)), q8_pair_row>)
+  if constexpr (requires { v(0).as_row(); })
     if (keys > 0 && v(0).alone())  // every row of an accessor is laid out alike
       return detail::pv_tile_rows<false>(p, ldp, rows, detail::rows_alone<Rows>{v}, keys, o, ldo, dv_padded, range);
   detail::pv_tile_rows<false>(p, ldp, rows, v, keys, o, ldo, dv_padded, range);

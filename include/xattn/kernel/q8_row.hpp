@@ -49,6 +49,7 @@ struct q8_pair_row {
   bool scattered = false;  // a selection's row (select(K, idx)): the rows beside it are not its neighbours
   using element = std::int8_t;
   static constexpr std::string_view format = "q8_0";
+  static constexpr std::size_t features_per_pair = 2;
 
   bool alone() const noexcept { return page_rows == 1; }
   q8_row as_row() const noexcept { return {q, scale, col}; }  // for alone() rows

@@ -1,18 +1,24 @@
 #pragma once
 // The score product of float queries and 4-bit (q4_0) key rows read in place, on integer
 // products: each query row rounded once to int16 codes with one scale, as for int8 keys
-// (qk_q8.hpp), so the same bound holds. Two groups' 64 nibbles are 32 bytes of a row, widened to
-// int16 by one load and split by a mask and a shift; their products with the query codes (permuted
-// to that order) add up exactly in int32 (vpdpwssd) from q4_0's offset, -8 times the lane's query
-// codes, and each lane's sum is converted and scaled by its group's scale in float. Per key and 64
-// features that is four instructions for the key and four per query row (two integer products, a
-// conversion, an FMA), where keys dequantized to floats take four FMAs per row after their decoding.
+// (qk_q8.hpp), so the same bound holds. A cache's key pages interleave their rows by pairs of
+// bytes, so one 32-byte load holds two bytes of each of 16 keys: widened to int16, a mask and a
+// shift give each int32 lane one key's two low nibbles (features 2j, 2j + 1 of a group) and two
+// high ones (2j + 16, 2j + 17), multiplied by a broadcast pair of query codes and added in the
+// lanes (vpdpwssd where AVX512-VNNI has it), from q4_0's offset, -8 times the group's query codes.
+// Each group's sum is then converted and scaled by the 16 keys' scales (one load): per 16 keys and
+// 32 features, four loads and widenings for the keys and, per query row, 16 integer products, a
+// conversion and an FMA, with no sums across lanes.
 #include "../cache/formats/q4.hpp"
+#include "../simd/int16_pairs.hpp"
+#include "pair_blocks.hpp"
 #include "qk_q8.hpp"
 #include "scaled_row.hpp"
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #pragma GCC diagnostic push  // GCC PR 105593, see simd/compat.hpp
@@ -23,128 +29,139 @@
 
 namespace xattn::kernel {
 
-/// A row of a cache's q4 page (rows one after the other, one scale per 32 features).
+/// A row of a cache's q4 value page (rows one after the other, one scale per 32 features).
 using q4_row = scaled_row<cache_format<q4>>;
+/// A row of a cache's q4 page: keys interleaved by pairs of bytes, values alone (as q4_row).
+using q4_pair_row = packed_pair_row<cache_format<q4>>;
 
-/// Whether this build multiplies q4 keys on int16 products: AVX-512BW batches of float (the
-/// 64-feature step fills one 512-bit register; AVX2 builds dequantize the keys instead).
-#if defined(__AVX512BW__)
-inline constexpr bool has_q4_products = std::is_base_of_v<xsimd::avx512f, simd::batch<float>::arch_type>;
-#else
-inline constexpr bool has_q4_products = false;
-#endif
-
-/// Features per step of the q4 products: two groups, 32 bytes of codes.
-inline constexpr std::size_t q4_step = 2 * cache_format<q4>::group;
+/// Whether this build multiplies q4 keys on int16 products: AVX-512BW or AVX2 batches of float.
+inline constexpr bool has_q4_products = has_q8_products;
 
 /// Whether qk_direct_q4 takes `rows` queries of n features (else the caller's float path runs).
 constexpr bool q4_products_take(std::size_t rows, std::size_t n) noexcept {
-  return has_q4_products && n % q4_step == 0 && rows * n <= detail::q16_stack;
+  return has_q4_products && n % cache_format<q4>::group == 0 && rows * n <= detail::q16_stack;
 }
 
 namespace detail {
 
-/// A step's query codes in the order its key codes widen to: words [0, 16) and [16, 32) of the
-/// first register are features [0, 16) and [32, 48) (low nibbles of the two groups' 16 bytes), of
-/// the second [16, 32) and [48, 64) (high nibbles); and per int32 lane, -8 times the four codes
-/// that lane multiplies (q4_0's value is code - 8).
-inline void q4_query_order(const std::int16_t* codes, std::size_t n, std::int16_t* out, std::int32_t* offset) noexcept {
-  for (std::size_t b = 0; b < n; b += q4_step) {
-    for (std::size_t i = 0; i < 16; ++i) {
-      out[b + i] = codes[b + i];
-      out[b + 16 + i] = codes[b + 32 + i];
-      out[b + 32 + i] = codes[b + 16 + i];
-      out[b + 48 + i] = codes[b + 48 + i];
+/// Per group of 32 query codes, q4_0's offset: -8 times their sum (a code's value is code - 8).
+inline void q4_query_offsets(const std::int16_t* q, std::size_t n, std::int32_t* offset) noexcept {
+  constexpr std::size_t group = cache_format<q4>::group;
+  for (std::size_t g = 0; g < n / group; ++g) {
+    std::int32_t sum = 0;
+    for (std::size_t d = 0; d < group; ++d) sum += q[g * group + d];
+    offset[g] = -8 * sum;
+  }
+}
+
+/// One score: qs · the groups' sums (from the offset, exact in int32), each converted and times
+/// its key scale in float, added group after group. qk_q4_pairs computes exactly this in its
+/// lanes, so a key's score has the same bits whichever path reads its page.
+inline float q4_key_score(const std::int16_t* q, const std::int32_t* offset, float qs, const q4_pair_row& k,
+                          std::size_t n) noexcept {
+  constexpr std::size_t group = cache_format<q4>::group;
+  float f = 0.0f;
+  for (std::size_t g = 0; g < n / group; ++g) {
+    std::int32_t sum = offset[g];  // integers: exact in any order
+    for (std::size_t d = 0; d < group; ++d) {
+      const std::size_t i = k.col + g * group + d;
+      sum += std::int32_t(q[g * group + d]) * std::int32_t((k.q[k.code_at(i)].bits >> (d / 16 * 4)) & 15u);
     }
-    for (std::size_t l = 0; l < 16; ++l)
-      offset[b / 4 + l] =
-          -8 * (std::int32_t(out[b + 2 * l]) + out[b + 2 * l + 1] + out[b + 32 + 2 * l] + out[b + 33 + 2 * l]);
+    f = std::fma(float(sum), *k.scale_at(k.col + g * group), f);
   }
+  return f * qs;
 }
 
-/// acc + the products of adjacent int16 pairs of a and b, in int32 lanes (a template: AVX-512
-/// registers only where it is used).
-template <class I>
-[[gnu::always_inline]] inline I pair_products(I acc, I a, I b) noexcept {
+/// s[r, t] = q4_key_score of R query rows (codes ldq apart, offsets ldo apart, scales qs[r]) and
+/// the pair block from k0 (in_pair_block), n a multiple of 32; the first `kept` keys written.
+template <std::size_t R, class B = simd::batch<float>>  // B a parameter: int16_pairs exists only where it is used
+inline void qk_q4_pairs(const std::int16_t* q, std::size_t ldq, const std::int32_t* offset, std::size_t ldo,
+                        const float* qs, const q4_pair_row& k0, std::size_t n, float* s, std::size_t lds,
+                        std::size_t kept) {
+  using L = simd::int16_pairs<sizeof(B)>;
+  using I = typename L::type;
+  constexpr std::size_t group = cache_format<q4>::group, pairs = group / 4;  // byte pairs per group
+  constexpr std::size_t halves = sizeof(B) == 64 ? 1 : 2;                    // AVX2: 8 keys per vector
+  constexpr std::size_t lanes = pair_block / halves;
 #if defined(__AVX512VNNI__)
-  return _mm512_dpwssd_epi32(acc, a, b);
+  constexpr std::size_t steps = halves == 1 && R == 1 ? 2 : 1;  // byte pairs in flight: vpdpwssd's latency
 #else
-  return _mm512_add_epi32(acc, _mm512_madd_epi16(a, b));
+  constexpr std::size_t steps = 1;
 #endif
-}
-
-/// s[r, t] for R rows of ordered query codes (n apart, offsets n / 4 apart, scales qs[r]) and the
-/// 4 keys k[0..3], n a multiple of 64 and every key's column a step's start; the first `kept` keys
-/// written. Per (row, key) the lanes accumulate the steps in order, then one tree sums them: the
-/// same bits however the rows are blocked.
-template <std::size_t R>
-inline void qk_q4_micro(const std::int16_t* q, const std::int32_t* offset, std::size_t n, const float* qs,
-                        const q4_row* k, float* s, std::size_t lds, std::size_t kept) {
-  using B = simd::batch<float>;
-  B acc[R][4];
-  each(upto<R * 4>, [&](auto i) { acc[i / 4][i % 4] = B(0.0f); });
-  const std::uint8_t* codes[4];
-  const float* scales[4];
-  each(upto<4>, [&](auto c) {
-    codes[c] = reinterpret_cast<const std::uint8_t*>(k[c].q) + k[c].col / 2;
-    scales[c] = k[c].scale + k[c].col / cache_format<q4>::group;
-  });
-  const __m512i nibble = _mm512_set1_epi16(15);
-  const __m512i first_group = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);  // lanes 8..15: scale 1
-  for (std::size_t d = 0; d < n; d += q4_step) {
-    __m512i lo[4], hi[4];
-    __m512 ks[4];
-    each(upto<4>, [&](auto c) {
-      const __m512i x = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes[c] + d / 2)));
-      lo[c] = _mm512_and_si512(x, nibble);
-      hi[c] = _mm512_srli_epi16(x, 4);  // a byte's high nibble: nothing above it after the widening
-      const __m128 two = _mm_castsi128_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(scales[c] + d / 32)));
-      ks[c] = _mm512_permutexvar_ps(first_group, _mm512_castps128_ps512(two));
+  constexpr std::size_t chains = 2 * steps;  // low and high nibbles apart
+  const auto* codes = reinterpret_cast<const std::uint8_t*>(k0.q + k0.code_at(k0.col));
+  const float* scales = k0.scale_at(k0.col);
+  const std::size_t ps = 2 * k0.page_rows, ss = k0.page_rows;
+  B f[R][halves];
+  each(upto<R * halves>, [&](auto i) { f[i / halves][i % halves] = B(0.0f); });
+  for (std::size_t g = 0; g < n / group; ++g) {
+    I acc[R][halves][chains];
+    each(upto<R * halves * chains>, [&](auto i) {
+      constexpr std::size_t r = decltype(i)::value / (halves * chains);
+      acc[r][i / chains % halves][i % chains] = i % chains == 0 ? L::set(offset[r * ldo + g]) : L::zero();
     });
-    each(upto<R>, [&](auto r) {
-      const __m512i qa = _mm512_loadu_si512(q + r * n + d), qb = _mm512_loadu_si512(q + r * n + d + 32);
-      const __m512i off = _mm512_loadu_si512(offset + r * (n / 4) + d / 4);
-      each(upto<4>, [&](auto c) {
-        const __m512i sums = pair_products(pair_products(off, lo[c], qa), hi[c], qb);
-        acc[r][c] = B(_mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), ks[c], acc[r][c]));
+    for (std::size_t p = 0; p < pairs; p += steps)
+      each(upto<steps>, [&](auto u) {
+        const std::size_t j = 2 * (p + u);  // the pair's first byte in its group: features j, j + 1, j + 16, j + 17
+        each(upto<halves>, [&](auto h) {
+          I lo, hi;
+          L::nibbles(codes + (g * pairs + p + u) * ps + h * 2 * lanes, lo, hi);
+          each(upto<R>, [&](auto r) {
+            std::int32_t ql, qh;
+            std::memcpy(&ql, q + r * ldq + g * group + j, sizeof ql);
+            std::memcpy(&qh, q + r * ldq + g * group + j + 16, sizeof qh);
+            acc[r][h][2 * u] = L::products(acc[r][h][2 * u], lo, ql);
+            acc[r][h][2 * u + 1] = L::products(acc[r][h][2 * u + 1], hi, qh);
+          });
+        });
       });
+    each(upto<R * halves>, [&](auto i) {
+      constexpr std::size_t r = decltype(i)::value / halves, h = decltype(i)::value % halves;
+      I sum = acc[r][h][0];
+      each(upto<chains - 1>, [&](auto u) { sum = L::add(sum, acc[r][h][u + 1]); });
+      f[r][h] = B(L::fmadd(L::to_float(sum), simd::load(scales + g * ss + h * lanes), f[r][h]));
     });
   }
-  each(upto<R * 4>, [&](auto i) { acc[i / 4][i % 4] *= B(qs[i / 4]); });
-  store_sums<R>(
-      acc, 1.0f, false, [](std::size_t, float sum) { return sum; }, s, lds, kept);
+  each(upto<R>, [&](auto r) {
+    alignas(64) float out[pair_block];
+    each(upto<halves>, [&](auto h) { (f[r][h] * B(qs[r])).store_aligned(out + h * lanes); });
+    std::copy(out, out + kept, s + r * lds);
+  });
 }
 
 }  // namespace detail
 
-/// qk_direct for q4 key rows (all starting at the same column) on int16 query codes. Returns
-/// false, having written nothing, where it does not apply: a build without the products, n not
-/// whole steps of 64, more query features than its stack holds, keys not starting a step, or a
-/// query that is not finite.
+/// qk_direct for q4 key rows (all starting at the same column) on int16 query codes, by blocks of
+/// 16 keys (pair_blocks). Returns false, having written nothing, where it does not apply: a build
+/// without the products, n not whole groups, more query features than its stack holds, keys not
+/// starting a group, or a query that is not finite.
 template <class RowFn>
 bool qk_direct_q4(const float* q, std::size_t ldq, std::size_t rows, RowFn row, std::size_t cols, std::size_t n,
                   float* s, std::size_t lds, row_prefetch also = {}) {
-  if constexpr (!has_q4_products || !std::is_same_v<decltype(row(0)), q4_row>) {
+  if constexpr (!has_q4_products || !std::is_same_v<decltype(row(0)), q4_pair_row>) {
     return false;
   } else {
-    constexpr std::size_t rmax = detail::direct_rows<float>;
-    if (!q4_products_take(rows, n) || cols == 0 || row(0).col % q4_step != 0) return false;
-    alignas(64) std::int16_t codes[detail::q16_stack], ordered[detail::q16_stack];
-    alignas(64) std::int32_t offsets[detail::q16_stack / 4];
-    float scales[detail::q16_stack / q4_step];
+    constexpr std::size_t group = cache_format<q4>::group;
+    if (!q4_products_take(rows, n) || cols == 0 || row(0).col % group != 0) return false;
+    alignas(64) std::int16_t codes[detail::q16_stack];
+    std::int32_t offsets[detail::q16_stack / group];
+    float scales[detail::q16_stack / group];
     for (std::size_t r = 0; r < rows; ++r) {
       scales[r] = detail::quantize_query16(q + r * ldq, n, codes + r * n);
       if (std::isnan(scales[r])) return false;
-      detail::q4_query_order(codes + r * n, n, ordered + r * n, offsets + r * (n / 4));
+      detail::q4_query_offsets(codes + r * n, n, offsets + r * (n / group));
     }
-    trace::note(op_on<q4_row>(operation::qk_direct));
-    detail::direct_blocks<rmax>(
-        rows, row, cols, n, s, lds,
-        [&](auto R, std::size_t r, const q4_row* k, float* sb, std::size_t kept) {
-          detail::qk_q4_micro<decltype(R)::value>(ordered + r * n, offsets + r * (n / 4), n, scales + r, k, sb, lds,
-                                                  kept);
+    trace::note(op_on<q4_pair_row>(operation::qk_direct));
+    detail::pair_blocks(
+        rows, row, cols, n, s, lds, also,
+        [&](auto R, std::size_t r, const q4_pair_row& k0, float* sb, std::size_t kept) {
+          detail::qk_q4_pairs<decltype(R)::value>(codes + r * n, n, offsets + r * (n / group), n / group, scales + r,
+                                                  k0, n, sb, lds, kept);
         },
-        also);
+        [&](const q4_pair_row& k, float* sk) {
+          for (std::size_t r = 0; r < rows; ++r)
+            sk[r * lds] = detail::q4_key_score(codes + r * n, offsets + r * (n / group), scales[r], k, n);
+        });
     return true;
   }
 }

@@ -8,6 +8,7 @@
 // rounding moves a query feature by at most max|q| / 65534, about 250 times less than q8_0 moves
 // a key's.
 #include "../simd/int16_pairs.hpp"
+#include "pair_blocks.hpp"
 #include "q8_row.hpp"
 #include "qk.hpp"
 
@@ -173,29 +174,6 @@ inline float key_score(const std::int16_t* q, float qs, const std::int8_t* codes
   return f * qs;
 }
 
-/// Keys per block of the integer product over rows interleaved by pairs: one 32-byte load holds a
-/// pair of features of each.
-inline constexpr std::size_t pair_block = 16;
-
-/// Whether the `kept` rows from k0 to kl are consecutive rows of one page, at least pair_block of
-/// which follow k0 in its page (they may lie past the sequence's end): pages of a multiple of 16
-/// rows, k0 at a multiple of 16 (a page's head part starts on a cache line). A selection's rows
-/// (scattered) never are, even when its first and last are 15 rows apart.
-inline bool in_pair_block(const q8_pair_row& k0, const q8_pair_row& kl, std::size_t kept) noexcept {
-  return !k0.scattered && k0.page_rows % pair_block == 0 &&
-         reinterpret_cast<std::uintptr_t>(k0.q) % (2 * pair_block) == 0 && k0.col % q8_row::group == 0 &&
-         kl.q == k0.q + 2 * (kept - 1) && kl.scale == k0.scale + (kept - 1) && kl.col == k0.col &&
-         kl.page_rows == k0.page_rows;
-}
-
-/// Asks for the cache lines of a pair block's n features and their scales (into L2).
-inline void prefetch_pair_block(const q8_pair_row& k0, std::size_t n) noexcept {
-  const std::int8_t* codes = k0.q + k0.code_at(k0.col);
-  const std::size_t ps = 2 * k0.page_rows, step = ps >= 64 ? 1 : 64 / ps;
-  for (std::size_t p = 0; p < n / 2; p += step) __builtin_prefetch(codes + p * ps, 0, 1);
-  for (std::size_t d = 0; d < n; d += q8_row::group) __builtin_prefetch(k0.scale_at(k0.col + d), 0, 1);
-}
-
 /// s[r, t] = key_score of R query rows (codes ldq apart, scales qs[r]) and the pair block from k0
 /// (in_pair_block), n a multiple of 32; the first `kept` keys written. A pair of features of the
 /// 16 keys is one vector of int16 pairs, each lane one key: the products add up in the lanes, with
@@ -247,71 +225,10 @@ inline void qk_q8_pairs(const std::int16_t* q, std::size_t ldq, const float* qs,
   });
 }
 
-/// The most features whose codes a block of gathered rows holds on the stack (16 KiB).
-inline constexpr std::size_t gather_features = 1024;
-
-/// The kept (<= 16) rows row(c + t) gathered into one block laid out as a page of 16 rows
-/// interleaved by pairs (codes: n / 2 pairs of 16 rows, scales: n / 32 groups of 16), lanes past
-/// kept zero; returns the block's first row. Rows that do not stand so in their page (a
-/// selection's, pages of other sizes) then take the 16-key product, to the same bits.
-template <class RowFn>
-inline q8_pair_row gather_pair_block(RowFn row, std::size_t c, std::size_t kept, std::size_t n, std::int8_t* codes,
-                                     float* scales) noexcept {
-  for (std::size_t t = 0; t < pair_block; ++t) {
-    if (t < kept) {
-      const q8_pair_row k = row(c + t);
-      const std::int8_t* at = k.q + k.code_at(k.col);  // col even: a pair's start
-      const std::size_t step = 2 * k.page_rows;
-      for (std::size_t p = 0; p < n / 2; ++p) std::memcpy(codes + p * 2 * pair_block + 2 * t, at + p * step, 2);
-      for (std::size_t g = 0; g < n / q8_row::group; ++g)
-        scales[g * pair_block + t] = *k.scale_at(k.col + g * q8_row::group);
-    } else {
-      for (std::size_t p = 0; p < n / 2; ++p) std::memset(codes + p * 2 * pair_block + 2 * t, 0, 2);
-      for (std::size_t g = 0; g < n / q8_row::group; ++g) scales[g * pair_block + t] = 0.0f;
-    }
-  }
-  return {codes, scales, 0, pair_block};
-}
-
-/// qk_direct_q8 over rows interleaved by pairs: blocks of 16 keys of one page through
-/// qk_q8_pairs; the others (a selection's rows, pages of other sizes, blocks not starting on 16
-/// rows) gathered into a block first, or key by key where their features exceed the gather's stack.
-template <class RowFn>
-void qk_pairs_blocks(const std::int16_t* codes, const float* scales, std::size_t rows, RowFn row, std::size_t cols,
-                     std::size_t n, float* s, std::size_t lds, row_prefetch also) {
-  constexpr std::size_t rmax = direct_rows<float>, ahead = 2 * pair_block;  // the prefetch: two blocks ahead
-  for (std::size_t c = 0; c < cols; c += pair_block) {
-    const std::size_t kept = std::min(pair_block, cols - c);
-    const q8_pair_row k0 = row(c);
-    if (c + ahead < cols) {
-      prefetch_pair_block(row(c + ahead), n);
-      for (std::size_t t = c + ahead; t < std::min(c + ahead + pair_block, cols); ++t) also(t);
-    }
-    if (in_pair_block(k0, row(c + kept - 1), kept)) {
-      by_direct_rows<rmax>(rows, [&](auto R, std::size_t r) {
-        qk_q8_pairs<decltype(R)::value>(codes + r * n, n, scales + r, k0, n, s + r * lds + c, lds, kept);
-      });
-    } else if (n <= gather_features) {
-      alignas(64) std::int8_t block[gather_features * pair_block];
-      alignas(64) float block_scales[gather_features / q8_row::group * pair_block];
-      const q8_pair_row g0 = gather_pair_block(row, c, kept, n, block, block_scales);
-      by_direct_rows<rmax>(rows, [&](auto R, std::size_t r) {
-        qk_q8_pairs<decltype(R)::value>(codes + r * n, n, scales + r, g0, n, s + r * lds + c, lds, kept);
-      });
-    } else {  // key by key
-      alignas(64) std::int8_t key[q16_stack];
-      for (std::size_t t = 0; t < kept; ++t) {
-        const q8_pair_row k = row(c + t);
-        row_codes(k, n, key);  // once for all the query rows
-        for (std::size_t r = 0; r < rows; ++r) s[r * lds + c + t] = key_score(codes + r * n, scales[r], key, k, n);
-      }
-    }
-  }
-}
 }  // namespace detail
 
 /// qk_direct for q8_0 key rows (all starting at the same column) on int16 query codes; rows
-/// interleaved by pairs (a cache's keys) through qk_pairs_blocks. Returns
+/// interleaved by pairs (a cache's keys) by blocks of 16 (pair_blocks). Returns
 /// false, having written nothing, where it does not apply: a build without the products, n not
 /// whole groups, more query features than its stack holds, keys not starting a group, or a query
 /// that is not finite.
@@ -331,7 +248,16 @@ bool qk_direct_q8(const float* q, std::size_t ldq, std::size_t rows, RowFn row, 
     }
     trace::note(op_on<q8_pair_row>(operation::qk_direct));
     if constexpr (std::is_same_v<decltype(row(0)), q8_pair_row>) {
-      detail::qk_pairs_blocks(codes, scales, rows, row, cols, n, s, lds, also);
+      detail::pair_blocks(
+          rows, row, cols, n, s, lds, also,
+          [&](auto R, std::size_t r, const q8_pair_row& k0, float* sb, std::size_t kept) {
+            detail::qk_q8_pairs<decltype(R)::value>(codes + r * n, n, scales + r, k0, n, sb, lds, kept);
+          },
+          [&](const q8_pair_row& k, float* sk) {  // once for all the query rows
+            alignas(64) std::int8_t key[detail::q16_stack];
+            detail::row_codes(k, n, key);
+            for (std::size_t r = 0; r < rows; ++r) sk[r * lds] = detail::key_score(codes + r * n, scales[r], key, k, n);
+          });
     } else {
       detail::direct_blocks<rmax>(
           rows, row, cols, n, s, lds,

@@ -25,6 +25,13 @@ struct int16_pairs<64> {
   static type widen(const std::int8_t* p) noexcept {
     return _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
   }
+  /// The 32 bytes at p widened to int16: their low nibbles into lo, their high ones into hi.
+  static void nibbles(const std::uint8_t* p, type& lo, type& hi) noexcept {
+    const type x = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    lo = _mm512_and_si512(x, _mm512_set1_epi16(15));
+    hi = _mm512_srli_epi16(x, 4);  // nothing above a byte's high nibble after the widening
+  }
+  static type set(std::int32_t v) noexcept { return _mm512_set1_epi32(v); }
   /// acc + the products of each lane's pair k with `pair` (two int16 codes), added.
   static type products(type acc, type k, std::int32_t pair) noexcept {
 #if defined(__AVX512VNNI__)
@@ -49,6 +56,12 @@ struct int16_pairs<32> {
   static type widen(const std::int8_t* p) noexcept {
     return _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
   }
+  static void nibbles(const std::uint8_t* p, type& lo, type& hi) noexcept {
+    const type x = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    lo = _mm256_and_si256(x, _mm256_set1_epi16(15));
+    hi = _mm256_srli_epi16(x, 4);
+  }
+  static type set(std::int32_t v) noexcept { return _mm256_set1_epi32(v); }
   static type products(type acc, type k, std::int32_t pair) noexcept {
     return _mm256_add_epi32(acc, _mm256_madd_epi16(k, _mm256_set1_epi32(pair)));
   }

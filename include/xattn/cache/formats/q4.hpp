@@ -5,6 +5,9 @@
 // byte j holding feature j in its low nibble and feature j + 16 in its high one, so that 16 (or 8)
 // consecutive features are one nibble of 16 (8) consecutive bytes: one widening load decodes
 // them. The scale is a float (q4_0's is a float16): 20 bytes per 32 features against q4_0's 18.
+// A cache's keys interleave their rows by pairs of these bytes (row_layout), which the integer
+// score product reads 16 keys at a time (kernel/qk_q4.hpp); values stand one row after the other.
+#include "../../kernel/packed_pair_row.hpp"
 #include "../../simd/compat.hpp"
 #include "../format.hpp"
 
@@ -31,6 +34,7 @@ struct cache_format<q4> {
   static constexpr std::size_t features_per_code = 2;
   static constexpr const char* name = "q4 (q4_0: 4 bits, scale per 32)";
   static constexpr std::string_view format = "q4_0";
+  static constexpr bool interleaves_keys = true;
 
   /// n <= 32 features (xs apart) into the group's 16 codes at out; features past n are code 8 (zero).
   template <class X>
@@ -49,11 +53,20 @@ struct cache_format<q4> {
     return s;
   }
 
+  /// The code (byte) of a row that holds feature i, and feature i's value from it.
+  static constexpr std::size_t code_index(std::size_t i) noexcept { return i / group * (group / 2) + i % (group / 2); }
+  static float feature_value(q4 code, std::size_t i, float scale) noexcept {
+    const unsigned c = (code.bits >> (i % group / (group / 2) * 4)) & 15u;
+    return float(int(c) - 8) * scale;
+  }
   /// Feature i of a row whose codes start at row.
   static float value_at(const q4* row, std::size_t i, float scale) noexcept {
-    const std::size_t o = i % group;
-    const unsigned c = (row[i / group * (group / 2) + o % (group / 2)].bits >> (o / (group / 2) * 4)) & 15u;
-    return float(int(c) - 8) * scale;
+    return feature_value(row[code_index(i)], i, scale);
+  }
+  /// Row handles: keys interleaved by pairs of bytes (scale_stride apart), values alone.
+  static kernel::packed_pair_row<cache_format> row(const q4* q, const float* scale, std::size_t col,
+                                                   const row_layout& at) noexcept {
+    return {q, scale, col, at.scale_stride};
   }
 
   /// Features [col, col + width) decoded in registers (col a multiple of the width: one nibble of
