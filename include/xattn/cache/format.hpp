@@ -8,16 +8,16 @@
 //   quantize(x, xs, n, out)   n <= group values x (xs apart) to codes out[0, n); returns the scale
 //   value(code, scale)        a code's value
 //   widens<A>, batch<A>(p, s) a batch of A decoded in registers (when widens<A>)
-// and optionally row(codes, scales, col, layout), a row handle of its own layout (int8's keys),
-// which names its format; otherwise its rows are kernel::scaled_row<cache_format<T>>, one after
-// the other, and `format` names it. A format packing several features in a code (4 bits) says
-// features_per_code, and reads a feature from its row's codes instead: value_at(row, i, s) and
-// batch<A>(row, col, s), and where it quantizes per token code_index(i) (the code holding feature
-// i) and feature_value(code, i, s); its quantize writes a group's group / features_per_code codes. A format
-// quantizing per channel over a page's rows (per_channel: KIVI's keys) has no per-row scales: it
-// says parameters(dim), the floats of a page's parameters, quantize_page(x, n, dim, codes,
-// row_codes, param) for a page's n float rows, value_at(row, i, param) and a row handle. The
-// formats there are: cache/formats.hpp.
+// and optionally row(codes, scales, col, layout), a row handle of its own layout (int8's and
+// q4's keys), which names its format; otherwise its rows are kernel::scaled_row<cache_format<T>>,
+// one after the other, and `format` names it. A format packing several features in a code (4
+// bits) says features_per_code, and reads a feature from its row's codes instead: value_at(row,
+// i, s) and batch<A>(row, col, s), and where it quantizes per token code_index(i) (the code
+// holding feature i) and feature_value(code, i, s); its quantize writes a group's group /
+// features_per_code codes. A format quantizing per channel over a page's rows (per_channel:
+// KIVI's keys) has no per-row scales: it says parameters(dim), the floats of a page's
+// parameters, quantize_page(x, n, dim, codes, row_codes, param) for a page's n float rows,
+// value_at(row, i, param) and a row handle. The formats there are: cache/formats.hpp.
 #include "../types.hpp"
 
 #include <cstddef>
