@@ -42,6 +42,32 @@ inline void prefetch_pair_block(const Row& k0, std::size_t n) noexcept {
   for (std::size_t d = 0; d < n; d += pair_group) __builtin_prefetch(k0.scale_at(k0.col + d), 0, 1);
 }
 
+/// The end of a group in the pair products: f[r][h] += (the sum of acc[r][h]'s chains, exact in
+/// int32) · the group's 16 key scales at `scales` (`lanes` per half), converted and added once.
+template <class L, std::size_t R, std::size_t halves, std::size_t chains, class I, class B>
+[[gnu::always_inline]] inline void add_group_sums(const I (&acc)[R][halves][chains], const float* scales,
+                                                  B (&f)[R][halves]) noexcept {
+  constexpr std::size_t lanes = pair_block / halves;
+  each(upto<R * halves>, [&](auto i) {
+    constexpr std::size_t r = decltype(i)::value / halves, h = decltype(i)::value % halves;
+    I sum = acc[r][h][0];
+    each(upto<chains - 1>, [&](auto u) { sum = L::add(sum, acc[r][h][u + 1]); });
+    f[r][h] = B(L::fmadd(L::to_float(sum), simd::load(scales + h * lanes), f[r][h]));
+  });
+}
+
+/// s[r, t] = qs[r] · f[r]'s lane t for the first `kept` keys of a block.
+template <std::size_t R, std::size_t halves, class B>
+[[gnu::always_inline]] inline void store_pair_scores(const B (&f)[R][halves], const float* qs, float* s,
+                                                     std::size_t lds, std::size_t kept) noexcept {
+  constexpr std::size_t lanes = pair_block / halves;
+  each(upto<R>, [&](auto r) {
+    alignas(64) float out[pair_block];
+    each(upto<halves>, [&](auto h) { (f[r][h] * B(qs[r])).store_aligned(out + h * lanes); });
+    std::copy(out, out + kept, s + r * lds);
+  });
+}
+
 /// The most pairs of codes per row a block of gathered rows holds on the stack (16 KiB).
 inline constexpr std::size_t gather_pairs = 512;
 

@@ -115,18 +115,9 @@ inline void qk_q4_pairs(const std::int16_t* q, std::size_t ldq, const std::int32
           });
         });
       });
-    each(upto<R * halves>, [&](auto i) {
-      constexpr std::size_t r = decltype(i)::value / halves, h = decltype(i)::value % halves;
-      I sum = acc[r][h][0];
-      each(upto<chains - 1>, [&](auto u) { sum = L::add(sum, acc[r][h][u + 1]); });
-      f[r][h] = B(L::fmadd(L::to_float(sum), simd::load(scales + g * ss + h * lanes), f[r][h]));
-    });
+    add_group_sums<L>(acc, scales + g * ss, f);
   }
-  each(upto<R>, [&](auto r) {
-    alignas(64) float out[pair_block];
-    each(upto<halves>, [&](auto h) { (f[r][h] * B(qs[r])).store_aligned(out + h * lanes); });
-    std::copy(out, out + kept, s + r * lds);
-  });
+  store_pair_scores(f, qs, s, lds, kept);
 }
 
 }  // namespace detail
