@@ -240,7 +240,7 @@ void direct_blocks(std::size_t rows, RowFn row, std::size_t cols, std::size_t ro
   const std::size_t ahead = std::max<std::size_t>(16, (4096 / std::max<std::size_t>(row_bytes, 1) + 3) / 4 * 4);
   for (std::size_t c = 0; c < cols; c += 4) {
     K k[4];
-    for (std::size_t t = 0; t < 4; ++t) k[t] = row(std::min(c + t, cols - 1));
+    for (std::size_t t = 0; t < 4; ++t) k[t] = c + t < cols ? row(c + t) : k[t - 1];
     if (c + ahead < cols)
       for (std::size_t t = c + ahead; t < std::min(c + ahead + 4, cols); ++t) {
         prefetch_row<1>(row(t), row_bytes);

@@ -1,8 +1,10 @@
 // A head's rows as the tile operations read them: a tensor's as kernel::strided_rows (whose
-// packing and products libxattn_kernels holds compiled), rows running forwards or backwards; and
+// packing and products libxattn_kernels holds compiled), rows running forwards or backwards, a
+// cache's as its paged_rows (what kernels reading keys in place take, a page lookup per key); and
 // the passes over them, keys packed or read in place, against the double reference.
 #include "support/random.hpp"
 
+#include <xattn/cache.hpp>
 #include <xattn/eval/operands/head_rows.hpp>
 #include <xattn/xattn.hpp>
 
@@ -29,6 +31,21 @@ TEST_CASE("head_rows: a tensor's rows are strided rows, forwards or backwards") 
   // any other accessor is wrapped, offset by j0
   const auto other = rows_from([](std::size_t j) { return j * 10; }, 5);
   REQUIRE(other(2) == 70);
+}
+
+TEST_CASE("head_rows: a cache's rows are its paged rows, from key j0 on") {
+  testing::rng g(20261207);
+  kv_cache<bfloat16> cache({.kv_heads = 2, .head_dim = 8, .page_size = 4, .max_tokens = 64});
+  const auto a = cache.add_sequence(), b = cache.add_sequence();
+  cache.append(a, g.tensor<float>({2, 6, 8}), g.tensor<float>({2, 6, 8}));
+  cache.append(b, g.tensor<float>({2, 11, 8}), g.tensor<float>({2, 11, 8}));  // pages after a's
+  const auto K = cache.keys({a, b});
+  const auto rows = head_rows(K.view, 1, 1);
+  STATIC_REQUIRE(std::is_same_v<std::remove_cvref_t<decltype(rows)>, paged_rows<bfloat16>>);
+  for (std::size_t j = 0; j < 11; ++j) REQUIRE(rows(j) == K.view.row(1, 1, j));
+  const auto from3 = rows_from(rows, 3);  // across the page boundaries at keys 4 and 8
+  STATIC_REQUIRE(std::is_same_v<std::remove_cvref_t<decltype(from3)>, paged_rows<bfloat16>>);
+  for (std::size_t c = 0; c + 3 < 11; ++c) REQUIRE(from3(c) == K.view.row(1, 1, 3 + c));
 }
 
 TEST_CASE("keys and values whose rows run backwards: decoding and prefill against the reference") {

@@ -17,11 +17,14 @@ inline constexpr bool is_strided_view_v = false;
 template <class T, std::size_t N>
 inline constexpr bool is_strided_view_v<strided_view<T, N>> = true;
 
-/// Row j of head (b, h) of a view, as an accessor over j.
+/// Row j of head (b, h) of a view, as an accessor over j (a cache's pages: paged_rows, which
+/// kernels step through a page at a time).
 template <class View>
 auto head_rows(const View& kv, std::size_t b, std::size_t h) {
   if constexpr (is_strided_view_v<View>)
     return kernel::strided_rows<std::remove_cvref_t<decltype(*kv.row(b, h, 0))>>{kv.row(b, h, 0), kv.at.stride[2]};
+  else if constexpr (requires { kv.rows(b, h).at(0, 0); })
+    return kv.rows(b, h);
   else
     return [&kv, b, h](std::size_t j) { return kv.row(b, h, j); };
 }

@@ -94,9 +94,8 @@ struct dot_pairs_path {
                 std::size_t cols, std::size_t colsp, Acc* s, std::size_t lds) {
       const auto& kv = base_.k.view;
       if (widen_) {
-        kernel::qk_direct(
-            q_.data() + (i0 - i0_) * n_, n_, rows, [&](std::size_t c) { return kv.row(b, hk, j0 + c); }, cols, n_, s,
-            lds, also_);
+        kernel::qk_direct(q_.data() + (i0 - i0_) * n_, n_, rows, rows_from(head_rows(kv, b, hk), j0), cols, n_, s, lds,
+                          also_);
         return;
       }
       const bfloat16* q = q16_.data() + (i0 - i0_) * ldq_;
@@ -104,8 +103,7 @@ struct dot_pairs_path {
       if (const bfloat16* kt = reader_.panel(b, hk, j0, kv.inner_stride(), key))
         kernel::qk_tile(q, ldq_, rows, kernel::in_pairs(kt), n_, colsp, scale_, s, lds);
       else
-        kernel::qk_direct(
-            q, ldq_, rows, [&](std::size_t c) { return kv.row(b, hk, j0 + c); }, cols, n_, scale_, s, lds, also_);
+        kernel::qk_direct(q, ldq_, rows, rows_from(head_rows(kv, b, hk), j0), cols, n_, scale_, s, lds, also_);
     }
 
    private:

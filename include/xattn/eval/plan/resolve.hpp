@@ -123,15 +123,17 @@ void check_terms(const Base& base, const problem& pr) {
   });
 }
 
-template <class V>
-void add_values(problem& pr, const V& v, const std::string& keys) {
+/// keys() describes the keys for a message: only a failing call builds strings (decoding steps are
+/// short enough for them to show).
+template <class V, class Keys>
+void add_values(problem& pr, const V& v, const Keys& keys) {
   const auto& s = v.view.at.shape;
   if (s[0] != pr.batch || s[2] != pr.kv_len)
-    fail("values V ", shape_of(v), " do not match the keys ", keys, ": need the same batch (", pr.batch,
+    fail("values V ", shape_of(v), " do not match the keys ", keys(), ": need the same batch (", pr.batch,
          ") and number of keys (", pr.kv_len, ")");
   if (s[1] == 0 || pr.q_heads % s[1] != 0 || (pr.q_dim != 0 && s[1] != pr.kv_heads))
     fail("values V ", shape_of(v), " have ", s[1], " heads; they must match the ", pr.kv_heads, " key heads (keys ",
-         keys, ")");
+         keys(), ")");
   take_lengths(pr, plan_operand{operand_role::values, 0, "V", v});
   pr.v_dim = s[3];
   if (pr.q_dim == 0) pr.kv_heads = s[1];  // scores given as a tensor: V's heads are the kv heads
@@ -153,9 +155,9 @@ problem resolve(const P& p) {
   if constexpr (!decltype(p.base)::tensor_scores) detail::check_terms(p.base, pr);
   if constexpr (P::has_values) {
     if constexpr (decltype(p.base)::tensor_scores)
-      detail::add_values(pr, p.v, "(scores " + detail::shape_of(p.base.x) + ")");
+      detail::add_values(pr, p.v, [&] { return "(scores " + detail::shape_of(p.base.x) + ")"; });
     else
-      detail::add_values(pr, p.v, detail::shape_of(p.base.k));
+      detail::add_values(pr, p.v, [&] { return detail::shape_of(p.base.k); });
   }
   return pr;
 }
