@@ -98,14 +98,19 @@ TEST_CASE("qk_direct prefetches a second stream's rows with the keys it prefetch
   const auto q = r.tensor<float>({rows, n}), k = r.tensor<float>({cols, n});
   std::vector<float> s(rows * cols);
   std::vector<std::size_t> seen;
-  const auto record = [&](std::size_t t) { seen.push_back(t); };
-  const kernel::row_prefetch also{[](const void* f, std::size_t t) { (*static_cast<decltype(&record)>(f))(t); },
-                                  &record};
+  std::size_t calls = 0;
+  const auto record = [&](std::size_t t, std::size_t m) {
+    ++calls;
+    for (std::size_t i = 0; i < m; ++i) seen.push_back(t + i);
+  };
+  const kernel::row_prefetch also{
+      [](const void* f, std::size_t t, std::size_t m) { (*static_cast<decltype(&record)>(f))(t, m); }, &record};
   kernel::qk_direct(
       q.data(), n, rows, [&](std::size_t c) { return &k(c, 0); }, cols, n, s.data(), cols, also);
   std::vector<std::size_t> want(cols - 16);
   std::iota(want.begin(), want.end(), std::size_t(16));
   REQUIRE(seen == want);
+  REQUIRE(calls == (want.size() + 3) / 4);  // a call per block of 4 keys
   // the rows_prefetch handle reads rows(t) for those keys
   std::vector<std::size_t> asked;
   const auto rows_of = [&](std::size_t t) {
@@ -116,6 +121,27 @@ TEST_CASE("qk_direct prefetches a second stream's rows with the keys it prefetch
   kernel::qk_direct(
       q.data(), n, rows, [&](std::size_t c) { return &k(c, 0); }, cols, n, s.data(), cols, values.handle());
   REQUIRE(asked == want);
+  // rows in pages of 6 are looked up once per page and block, and stepped through the page
+  struct paged {
+    const float* k;
+    std::size_t n;
+    std::vector<std::size_t>* asked;
+    const float* operator()(std::size_t t) const {
+      asked->push_back(t);
+      return k + t * n;
+    }
+    std::size_t same_page(std::size_t t) const { return 6 - t % 6; }
+    const float* next(const float* p) const { return p + n; }
+  };
+  asked.clear();
+  const paged pages{k.data(), n, &asked};
+  const kernel::rows_prefetch<paged> stepped{pages, n * sizeof(float)};
+  kernel::qk_direct(
+      q.data(), n, rows, [&](std::size_t c) { return &k(c, 0); }, cols, n, s.data(), cols, stepped.handle());
+  std::vector<std::size_t> looked;
+  for (std::size_t t = 16; t < cols; ++t)
+    if (t % 4 == 0 || t % 6 == 0) looked.push_back(t);  // a block's first key, a page's first key
+  REQUIRE(asked == looked);
 }
 TEMPLATE_TEST_CASE("lane_sums16 sums 16 batches at once, bit for bit as hsum sums each", "[kernel]", float) {
   if constexpr (simd::width<TestType> != 16) {

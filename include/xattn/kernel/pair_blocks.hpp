@@ -112,7 +112,7 @@ void pair_blocks(std::size_t rows, RowFn row, std::size_t cols, std::size_t n, f
     const Row k0 = row(c);
     if (c + ahead < cols) {
       prefetch_pair_block(row(c + ahead), n);
-      for (std::size_t t = c + ahead; t < std::min(c + ahead + pair_block, cols); ++t) also(t);
+      also(c + ahead, std::min(c + ahead + pair_block, cols) - c - ahead);
     }
     if (in_pair_block(k0, row(c + kept - 1), kept)) {
       by_direct_rows<rmax>(rows, [&](auto R, std::size_t r) { block(R, r, k0, s + r * lds + c, kept); });

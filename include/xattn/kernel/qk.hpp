@@ -183,27 +183,43 @@ inline constexpr std::size_t direct_rows = sizeof(batch<Acc>) >= 64 ? 4 : 2;
 
 }  // namespace detail
 
-/// Rows of a second stream prefetched along with the keys read in place: also(t) for each key t
-/// as its own prefetch is issued. Decoding from a cache's pages passes the same block's values, so
-/// that both streams are in flight while the scores are computed, instead of the values waiting for
-/// the softmax.
+/// Rows of a second stream prefetched along with the keys read in place: also(t, n) for keys
+/// [t, t + n) as their own prefetches are issued, a call per block of keys. Decoding from a
+/// cache's pages passes the same block's values, so that both streams are in flight while the
+/// scores are computed, instead of the values waiting for the softmax.
 struct row_prefetch {
-  void (*fn)(const void*, std::size_t) = nullptr;
+  void (*fn)(const void*, std::size_t, std::size_t) = nullptr;
   const void* ctx = nullptr;
-  void operator()(std::size_t t) const {
-    if (fn) fn(ctx, t);
+  void operator()(std::size_t t, std::size_t n) const {
+    if (fn && n > 0) fn(ctx, t, n);
   }
 };
 
-/// A row_prefetch of rows(t), `bytes` of each (into L2), for as long as it lives.
+/// A row_prefetch of rows(t), `bytes` of each (into L2), for as long as it lives. Rows that name
+/// the extent of their page (a cache's) are stepped through it rather than looked up one by one.
 template <class Rows>
 struct rows_prefetch {
   const Rows& rows;
   std::size_t bytes;
   row_prefetch handle() const noexcept {
-    return {[](const void* c, std::size_t t) {
+    return {[](const void* c, std::size_t t, std::size_t n) {
               const auto* self = static_cast<const rows_prefetch*>(c);
-              prefetch_row<1>(self->rows(t), self->bytes);
+              const Rows& v = self->rows;
+              if constexpr (requires {
+                              v.next(v(0));
+                              v.same_page(0);
+                            }) {
+                for (const std::size_t end = t + n; t < end;) {
+                  auto r = v(t);
+                  for (const std::size_t stop = std::min(end, t + v.same_page(t));;) {
+                    prefetch_row<1>(r, self->bytes);
+                    if (++t == stop) break;
+                    r = v.next(r);
+                  }
+                }
+              } else {
+                for (const std::size_t end = t + n; t < end; ++t) prefetch_row<1>(v(t), self->bytes);
+              }
             },
             this};
   }
@@ -231,8 +247,8 @@ template <std::size_t rmax, class F>
 /// blocks of 4 (k: their rows as row(c) gives them, a short last block repeating a key; s_block: where the
 /// block's scores go, kept of its keys written). Keys stream from memory: the rows of the block at
 /// least 16 keys and 4 KiB ahead are prefetched into L2 (into L1, they stream more slowly; short
-/// rows, as int8's, need more keys in flight to cover the memory's latency). also(t) follows each
-/// key t's prefetch.
+/// rows, as int8's, need more keys in flight to cover the memory's latency). also(t, n) follows each
+/// block's prefetches.
 template <std::size_t rmax, class Acc, class RowFn, class Micro>
 void direct_blocks(std::size_t rows, RowFn row, std::size_t cols, std::size_t row_bytes, Acc* s, std::size_t lds,
                    Micro micro, row_prefetch also) {
@@ -241,11 +257,11 @@ void direct_blocks(std::size_t rows, RowFn row, std::size_t cols, std::size_t ro
   for (std::size_t c = 0; c < cols; c += 4) {
     K k[4];
     for (std::size_t t = 0; t < 4; ++t) k[t] = c + t < cols ? row(c + t) : k[t - 1];
-    if (c + ahead < cols)
-      for (std::size_t t = c + ahead; t < std::min(c + ahead + 4, cols); ++t) {
-        prefetch_row<1>(row(t), row_bytes);
-        also(t);
-      }
+    if (c + ahead < cols) {
+      const std::size_t end = std::min(c + ahead + 4, cols);
+      for (std::size_t t = c + ahead; t < end; ++t) prefetch_row<1>(row(t), row_bytes);
+      also(c + ahead, end - c - ahead);
+    }
     const std::size_t kept = std::min<std::size_t>(4, cols - c);
     by_direct_rows<rmax>(rows, [&](auto R, std::size_t r) { micro(R, r, k, s + r * lds + c, kept); });
   }
