@@ -17,8 +17,8 @@ inline constexpr bool is_strided_view_v = false;
 template <class T, std::size_t N>
 inline constexpr bool is_strided_view_v<strided_view<T, N>> = true;
 
-/// Row j of head (b, h) of a view, as an accessor over j (a cache's pages: paged_rows, which
-/// kernels step through a page at a time).
+/// Row j of head (b, h) of a view, as an accessor over j (a cache's pages: its paged_rows, held
+/// by value, which also name each page's extent for the kernels that step through a page).
 template <class View>
 auto head_rows(const View& kv, std::size_t b, std::size_t h) {
   if constexpr (is_strided_view_v<View>)
