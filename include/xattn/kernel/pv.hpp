@@ -3,10 +3,12 @@
 // type, values in any storage type, converted as they are loaded. Value rows are read through an
 // accessor: rows ld apart (strided_rows), or any other placement such as a paged cache's.
 #include "blocking.hpp"
+#include "pv_q8.hpp"
 #include "q8_row.hpp"
+#include "row_walk.hpp"
 #include "trace.hpp"
 
-#include <concepts>
+#include <type_traits>
 #include <utility>
 
 #pragma GCC diagnostic push  // GCC PR 105593, see simd/compat.hpp
@@ -42,27 +44,6 @@ inline void load_row_as(const Row& row, batch<Acc> (&out)[CC]) noexcept {
     each(upto<CC>, [&](auto c) { out[c] = simd::load_as<Acc>(row + c * w); });
 }
 
-/// f(j, v(j)) for j in [0, keys), in order. Rows that name the extent of their page (a cache's:
-/// same_page, next) are stepped through it, a page lookup per page rather than per key.
-template <class Rows, class F>
-[[gnu::always_inline]] inline void for_each_row(const Rows& v, std::size_t keys, F&& f) {
-  if constexpr (requires {
-                  { v.next(v(0)) } -> std::same_as<decltype(v(0))>;
-                  v.same_page(0);
-                }) {
-    for (std::size_t j = 0; j < keys;) {
-      auto row = v(j);
-      for (const std::size_t end = std::min(keys, j + v.same_page(j));;) {
-        f(j, row);
-        if (++j == end) break;
-        row = v.next(row);
-      }
-    }
-  } else {
-    for (std::size_t j = 0; j < keys; ++j) f(j, v(j));
-  }
-}
-
 /// Element (r, j) of the left operand: p[r, j], or p[j, r] when it is stored transposed (PT).
 template <bool PT>
 constexpr std::size_t p_at(std::size_t r, std::size_t j, std::size_t ldp) noexcept {
@@ -80,7 +61,7 @@ inline unsigned pv_micro(const Acc* p, std::size_t ldp, const Rows& v, std::size
   batch<Acc> acc[R][CC];
   each(
       upto<R * CC>, [&](std::size_t i) __attribute__((always_inline)) { acc[i / CC][i % CC] = batch<Acc>(Acc(0)); });
-  for_each_row(v, keys, [&](std::size_t j, auto row) {
+  for_each_row(v, 0, keys, [&](std::size_t j, auto row) {
     if constexpr (R <= 4)  // few rows (decoding): values stream from memory, ask for those 16 keys ahead
       if (j + 16 < keys) prefetch_row(v(j + 16), CC * w * sizeof(V));
     batch<Acc> vv[CC];
@@ -151,7 +132,7 @@ inline void pv_micro_continue(const Acc* p, std::size_t ldp, const Rows& v, std:
       upto<R * CC>, [&](std::size_t i) __attribute__((always_inline)) {
         acc[i / CC][i % CC] = simd::load(part + i / CC * ldpart + i % CC * w);
       });
-  for_each_row(v, keys, [&](std::size_t j, auto row) {
+  for_each_row(v, 0, keys, [&](std::size_t j, auto row) {
     if (ahead_bytes != 0) prefetch_row<1>(v(j + ahead_keys), ahead_bytes);  // 0: that row may not exist
     batch<Acc> vv[CC];
     load_row_as<true>(row, vv);
@@ -221,9 +202,12 @@ template <std::size_t R, bool PT = false, class Acc, class Rows>
 inline void pv_micro_rows(const Acc* p, std::size_t ldp, const Rows& v, std::size_t keys, Acc* o, std::size_t ldo,
                           std::size_t dv_padded) {
   constexpr std::size_t w = simd::width<Acc>, one_pass = (R <= 2 ? 2 : 1) * blocking<Acc>::vecs * w;
-  if constexpr (R <= 4)
+  if constexpr (R <= 4) {
+    if constexpr (!PT && std::is_same_v<Acc, float> && std::is_same_v<decltype(v(0)), q8_row>)
+      if (keys > 2 * stream_keys && pv_q8_rows<R>(p, ldp, v, keys, o, ldo, dv_padded)) return;
     if (keys > 2 * stream_keys && dv_padded > one_pass)
       return pv_streaming_rows<R, PT>(p, ldp, v, keys, o, ldo, dv_padded);
+  }
   by_column_blocks<R, Acc>(dv_padded, [&](auto cvecs, std::size_t c0) {
     constexpr std::size_t CC = decltype(cvecs)::value;
     const unsigned flagged = pv_micro<R, CC, PT>(p, ldp, v.at(0, c0), keys, o + c0, ldo);
@@ -307,7 +291,8 @@ struct rows_alone {
 
 /// pv_tile reading value row j through the accessor v (v(j): its first element; v.at(j0, c0): the
 /// rows from j0 on, columns from c0 on): rows in pages, for example. The same sums as pv_tile over
-/// the same values, bit for bit.
+/// the same values, bit for bit; int8 rows of a decoding step's few query rows, on integer
+/// products where the build has them (pv_q8.hpp), within the rounding of their weights.
 template <class Acc, class Rows, class Range = every_column>
 void pv_tile_at(const Acc* p, std::size_t ldp, std::size_t rows, const Rows& v, std::size_t keys, Acc* o,
                 std::size_t ldo, std::size_t dv_padded, Range range = {}) {

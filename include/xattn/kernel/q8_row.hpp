@@ -80,6 +80,16 @@ template <int Locality>
   prefetch_row<Locality>(scale + col / group, (bytes + group - 1) / group * sizeof(float));
 }
 
+/// Whether this build multiplies int8 codes on int16 products (the score product of qk_q8.hpp,
+/// P·V of pv_q8.hpp): batches of float AVX-512BW or AVX2.
+#if defined(__AVX512BW__)
+inline constexpr bool has_q8_products = std::is_base_of_v<xsimd::avx512f, simd::batch<float>::arch_type>;
+#elif defined(__AVX2__)
+inline constexpr bool has_q8_products = std::is_base_of_v<xsimd::avx2, simd::batch<float>::arch_type>;
+#else
+inline constexpr bool has_q8_products = false;
+#endif
+
 /// Whether batches of T are dequantized from q8_0 codes in registers (float on AVX2 or AVX-512).
 template <class T>
 inline constexpr bool q8_widens = std::is_same_v<T, float>&& simd::avx2_or_avx512;

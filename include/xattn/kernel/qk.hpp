@@ -4,6 +4,7 @@
 // accumulator type Acc; keys in any storage type, converted as they are loaded.
 #include "blocking.hpp"
 #include "q8_row.hpp"
+#include "row_walk.hpp"
 #include "trace.hpp"
 
 #include <algorithm>
@@ -204,22 +205,7 @@ struct rows_prefetch {
   row_prefetch handle() const noexcept {
     return {[](const void* c, std::size_t t, std::size_t n) {
               const auto* self = static_cast<const rows_prefetch*>(c);
-              const Rows& v = self->rows;
-              if constexpr (requires {
-                              v.next(v(0));
-                              v.same_page(0);
-                            }) {
-                for (const std::size_t end = t + n; t < end;) {
-                  auto r = v(t);
-                  for (const std::size_t stop = std::min(end, t + v.same_page(t));;) {
-                    prefetch_row<1>(r, self->bytes);
-                    if (++t == stop) break;
-                    r = v.next(r);
-                  }
-                }
-              } else {
-                for (const std::size_t end = t + n; t < end; ++t) prefetch_row<1>(v(t), self->bytes);
-              }
+              for_each_row(self->rows, t, t + n, [&](std::size_t, auto r) { prefetch_row<1>(r, self->bytes); });
             },
             this};
   }

@@ -26,15 +26,6 @@
 
 namespace xattn::kernel {
 
-/// Whether this build multiplies int8 keys on int16 products: AVX-512BW or AVX2 batches of float.
-#if defined(__AVX512BW__)
-inline constexpr bool has_q8_products = std::is_base_of_v<xsimd::avx512f, simd::batch<float>::arch_type>;
-#elif defined(__AVX2__)
-inline constexpr bool has_q8_products = std::is_base_of_v<xsimd::avx2, simd::batch<float>::arch_type>;
-#else
-inline constexpr bool has_q8_products = false;
-#endif
-
 namespace detail {
 
 /// The largest query code, and the most query features (rows · n) a call rounds on its stack.

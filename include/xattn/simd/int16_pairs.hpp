@@ -32,6 +32,17 @@ struct int16_pairs<64> {
     hi = _mm512_srli_epi16(x, 4);  // nothing above a byte's high nibble after the widening
   }
   static type set(std::int32_t v) noexcept { return _mm512_set1_epi32(v); }
+  /// The int16 lanes of a and b as pairs (a[i], b[i]) within each 128-bit lane: lo holds those of
+  /// each lane's first four, hi of its last four (pair lane i: lane 8 · (i / 4) + i % 4 of a and b,
+  /// + 4 in hi).
+  static void interleave(type a, type b, type& lo, type& hi) noexcept {
+    lo = _mm512_unpacklo_epi16(a, b);
+    hi = _mm512_unpackhi_epi16(a, b);
+  }
+  /// x's lanes rounded to the nearest int16 (|x| <= 32767), in order at out.
+  static void store_rounded(__m512 x, std::int16_t* out) noexcept {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm512_cvtepi32_epi16(_mm512_cvtps_epi32(x)));
+  }
   /// acc + the products of each lane's pair k with `pair` (two int16 codes), added.
   static type products(type acc, type k, std::int32_t pair) noexcept {
 #if defined(__AVX512VNNI__)
@@ -62,6 +73,15 @@ struct int16_pairs<32> {
     hi = _mm256_srli_epi16(x, 4);
   }
   static type set(std::int32_t v) noexcept { return _mm256_set1_epi32(v); }
+  static void interleave(type a, type b, type& lo, type& hi) noexcept {
+    lo = _mm256_unpacklo_epi16(a, b);
+    hi = _mm256_unpackhi_epi16(a, b);
+  }
+  static void store_rounded(__m256 x, std::int16_t* out) noexcept {
+    const __m256i i = _mm256_cvtps_epi32(x);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out),
+                     _mm_packs_epi32(_mm256_castsi256_si128(i), _mm256_extracti128_si256(i, 1)));
+  }
   static type products(type acc, type k, std::int32_t pair) noexcept {
     return _mm256_add_epi32(acc, _mm256_madd_epi16(k, _mm256_set1_epi32(pair)));
   }

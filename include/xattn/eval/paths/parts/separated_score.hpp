@@ -295,7 +295,8 @@ struct separated_score {
     /// each block's parameter gradients (and its product's matrix's) summed in block order.
     template <class View>
     void back(const row_program<Acc>& rp, const View& x, const strided_view<Acc>& dx, const row_features<Acc>& df,
-              std::size_t d, std::size_t scalars_at, std::size_t raw_at, int threads, std::vector<double>& dp) {
+              std::size_t d, std::size_t scalars_at, std::size_t raw_at, [[maybe_unused]] int threads,
+              std::vector<double>& dp) {  // threads: OpenMP builds only
       if (!dx.data) return;
       const record::program& p = *rp.p;
       const auto& sh = df.term_at.shape;
