@@ -148,6 +148,8 @@ TEST_CASE("pv_q8_rows declines what it cannot do exactly, writing nothing", "[ke
   q8_values inf_scale = v;
   inf_scale.scales[2 * 39 + 1] = std::numeric_limits<float>::infinity();
   CHECK_FALSE(pv_q8<2>(p, 40, inf_scale.from(0), 40, o, 64, 64));
+  std::vector<float> tiny(2 * 40, 1e-38f);  // times scales under 0.02: 32767 / bound overflows
+  CHECK_FALSE(pv_q8<2>(tiny, 40, v.from(0), 40, o, 64, 64));
   const q8_values wide(40, 288, 16, r);
   std::vector<float> o_wide(2 * 288, -7.0f);
   CHECK_FALSE(pv_q8<2>(p, 40, wide.from(0), 40, o_wide, 288, 288));  // over 256 columns

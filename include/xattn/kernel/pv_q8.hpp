@@ -42,7 +42,8 @@ using q8_lanes = simd::int16_pairs<sizeof(simd::batch<float>) + 0 * R>;
 /// One piece's weights: row r's for group g as int16 pairs of keys (2i, 2i + 1) in w[r][g][i], and
 /// the float step each code stands for. The bound is max_j p[r, j] times the largest scale of the
 /// piece (not the largest product: two reductions per piece rather than one per row and group).
-/// False when a weight is not finite (an inf or NaN in p or a scale: the float path's to handle).
+/// False when a weight is not finite (an inf or NaN in p or a scale: the float path's to handle), or
+/// so small that its codes' scale overflows.
 template <std::size_t R>
 struct q8_weights {
   static constexpr std::size_t groups = q8_cols / q8_row::group;
@@ -71,9 +72,12 @@ struct q8_weights {
         pmax = xsimd::max(pmax, xsimd::abs(x));
         nonfinite += x * B(0.0f);
       }
-      const float bound = simd::hmax(pmax) * scale_max;
-      if (xsimd::any(xsimd::isnan(nonfinite)) || !(bound <= std::numeric_limits<float>::max())) return false;
-      const B inv(bound > 0 ? 32767.0f / bound : 0.0f);
+      // a bound so small that 32767 / bound overflows (weights near float's smallest) is declined too
+      const float bound = simd::hmax(pmax) * scale_max, to_code = bound > 0 ? 32767.0f / bound : 0.0f;
+      if (xsimd::any(xsimd::isnan(nonfinite)) || !(bound <= std::numeric_limits<float>::max()) ||
+          !(to_code <= std::numeric_limits<float>::max()))
+        return false;
+      const B inv(to_code);
       step[r] = bound / 32767.0f;
       auto* codes = reinterpret_cast<std::int16_t*>(w[r][0]);
       for (std::size_t g = 0; g < ngroups; ++g)
