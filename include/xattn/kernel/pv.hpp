@@ -203,8 +203,10 @@ inline void pv_micro_rows(const Acc* p, std::size_t ldp, const Rows& v, std::siz
                           std::size_t dv_padded) {
   constexpr std::size_t w = simd::width<Acc>, one_pass = (R <= 2 ? 2 : 1) * blocking<Acc>::vecs * w;
   if constexpr (R <= 4) {
+    // whatever the number of keys: a key range's bits must not depend on how many keys of weight 0
+    // follow it (a ragged batch against its padded tensor)
     if constexpr (!PT && std::is_same_v<Acc, float> && std::is_same_v<decltype(v(0)), q8_row>)
-      if (keys > 2 * stream_keys && pv_q8_rows<R>(p, ldp, v, keys, o, ldo, dv_padded)) return;
+      if (pv_q8_rows<R>(p, ldp, v, keys, o, ldo, dv_padded)) return;
     if (keys > 2 * stream_keys && dv_padded > one_pass)
       return pv_streaming_rows<R, PT>(p, ldp, v, keys, o, ldo, dv_padded);
   }

@@ -40,8 +40,8 @@ template <std::size_t R>
 using q8_lanes = simd::int16_pairs<sizeof(simd::batch<float>) + 0 * R>;
 
 /// One piece's weights: row r's for group g as int16 pairs of keys (2i, 2i + 1) in w[r][g][i], and
-/// the float step each code stands for. The bound is max_j p[r, j] times the largest scale of the
-/// piece (not the largest product: two reductions per piece rather than one per row and group).
+/// the float step each code stands for: the largest |p[r, j] · scale[j, g]| of the piece over 32767,
+/// so that keys of weight 0 (masked, past a sequence's end) change nothing, whatever their scales.
 /// False when a weight is not finite (an inf or NaN in p or a scale: the float path's to handle), or
 /// so small that its codes' scale overflows.
 template <std::size_t R>
@@ -53,12 +53,8 @@ struct q8_weights {
   bool set(const float* p, std::size_t ldp, std::size_t kk, const float (&sc)[groups][q8_piece],
            std::size_t ngroups) noexcept {
     using B = simd::batch<float>;
-    constexpr std::size_t lanes = simd::width<float>;
+    constexpr std::size_t lanes = simd::width<float>, per = q8_piece / lanes;
     using I = q8_lanes<R>;
-    B smax(0.0f);
-    for (std::size_t g = 0; g < ngroups; ++g)
-      for (std::size_t t = 0; t < q8_piece; t += lanes) smax = xsimd::max(smax, B::load_aligned(sc[g] + t));
-    const float scale_max = simd::hmax(smax);
     for (std::size_t r = 0; r < R; ++r) {
       alignas(64) float pad[q8_piece];  // a short piece's weights, zeros after its keys
       const float* pr = p + r * ldp;
@@ -66,14 +62,15 @@ struct q8_weights {
         std::fill(std::copy_n(pr, kk, pad), pad + q8_piece, 0.0f);
         pr = pad;
       }
-      B pmax(0.0f), nonfinite(0.0f);  // x · 0 is 0 for finite x, NaN for inf and NaN
-      for (std::size_t t = 0; t < q8_piece; t += lanes) {
-        const B x = B::load_unaligned(pr + t);
-        pmax = xsimd::max(pmax, xsimd::abs(x));
-        nonfinite += x * B(0.0f);
-      }
+      B m(0.0f), nonfinite(0.0f);  // x · 0 is 0 for finite x, NaN for inf and NaN
+      for (std::size_t g = 0; g < ngroups; ++g)
+        for (std::size_t t = 0; t < per; ++t) {
+          const B x = B::load_unaligned(pr + t * lanes) * B::load_aligned(sc[g] + t * lanes);
+          m = xsimd::max(m, xsimd::abs(x));
+          nonfinite += x * B(0.0f);
+        }
       // a bound so small that 32767 / bound overflows (weights near float's smallest) is declined too
-      const float bound = simd::hmax(pmax) * scale_max, to_code = bound > 0 ? 32767.0f / bound : 0.0f;
+      const float bound = simd::hmax(m), to_code = bound > 0 ? 32767.0f / bound : 0.0f;
       if (xsimd::any(xsimd::isnan(nonfinite)) || !(bound <= std::numeric_limits<float>::max()) ||
           !(to_code <= std::numeric_limits<float>::max()))
         return false;
@@ -120,7 +117,8 @@ template <std::size_t R, std::size_t NB>
       upto<R * NB>, [&](std::size_t n) __attribute__((always_inline)) {
         const std::size_t r = n / NB;
         float* out = part + r * ldpart + cb + n % NB * L;
-        simd::store(out, B(I::fmadd(I::to_float(acc[r][n % NB]), B(wt.step[r]), simd::load(out))));
+        if (wt.step[r] != 0.0f)  // a row of zero weights adds nothing, not even +0 to a -0
+          simd::store(out, B(I::fmadd(I::to_float(acc[r][n % NB]), B(wt.step[r]), simd::load(out))));
       });
 }
 
