@@ -20,10 +20,9 @@ namespace xattn {
 
 /// The facts about this machine that the schedule depends on.
 struct machine {
-  std::size_t l2_bytes = std::size_t(1) << 20;    // per core
-  int max_threads = 1;                            // OpenMP's default team size
-  bool openmp = false;                            // built with OpenMP
-  std::size_t llc_bytes = std::size_t(32) << 20;  // the last level (L3, else L2)
+  std::size_t l2_bytes = std::size_t(1) << 20;  // per core
+  int max_threads = 1;                          // OpenMP's default team size
+  bool openmp = false;                          // built with OpenMP
 
   static machine here() {
     machine m;
@@ -32,13 +31,13 @@ struct machine {
       return b > 0 ? std::size_t(b) : std::size_t(1) << 20;
     }();
     m.l2_bytes = l2;
-    m.llc_bytes = last_level_cache();
 #ifdef _OPENMP
     m.max_threads = omp_get_max_threads();
     m.openmp = true;
 #endif
     return m;
   }
+  /// Bytes of the last-level cache (L3, else L2; 32 MiB when unknown).
   static std::size_t last_level_cache() {
     static const std::size_t llc = [] {
       long b = sysconf(_SC_LEVEL3_CACHE_SIZE);
