@@ -61,9 +61,10 @@ inline unsigned pv_micro(const Acc* p, std::size_t ldp, const Rows& v, std::size
   batch<Acc> acc[R][CC];
   each(
       upto<R * CC>, [&](std::size_t i) __attribute__((always_inline)) { acc[i / CC][i % CC] = batch<Acc>(Acc(0)); });
+  row_cursor<Rows> ahead{v, 16};
   for_each_row(v, 0, keys, [&](std::size_t j, auto row) {
     if constexpr (R <= 4)  // few rows (decoding): values stream from memory, ask for those 16 keys ahead
-      if (j + 16 < keys) prefetch_row(v(j + 16), CC * w * sizeof(V));
+      if (j + 16 < keys) prefetch_row(ahead.next(), CC * w * sizeof(V));
     batch<Acc> vv[CC];
     load_row_as<false>(row, vv);
     each(

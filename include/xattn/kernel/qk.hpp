@@ -240,12 +240,13 @@ void direct_blocks(std::size_t rows, RowFn row, std::size_t cols, std::size_t ro
                    Micro micro, row_prefetch also) {
   using K = decltype(row(0));
   const std::size_t ahead = std::max<std::size_t>(16, (4096 / std::max<std::size_t>(row_bytes, 1) + 3) / 4 * 4);
+  row_cursor<RowFn> keys{row, 0}, prefetched{row, ahead};  // short steps: a page lookup per key showed
   for (std::size_t c = 0; c < cols; c += 4) {
     K k[4];
-    for (std::size_t t = 0; t < 4; ++t) k[t] = c + t < cols ? row(c + t) : k[t - 1];
+    for (std::size_t t = 0; t < 4; ++t) k[t] = c + t < cols ? keys.next() : k[t - 1];
     if (c + ahead < cols) {
       const std::size_t end = std::min(c + ahead + 4, cols);
-      for (std::size_t t = c + ahead; t < end; ++t) prefetch_row<1>(row(t), row_bytes);
+      for (std::size_t t = c + ahead; t < end; ++t) prefetch_row<1>(prefetched.next(), row_bytes);
       also(c + ahead, end - c - ahead);
     }
     const std::size_t kept = std::min<std::size_t>(4, cols - c);

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <concepts>
 #include <cstddef>
+#include <utility>
 
 namespace xattn::kernel {
 
@@ -31,5 +32,31 @@ template <class Rows, class F>
     for (std::size_t j = j0; j < end; ++j) f(j, v(j));
   }
 }
+
+/// The rows of v from j on, one after the other: next() is v(j), then v(j + 1), ..., stepped
+/// through each page where v can be (a page lookup per page, not per key).
+template <class Rows>
+struct row_cursor {
+  const Rows& v;
+  std::size_t j = 0;
+  std::size_t left = 0;  // rows after `row` on its page
+  decltype(std::declval<const Rows&>()(0)) row{};
+
+  [[gnu::always_inline]] auto next() noexcept {
+    if constexpr (paged_walk<Rows>) {
+      if (left == 0) {
+        row = v(j);
+        left = v.same_page(j);
+      } else {
+        row = v.next(row);
+      }
+      --left;
+      ++j;
+      return row;
+    } else {
+      return v(j++);
+    }
+  }
+};
 
 }  // namespace xattn::kernel
