@@ -240,7 +240,7 @@ void direct_blocks(std::size_t rows, RowFn row, std::size_t cols, std::size_t ro
                    Micro micro, row_prefetch also) {
   using K = decltype(row(0));
   const std::size_t ahead = std::max<std::size_t>(16, (4096 / std::max<std::size_t>(row_bytes, 1) + 3) / 4 * 4);
-  row_cursor<RowFn> keys{row, 0}, prefetched{row, ahead};  // short steps: a page lookup per key showed
+  row_cursor<RowFn> keys{row, 0}, prefetched{row, ahead};  // a page lookup per page, not per key
   for (std::size_t c = 0; c < cols; c += 4) {
     K k[4];
     for (std::size_t t = 0; t < 4; ++t) k[t] = c + t < cols ? keys.next() : k[t - 1];
