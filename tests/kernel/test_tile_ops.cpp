@@ -162,6 +162,25 @@ TEMPLATE_TEST_CASE("lane_sums16 sums 16 batches at once, bit for bit as hsum sum
   }
 }
 
+TEMPLATE_TEST_CASE("lane_sums4 sums 4 batches at once, bit for bit as hsum sums each", "[kernel]", float) {
+  if constexpr (simd::width<TestType> != 16) {
+    SUCCEED("lane_sums4 is for 16-lane float batches (AVX-512)");
+  } else {
+    testing::rng r(11);
+    for (int trial = 0; trial < 50; ++trial) {
+      simd::batch<TestType> a[4];
+      alignas(64) TestType lanes[16];
+      for (auto& x : a) {  // magnitudes 2^-20 .. 2^20, so the order of the additions shows in the bits
+        for (auto& l : lanes) l = TestType(r.uniform(-1, 1)) * std::ldexp(TestType(1), int(r.uniform(-20, 20)));
+        x = simd::batch<TestType>::load_aligned(lanes);
+      }
+      alignas(16) TestType sums[4];
+      _mm_store_ps(sums, kernel::detail::lane_sums4(a));
+      for (std::size_t i = 0; i < 4; ++i) REQUIRE(sums[i] == simd::hsum(a[i]));
+    }
+  }
+}
+
 namespace {
 
 /// keys x dvp values, the first dv columns of each row drawn from r, the padding zero.
