@@ -143,6 +143,19 @@ TEST_CASE("qk_direct prefetches a second stream's rows with the keys it prefetch
     if (t % 4 == 0 || t % 6 == 0) looked.push_back(t);  // a block's first key, a page's first key
   REQUIRE(asked == looked);
 }
+namespace {
+
+/// A batch of lanes of magnitudes 2^-20 .. 2^20, so that the order of their additions shows in
+/// the bits of a sum.
+template <class T>
+simd::batch<T> spread_batch(testing::rng& r) {
+  alignas(64) T lanes[simd::width<T>];
+  for (auto& l : lanes) l = T(r.uniform(-1, 1)) * std::ldexp(T(1), int(r.uniform(-20, 20)));
+  return simd::batch<T>::load_aligned(lanes);
+}
+
+}  // namespace
+
 TEMPLATE_TEST_CASE("lane_sums16 sums 16 batches at once, bit for bit as hsum sums each", "[kernel]", float) {
   if constexpr (simd::width<TestType> != 16) {
     SUCCEED("lane_sums16 is for 16-lane float batches (AVX-512)");
@@ -150,11 +163,7 @@ TEMPLATE_TEST_CASE("lane_sums16 sums 16 batches at once, bit for bit as hsum sum
     testing::rng r(10);
     for (int trial = 0; trial < 20; ++trial) {
       simd::batch<TestType> a[16];
-      alignas(64) TestType lanes[16];
-      for (auto& x : a) {  // magnitudes 2^-20 .. 2^20, so the order of the additions shows in the bits
-        for (auto& l : lanes) l = TestType(r.uniform(-1, 1)) * std::ldexp(TestType(1), int(r.uniform(-20, 20)));
-        x = simd::batch<TestType>::load_aligned(lanes);
-      }
+      for (auto& x : a) x = spread_batch<TestType>(r);
       alignas(64) TestType sums[16];
       kernel::detail::lane_sums16(a).store_aligned(sums);
       for (std::size_t i = 0; i < 16; ++i) REQUIRE(sums[i] == simd::hsum(a[i]));
@@ -169,11 +178,7 @@ TEMPLATE_TEST_CASE("lane_sums4 sums 4 batches at once, bit for bit as hsum sums 
     testing::rng r(11);
     for (int trial = 0; trial < 50; ++trial) {
       simd::batch<TestType> a[4];
-      alignas(64) TestType lanes[16];
-      for (auto& x : a) {  // magnitudes 2^-20 .. 2^20, so the order of the additions shows in the bits
-        for (auto& l : lanes) l = TestType(r.uniform(-1, 1)) * std::ldexp(TestType(1), int(r.uniform(-20, 20)));
-        x = simd::batch<TestType>::load_aligned(lanes);
-      }
+      for (auto& x : a) x = spread_batch<TestType>(r);
       alignas(16) TestType sums[4];
       _mm_store_ps(sums, kernel::detail::lane_sums4(a));
       for (std::size_t i = 0; i < 4; ++i) REQUIRE(sums[i] == simd::hsum(a[i]));
