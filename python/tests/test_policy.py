@@ -121,6 +121,13 @@ def test_compile_error_names_the_first_error(cache):
         xattn.policy("struct broken_t { int operator()(; };", name="broken_t")
 
 
+def test_jit_flags_reach_the_compiler(cache, monkeypatch):
+    """$XATTN_JIT_FLAGS goes on the compile command: a flag the compiler refuses is its first error."""
+    monkeypatch.setenv("XATTN_JIT_FLAGS", "-O1 -fno-such-xattn-flag")
+    with pytest.raises(xattn.CompileError, match="flagged_t does not compile: .*no-such-xattn-flag"):
+        xattn.policy("struct flagged_t {};", name="flagged_t")
+
+
 def test_policy_with_runtime_masks_alibi_softcap_and_rope(cache):
     """The policy's one expression takes documents, a boolean mask, ALiBi, softcap and rotary
     embeddings chosen at run time (against the same cosine written in torch ops)."""

@@ -7,6 +7,7 @@ import glob
 import hashlib
 import os
 import re
+import shlex
 import subprocess
 import tempfile
 
@@ -83,9 +84,12 @@ def cache_dir():
 def compile_shared(src, who, flags=()):
     """The path of the shared library compiled from the C++ source src, cached by the hash of the
     source, the compiler's command, the library's version and its C interface; who names the
-    caller in a compile error; flags go after the package's own (a later -O wins)."""
+    caller in a compile error; flags go after the package's own (a later -O wins), and
+    $XATTN_JIT_FLAGS (e.g. "-O1" for quicker compiles, "-g") after those."""
     here = os.path.dirname(os.path.abspath(__file__))
-    command = [CXX, *CXX_FLAGS, *flags, *("-I" + os.path.join(here, d) for d in INCLUDE_DIRS)]  # relative: to the package
+    extra = shlex.split(os.environ.get("XATTN_JIT_FLAGS", ""))
+    command = [CXX, *CXX_FLAGS, *flags, *extra,
+               *("-I" + os.path.join(here, d) for d in INCLUDE_DIRS)]  # relative: to the package
     kernels = os.path.join(here, KERNELS) if KERNELS else None
     linked = []
     if kernels and os.path.exists(kernels):  # the tile products precompiled: about a third less compile time
